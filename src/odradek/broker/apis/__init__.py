@@ -1,0 +1,13 @@
+"""One module per Kafka API; importing this package registers every handler."""
+
+from odradek.broker.apis import (  # noqa: F401
+    admin_configs,
+    api_versions,
+    describe_cluster,
+    fetch,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    produce,
+    topic_admin,
+)

@@ -1,0 +1,104 @@
+"""Fetch: long poll for record batches.
+
+Honours max_wait / min_bytes (the request parks until enough bytes are
+available or the wait runs out), max_bytes for the whole response and
+partition_max_bytes per partition; as in Kafka (KIP-74) the first batch of the
+first partition with data is returned whole even when it is larger than both.
+Fetch sessions (KIP-227) are not offered: every response carries session id 0,
+which tells clients to keep sending full fetches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from odradek.broker.context import NO_THROTTLE, RequestContext, respond
+from odradek.broker.registry import handles
+from odradek.log.errors import LogError
+from odradek.protocol.apikeys import ApiKey
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+FETCH_SESSION_ID_NOT_FOUND = 70
+READ_COMMITTED = 1
+
+
+def _read_partitions(ctx: RequestContext, request: Any) -> tuple[list[dict[str, Any]], int, bool]:
+    """One pass over the requested partitions: (topic responses, bytes, any error)."""
+    topics = ctx.broker.topics
+    remaining = int(request.max_bytes) if ctx.version >= 3 else 2**31 - 1
+    remaining = min(remaining, int(ctx.broker.config["fetch.max.bytes"]))
+    aborted = () if getattr(request, "isolation_level", 0) == READ_COMMITTED else None
+    total = 0
+    any_error = False
+    first_data = True
+    responses = []
+    for wanted in request.topics:
+        partitions = []
+        for part in wanted.partitions:
+            plog = topics.partition(wanted.topic, part.partition)
+            entry: dict[str, Any] = {
+                "partition_index": part.partition,
+                "error_code": 0,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": aborted,
+                "preferred_read_replica": -1,
+                "records": b"",
+            }
+            partitions.append(entry)
+            if plog is None:
+                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                any_error = True
+                continue
+            end = plog.end_offset
+            entry["high_watermark"] = entry["last_stable_offset"] = end
+            entry["log_start_offset"] = plog.start_offset
+            if part.fetch_offset == end or (remaining <= 0 and not first_data):
+                continue
+            try:
+                limit = min(int(part.partition_max_bytes), remaining)
+                data = plog.read(int(part.fetch_offset), max(limit, 1))
+            except LogError as exc:
+                entry["error_code"] = exc.error_code
+                any_error = True
+                continue
+            if not data:
+                continue
+            if len(data) > limit and not first_data:
+                continue  # only the very first batch may exceed the limits
+            first_data = False
+            entry["records"] = data
+            total += len(data)
+            remaining -= len(data)
+        responses.append({"topic": wanted.topic, "partitions": partitions})
+    return responses, total, any_error
+
+
+def _response(ctx: RequestContext, responses: list[dict[str, Any]], error_code: int = 0) -> Any:
+    return respond(
+        ctx,
+        {
+            "throttle_time": NO_THROTTLE,
+            "error_code": error_code,
+            "session_id": 0,
+            "responses": responses,
+        },
+    )
+
+
+@handles(ApiKey.FETCH, 4, 12)
+async def fetch(ctx: RequestContext, request: Any) -> Any:
+    if ctx.version >= 7 and request.session_id != 0:
+        return _response(ctx, [], FETCH_SESSION_ID_NOT_FOUND)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(request.max_wait.total_seconds(), 0.0)
+    min_bytes = max(int(request.min_bytes), 1)
+    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    while True:
+        responses, total, any_error = _read_partitions(ctx, request)
+        remaining_s = deadline - loop.time()
+        if total >= min_bytes or any_error or remaining_s <= 0 or not keys:
+            return _response(ctx, responses)
+        await ctx.broker.waiters.wait(keys, remaining_s)

@@ -1,0 +1,57 @@
+"""ListOffsets: earliest, latest (the log end offset), max timestamp, or by time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from odradek.broker.context import NO_THROTTLE, RequestContext, respond
+from odradek.broker.registry import handles
+from odradek.protocol.apikeys import ApiKey
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+def _lookup(ctx: RequestContext, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "partition_index": partition,
+        "error_code": 0,
+        "timestamp": -1,
+        "offset": -1,
+        "leader_epoch": 0,
+        "old_style_offsets": (),
+    }
+    plog = ctx.broker.topics.partition(topic, partition)
+    if plog is None:
+        entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+        entry["leader_epoch"] = -1
+        return entry
+    if timestamp == LATEST:
+        entry["offset"] = plog.end_offset
+    elif timestamp == EARLIEST:
+        entry["offset"] = plog.start_offset
+    else:
+        found = (
+            plog.max_timestamp()
+            if timestamp == MAX_TIMESTAMP
+            else plog.offset_for_timestamp(timestamp)
+        )
+        if found is not None:
+            entry["offset"], entry["timestamp"] = found
+    return entry
+
+
+@handles(ApiKey.LIST_OFFSETS, 1, 7)
+def list_offsets(ctx: RequestContext, request: Any) -> Any:
+    topics = [
+        {
+            "name": t.name,
+            "partitions": [
+                _lookup(ctx, t.name, p.partition_index, int(p.timestamp)) for p in t.partitions
+            ],
+        }
+        for t in request.topics
+    ]
+    return respond(ctx, {"throttle_time": NO_THROTTLE, "topics": topics})

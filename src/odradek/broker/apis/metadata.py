@@ -1,0 +1,107 @@
+"""Metadata: brokers, and topics with their partitions (this node leads them all)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from odradek.broker.context import NO_THROTTLE, RequestContext, respond
+from odradek.broker.registry import handles
+from odradek.broker.topics import Topic, TopicError
+from odradek.protocol.apikeys import ApiKey
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+UNKNOWN_TOPIC_ID = 100
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def topic_entry(ctx: RequestContext, topic: Topic) -> dict[str, Any]:
+    node = ctx.broker.node_id
+    return {
+        "error_code": 0,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": topic.internal,
+        "partitions": [
+            {
+                "error_code": 0,
+                "partition_index": index,
+                "leader_id": node,
+                "leader_epoch": 0,
+                "replica_nodes": (node,),
+                "isr_nodes": (node,),
+                "offline_replicas": (),
+            }
+            for index in range(len(topic.partitions))
+        ],
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def missing_entry(
+    name: str | None, error_code: int, topic_id: uuid.UUID = ZERO_UUID
+) -> dict[str, Any]:
+    return {
+        "error_code": error_code,
+        "name": name,
+        "topic_id": topic_id,
+        "is_internal": False,
+        "partitions": (),
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+@handles(ApiKey.METADATA, 0, 12)
+def metadata(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    topics = broker.topics
+    requested = request.topics
+    if requested is None or (ctx.version == 0 and not requested):
+        entries = [topic_entry(ctx, t) for t in topics]
+    else:
+        auto_create = bool(broker.config["auto.create.topics.enable"]) and getattr(
+            request, "allow_auto_topic_creation", True
+        )
+        entries = []
+        for wanted in requested:
+            name = getattr(wanted, "name", None)
+            topic_id = getattr(wanted, "topic_id", None)
+            if not name and topic_id and topic_id != ZERO_UUID:
+                found = topics.topics_by_id.get(topic_id)
+                entries.append(
+                    topic_entry(ctx, found)
+                    if found
+                    else missing_entry(None, UNKNOWN_TOPIC_ID, topic_id)
+                )
+                continue
+            topic = topics.get(name) if name else None
+            if topic is None and name and auto_create:
+                try:
+                    topic = topics.create(name)
+                except TopicError as exc:
+                    entries.append(missing_entry(name, exc.error_code))
+                    continue
+            entries.append(
+                topic_entry(ctx, topic)
+                if topic
+                else missing_entry(name, UNKNOWN_TOPIC_OR_PARTITION)
+            )
+    return respond(
+        ctx,
+        {
+            "throttle_time": NO_THROTTLE,
+            "brokers": [
+                {
+                    "node_id": broker.node_id,
+                    "host": broker.advertised_host,
+                    "port": broker.advertised_port,
+                    "rack": None,
+                }
+            ],
+            "cluster_id": broker.cluster_id,
+            "controller_id": broker.node_id,
+            "topics": entries,
+            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        },
+    )

@@ -1,0 +1,129 @@
+"""CreateTopics, DeleteTopics, CreatePartitions."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from odradek.broker.context import NO_THROTTLE, RequestContext, respond
+from odradek.broker.registry import handles
+from odradek.broker.topics import TopicError
+from odradek.protocol.apikeys import ApiKey
+
+ZERO_UUID = uuid.UUID(int=0)
+UNKNOWN_TOPIC_ID = 100
+INVALID_REPLICA_ASSIGNMENT = 39
+
+
+def _creatable(ctx: RequestContext, wanted: Any, validate_only: bool) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "name": wanted.name,
+        "topic_id": ZERO_UUID,
+        "error_code": 0,
+        "error_message": None,
+        "topic_config_error_code": 0,
+        "num_partitions": -1,
+        "replication_factor": -1,
+        "configs": None,
+    }
+    num_partitions = int(wanted.num_partitions)
+    if wanted.assignments:
+        # Manual assignments: one node, so every replica list must be exactly [this node].
+        if num_partitions != -1 or int(wanted.replication_factor) != -1:
+            result["error_code"] = 42
+            result["error_message"] = "give either assignments or partitions/replication factor"
+            return result
+        if any(list(a.broker_ids) != [ctx.broker.node_id] for a in wanted.assignments):
+            result["error_code"] = INVALID_REPLICA_ASSIGNMENT
+            result["error_message"] = f"replicas must be [{ctx.broker.node_id}] on a single node"
+            return result
+        num_partitions = len(wanted.assignments)
+    configs = {c.name: c.value for c in wanted.configs}
+    try:
+        topic = ctx.broker.topics.create(
+            wanted.name,
+            num_partitions,
+            int(wanted.replication_factor),
+            configs,
+            validate_only=validate_only,
+        )
+    except TopicError as exc:
+        result["error_code"] = exc.error_code
+        result["error_message"] = str(exc)
+        return result
+    result["topic_id"] = topic.topic_id
+    result["num_partitions"] = (
+        len(topic.partitions)
+        if not validate_only
+        else (num_partitions if num_partitions > 0 else int(ctx.broker.config["num.partitions"]))
+    )
+    result["replication_factor"] = 1
+    result["configs"] = [
+        {
+            "name": name,
+            "value": value,
+            "read_only": False,
+            "config_source": 5 if is_default else 1,
+            "is_sensitive": False,
+        }
+        for name, value, is_default in ctx.broker.topics.effective_topic_configs(topic)
+    ]
+    return result
+
+
+@handles(ApiKey.CREATE_TOPICS, 2, 7)
+def create_topics(ctx: RequestContext, request: Any) -> Any:
+    topics = [_creatable(ctx, t, bool(request.validate_only)) for t in request.topics]
+    return respond(ctx, {"throttle_time": NO_THROTTLE, "topics": topics})
+
+
+@handles(ApiKey.DELETE_TOPICS, 1, 6)
+def delete_topics(ctx: RequestContext, request: Any) -> Any:
+    if ctx.version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    responses = []
+    manager = ctx.broker.topics
+    for name, topic_id in wanted:
+        entry: dict[str, Any] = {
+            "name": name,
+            "topic_id": topic_id or ZERO_UUID,
+            "error_code": 0,
+            "error_message": None,
+        }
+        if not name and topic_id:
+            found = manager.topics_by_id.get(topic_id)
+            if found is None:
+                entry["error_code"] = UNKNOWN_TOPIC_ID
+                entry["error_message"] = f"no topic with id {topic_id}"
+                responses.append(entry)
+                continue
+            name = entry["name"] = found.name
+        else:
+            existing = manager.get(name)
+            if existing is not None:
+                entry["topic_id"] = existing.topic_id
+        try:
+            manager.delete(name)
+        except TopicError as exc:
+            entry["error_code"] = exc.error_code
+            entry["error_message"] = str(exc)
+        responses.append(entry)
+    return respond(ctx, {"throttle_time": NO_THROTTLE, "responses": responses})
+
+
+@handles(ApiKey.CREATE_PARTITIONS, 0, 3)
+def create_partitions(ctx: RequestContext, request: Any) -> Any:
+    results = []
+    for wanted in request.topics:
+        entry: dict[str, Any] = {"name": wanted.name, "error_code": 0, "error_message": None}
+        try:
+            ctx.broker.topics.add_partitions(
+                wanted.name, int(wanted.count), validate_only=bool(request.validate_only)
+            )
+        except TopicError as exc:
+            entry["error_code"] = exc.error_code
+            entry["error_message"] = str(exc)
+        results.append(entry)
+    return respond(ctx, {"throttle_time": NO_THROTTLE, "results": results})

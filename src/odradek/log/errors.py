@@ -1,0 +1,68 @@
+"""Errors raised by the partition log, each carrying the Kafka error code to answer with.
+
+``LogError`` is the same class as ``odradek.protocol.records.RecordError``: the
+record-validation errors live in the protocol layer (which cannot import the log
+package), and defining the base once keeps ``except LogError`` catching them too.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from odradek.protocol.records import CorruptRecordError, InvalidRecordError
+from odradek.protocol.records import RecordError as LogError
+
+__all__ = [
+    "CorruptRecordError",
+    "DuplicateSequenceError",
+    "InvalidProducerEpochError",
+    "InvalidRecordError",
+    "InvalidTimestampError",
+    "LogError",
+    "MessageTooLargeError",
+    "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
+    "UnknownProducerIdError",
+]
+
+
+class OffsetOutOfRangeError(LogError):
+    """OFFSET_OUT_OF_RANGE (1): the offset is below the log start or past the log end."""
+
+    error_code: ClassVar[int] = 1
+
+
+class MessageTooLargeError(LogError):
+    """MESSAGE_TOO_LARGE (10): a batch is larger than max.message.bytes."""
+
+    error_code: ClassVar[int] = 10
+
+
+class InvalidTimestampError(LogError):
+    """INVALID_TIMESTAMP (32): reserved for timestamp-difference checks."""
+
+    error_code: ClassVar[int] = 32
+
+
+class OutOfOrderSequenceError(LogError):
+    """OUT_OF_ORDER_SEQUENCE_NUMBER (45): idempotent producer skipped or reused a sequence."""
+
+    error_code: ClassVar[int] = 45
+
+
+class DuplicateSequenceError(LogError):
+    """DUPLICATE_SEQUENCE_NUMBER (46): kept for completeness; duplicates are answered as success."""
+
+    error_code: ClassVar[int] = 46
+
+
+class InvalidProducerEpochError(LogError):
+    """INVALID_PRODUCER_EPOCH (47): a batch from an older (fenced) producer epoch."""
+
+    error_code: ClassVar[int] = 47
+
+
+class UnknownProducerIdError(LogError):
+    """UNKNOWN_PRODUCER_ID (59): kept for completeness; modern Kafka no longer returns it."""
+
+    error_code: ClassVar[int] = 59

@@ -1,0 +1,238 @@
+"""A real Odradek broker for pytest, on a free loopback port.
+
+Installed as a pytest plugin (entry point ``pytest11``), so any project that
+installs Odradek gets these fixtures:
+
+- ``odradek_broker``: a fresh broker per test, in a subprocess, with its own
+  data directory. ``kill()`` (SIGKILL), ``stop()`` (SIGTERM), ``start()`` and
+  ``restart()`` let a test exercise crashes and recovery.
+- ``odradek_session_broker``: one broker shared by every test of the run.
+
+Set ``ODRADEK_TEST_BOOTSTRAP=host:port`` to run the same tests against another
+Kafka-compatible broker: the fixtures then hand out that address, and tests
+marked ``embedded`` (they kill, restart or read the data directory) are
+deselected, because nothing can be done to a broker we did not start.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+EXTERNAL_BOOTSTRAP_ENV = "ODRADEK_TEST_BOOTSTRAP"
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+class BrokerProcess:
+    """An Odradek broker in a child process, bound to 127.0.0.1."""
+
+    external = False
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = None,
+        settings: dict[str, str] | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self.data_dir = Path(data_dir)
+        self.settings = dict(settings or {})
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}.broker.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "odradek",
+            "serve",
+            "--listen",
+            self.bootstrap,
+            "--data-dir",
+            str(self.data_dir),
+        ]
+        for key, value in self.settings.items():
+            cmd += ["--set", f"{key}={value}"]
+        return cmd
+
+    def start(self) -> BrokerProcess:
+        if self.running:
+            return self
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
+        try:
+            self._proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        finally:
+            log.close()
+        if not wait_for_port(self.host, self.port, START_TIMEOUT_S):
+            self.kill()
+            raise RuntimeError(f"broker did not start in {START_TIMEOUT_S}s:\n{self.log_tail()}")
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def kill(self) -> None:
+        """SIGKILL: the crash case; nothing is flushed or closed."""
+        self._signal(signal.SIGKILL)
+
+    def stop(self) -> int | None:
+        """SIGTERM and wait: the clean shutdown case. Returns the exit code."""
+        return self._signal(signal.SIGTERM)
+
+    def restart(self, *, kill: bool = False) -> BrokerProcess:
+        if kill:
+            self.kill()
+        else:
+            self.stop()
+        return self.start()
+
+    def _signal(self, sig: int) -> int | None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return proc.returncode if proc else None
+        proc.send_signal(sig)
+        try:
+            return proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=STOP_TIMEOUT_S)
+            raise RuntimeError(f"broker ignored signal {sig} for {STOP_TIMEOUT_S}s") from None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no broker log)"
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ExternalBroker:
+    """A broker somebody else runs (ODRADEK_TEST_BOOTSTRAP): address only."""
+
+    external = True
+
+    def __init__(self, bootstrap: str) -> None:
+        host, _, port = bootstrap.rpartition(":")
+        self.host = host
+        self.port = int(port)
+        self.bootstrap = bootstrap
+
+
+Broker = BrokerProcess | ExternalBroker
+
+
+def _external() -> ExternalBroker | None:
+    bootstrap = os.environ.get(EXTERNAL_BOOTSTRAP_ENV)
+    return ExternalBroker(bootstrap) if bootstrap else None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "embedded: needs a broker this test run starts itself (kill, restart, data)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _external() is None:
+        return
+    kept, deselected = [], []
+    for item in items:
+        (deselected if item.get_closest_marker("embedded") else kept).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+@pytest.fixture
+def odradek_broker(tmp_path: Path) -> Iterator[Broker]:
+    """A fresh broker for one test (or the external one, see module docs)."""
+    external = _external()
+    if external is not None:
+        yield external
+        return
+    broker = BrokerProcess(tmp_path / "broker-data")
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def odradek_session_broker() -> Iterator[Broker]:
+    """One broker for the whole test run; tests must use unique topic names."""
+    external = _external()
+    if external is not None:
+        yield external
+        return
+    with tempfile.TemporaryDirectory(prefix="odradek-session-") as tmp:
+        broker = BrokerProcess(Path(tmp) / "broker-data")
+        broker.start()
+        try:
+            yield broker
+        finally:
+            broker.stop()
+
+
+def start_broker(data_dir: Path, settings: dict[str, str] | None = None) -> BrokerProcess:
+    """Start a broker outside pytest (scripts, benchmarks)."""
+    return BrokerProcess(data_dir, settings=settings).start()
+
+
+__all__: Sequence[str] = (
+    "Broker",
+    "BrokerProcess",
+    "ExternalBroker",
+    "free_port",
+    "odradek_broker",
+    "odradek_session_broker",
+    "start_broker",
+)
