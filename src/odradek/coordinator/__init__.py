@@ -1,0 +1,66 @@
+"""Odradek's group coordinator core: pure, deterministic, event-sourced.
+
+One :class:`GroupCoordinatorShard` owns the classic consumer groups of one
+``__consumer_offsets`` partition (``partition_for(group_id, n)`` picks it, as
+Kafka does). It performs no I/O and reads no clock, randomness or threads:
+
+- time comes in as ``now_ms`` on every call;
+- timers go out through an injected :class:`Timer` (``schedule(key,
+  deadline_ms)`` replaces an earlier deadline for ``key``; ``cancel(key)``);
+  the runtime calls ``on_timer(now_ms, key)`` when one is due;
+- member ids are ``f"{client_id}-{uuid}"`` (``group_instance_id`` instead of
+  ``client_id`` for static members) with the uuid from an injected
+  :class:`IdGenerator`.
+
+Calling it
+----------
+``shard = GroupCoordinatorShard(config, timer=timer, ids=ids)``
+
+1. Loading: ``shard.replay(record)`` for every record of the partition from
+   the start, then ``shard.on_loaded(now_ms)``. Until then answer requests with
+   ``loading_response(request)``. A new, empty partition just calls
+   ``on_loaded``.
+2. Serving: ``result = shard.handle(now_ms, token, request)`` and
+   ``result = shard.on_timer(now_ms, key)``. For each :class:`Result`, append
+   ``result.records`` to the partition, ``replay`` each of them in order, and
+   only then send every ``(token, response)`` in ``result.responses``. The
+   token is whatever the runtime passed in with the request; JoinGroup and
+   SyncGroup responses can come back from a later call, so responses are
+   matched by token, never by position. ``result.events`` are structured
+   observations (state transitions, completed rebalances) also logged via
+   ``logging.getLogger("odradek.coordinator")``.
+3. Unloading: ``shard.on_unloaded()`` answers parked requests with
+   NOT_COORDINATOR and cancels the shard's timers.
+
+The same shard object must see every call in order (one serial executor per
+partition). A failed append is not rolled back by the core: the runtime should
+unload and reload the partition from its log.
+
+Requests and responses are the neutral dataclasses of :mod:`.types`; error
+codes are Kafka's numbers (:class:`ErrorCode`). Records are Kafka's
+``__consumer_offsets`` binary formats (:mod:`.records`).
+"""
+
+from odradek.coordinator.config import CoordinatorConfig
+from odradek.coordinator.errors import ErrorCode
+from odradek.coordinator.routing import java_string_hashcode, partition_for
+from odradek.coordinator.shard import GroupCoordinatorShard, error_response, loading_response
+from odradek.coordinator.state import GroupState
+from odradek.coordinator.timer import IdGenerator, Timer
+from odradek.coordinator.types import CoordinatorEvent, CoordinatorRecord, Result
+
+__all__ = [
+    "CoordinatorConfig",
+    "CoordinatorEvent",
+    "CoordinatorRecord",
+    "ErrorCode",
+    "GroupCoordinatorShard",
+    "GroupState",
+    "IdGenerator",
+    "Result",
+    "Timer",
+    "error_response",
+    "java_string_hashcode",
+    "loading_response",
+    "partition_for",
+]

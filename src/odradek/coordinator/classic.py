@@ -1,0 +1,667 @@
+"""Classic group protocol: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and their timers.
+
+Follows Kafka's GroupCoordinator (Scala) / GroupMetadataManager (Java) per-state
+rules; section references are to research/coordinator-protocol.md section 1.
+"""
+
+from __future__ import annotations
+
+from odradek.coordinator import events as ev
+from odradek.coordinator.core import ShardBase
+from odradek.coordinator.errors import ErrorCode
+from odradek.coordinator.group import ClassicGroup, ClassicMember, JoinMode, Waiter
+from odradek.coordinator.state import GroupState
+from odradek.coordinator.timer import PENDING, timer_key
+from odradek.coordinator.types import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    JoinGroupResponseMember,
+    LeaveGroupMemberResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    RequestToken,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+S = GroupState
+E = ErrorCode
+
+
+def _join_error(error: ErrorCode, member_id: str = "") -> JoinGroupResponse:
+    return JoinGroupResponse(int(error), member_id=member_id)
+
+
+class ClassicHandlers(ShardBase):
+    # ================================================================= JoinGroup
+
+    def _join_group(self, now: int, token: RequestToken, req: JoinGroupRequest) -> None:
+        if not req.group_id:
+            self._respond(token, _join_error(E.INVALID_GROUP_ID, req.member_id))
+            return
+        cfg = self.config
+        if not (
+            cfg.group_min_session_timeout_ms
+            <= req.session_timeout_ms
+            <= cfg.group_max_session_timeout_ms
+        ):
+            self._respond(token, _join_error(E.INVALID_SESSION_TIMEOUT, req.member_id))
+            return
+        unknown = req.member_id == ""
+        group = self.groups.get(req.group_id)
+        if group is None:
+            if not unknown:
+                self._respond(token, _join_error(E.UNKNOWN_MEMBER_ID, req.member_id))
+                return
+            # Validate before creating so a bad first join leaves no group behind.
+            if not req.protocol_type or not req.protocols:
+                self._respond(token, _join_error(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
+                return
+            group = ClassicGroup(req.group_id, state_timestamp_ms=now)
+            self.groups[req.group_id] = group
+            # Like Kafka's new coordinator, persist the group as soon as it exists.
+            self._write_group(group)
+
+        if not self._accept_joining_member(group, req.member_id):
+            member = group.members.get(req.member_id)
+            if member is not None:
+                group.remove_member(member.member_id)
+                self._cancel_heartbeat(group, member.member_id)
+            self._respond(token, _join_error(E.GROUP_MAX_SIZE_REACHED))
+        elif unknown:
+            self._join_new_member(group, now, token, req)
+        else:
+            self._join_existing_member(group, now, token, req)
+
+        if group.state is S.PREPARING_REBALANCE:
+            self._maybe_complete_join(group, now)
+
+    def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
+        max_size = self.config.group_max_size
+        if group.state in (S.EMPTY, S.DEAD):
+            return True
+        if group.state is S.PREPARING_REBALANCE:
+            member = group.members.get(member_id)
+            if member is not None and member.join_waiter is not None:
+                return True
+            return group.num_awaiting_join < max_size
+        return member_id in group.members or len(group.members) < max_size
+
+    def _join_new_member(
+        self, group: ClassicGroup, now: int, token: RequestToken, req: JoinGroupRequest
+    ) -> None:
+        if group.state is S.DEAD:
+            self._respond(token, _join_error(E.COORDINATOR_NOT_AVAILABLE, req.member_id))
+            return
+        if not group.supports_protocols(req.protocol_type, req.protocols):
+            self._respond(token, _join_error(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
+            return
+        prefix = req.group_instance_id if req.group_instance_id is not None else req.client_id
+        new_id = f"{prefix}-{self.ids.new_uuid()}"
+        if req.group_instance_id is not None:
+            old_id = group.static_member_id(req.group_instance_id)
+            if old_id is not None:
+                self._update_static_member(group, now, token, req, old_id, new_id)
+            else:
+                self._add_member_and_rebalance(group, now, token, req, new_id)
+        elif req.require_known_member_id:
+            # KIP-394: hand out an id and wait for the member to come back with it.
+            deadline = now + req.session_timeout_ms
+            group.pending_members[new_id] = deadline
+            self.timer.schedule(timer_key(PENDING, group.group_id, new_id), deadline)
+            self._respond(token, _join_error(E.MEMBER_ID_REQUIRED, new_id))
+        else:
+            self._add_member_and_rebalance(group, now, token, req, new_id)
+
+    def _join_existing_member(
+        self, group: ClassicGroup, now: int, token: RequestToken, req: JoinGroupRequest
+    ) -> None:
+        mid = req.member_id
+        if group.state is S.DEAD:
+            self._respond(token, _join_error(E.COORDINATOR_NOT_AVAILABLE, mid))
+            return
+        if not group.supports_protocols(req.protocol_type, req.protocols):
+            self._respond(token, _join_error(E.INCONSISTENT_GROUP_PROTOCOL, mid))
+            return
+        if mid in group.pending_members:
+            if req.group_instance_id is not None:
+                # Kafka raises IllegalStateException here: static members are never pending.
+                self._respond(token, _join_error(E.UNKNOWN_SERVER_ERROR, mid))
+                return
+            self._cancel_pending(group, mid)
+            self._add_member_and_rebalance(group, now, token, req, mid)
+            return
+        instance_unknown = (
+            req.group_instance_id is not None and req.group_instance_id not in group.static_members
+        )
+        if group.is_static_member_fenced(req.group_instance_id, mid):
+            self._respond(token, _join_error(E.FENCED_INSTANCE_ID, mid))
+            return
+        if mid not in group.members or instance_unknown:
+            self._respond(token, _join_error(E.UNKNOWN_MEMBER_ID, mid))
+            return
+        member = group.members[mid]
+        state = group.state
+        if state is S.PREPARING_REBALANCE:
+            self._update_member_and_rebalance(
+                group, member, now, token, req, f"member {mid} joining during {state.value}"
+            )
+        elif state is S.COMPLETING_REBALANCE:
+            if member.matches(req.protocols):
+                # The member missed its JoinGroup response: resend it.
+                self._respond(token, self._current_join_response(group, member, with_members=True))
+            else:
+                self._update_member_and_rebalance(
+                    group, member, now, token, req, f"member {mid} changed its protocols"
+                )
+        elif state is S.STABLE:
+            if group.is_leader(mid):
+                self._update_member_and_rebalance(
+                    group, member, now, token, req, f"leader {mid} re-joining the group"
+                )
+            elif not member.matches(req.protocols):
+                self._update_member_and_rebalance(
+                    group, member, now, token, req, f"member {mid} changed its protocols"
+                )
+            else:
+                self._respond(token, self._current_join_response(group, member, with_members=False))
+        else:
+            self._respond(token, _join_error(E.UNKNOWN_MEMBER_ID, mid))
+
+    def _current_join_response(
+        self, group: ClassicGroup, member: ClassicMember, *, with_members: bool
+    ) -> JoinGroupResponse:
+        members: tuple[JoinGroupResponseMember, ...] = ()
+        if with_members and group.is_leader(member.member_id):
+            members = self._member_list(group)
+        return JoinGroupResponse(
+            error_code=int(E.NONE),
+            generation_id=group.generation_id,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            leader=group.leader_id or "",
+            member_id=member.member_id,
+            members=members,
+        )
+
+    @staticmethod
+    def _member_list(group: ClassicGroup) -> tuple[JoinGroupResponseMember, ...]:
+        return tuple(
+            JoinGroupResponseMember(mid, iid, meta)
+            for mid, iid, meta in group.current_member_metadata()
+        )
+
+    def _add_member_and_rebalance(
+        self,
+        group: ClassicGroup,
+        now: int,
+        token: RequestToken,
+        req: JoinGroupRequest,
+        member_id: str,
+    ) -> None:
+        member = ClassicMember(
+            member_id=member_id,
+            group_instance_id=req.group_instance_id,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            session_timeout_ms=req.session_timeout_ms,
+            protocol_type=req.protocol_type,
+            protocols=tuple(req.protocols),
+            join_waiter=Waiter(token),
+            is_new=True,
+        )
+        # Lets the initial delayed join extend while new members keep arriving.
+        if group.state is S.PREPARING_REBALANCE and group.generation_id == 0:
+            group.new_member_added = True
+        group.add_member(member)
+        # A new member cannot heartbeat yet; bound how long its JoinGroup may stay parked.
+        self._schedule_heartbeat(group, member, now + self.config.new_member_join_timeout_ms)
+        reason = f"adding new member {member_id}"
+        if req.reason:
+            reason += f" (client reason: {req.reason})"
+        self._maybe_prepare_rebalance(group, now, reason)
+
+    def _update_member(
+        self,
+        member: ClassicMember,
+        protocols: tuple[tuple[str, bytes], ...],
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        waiter: Waiter | None,
+    ) -> None:
+        if member.join_waiter is not None and waiter is not None:
+            # A retried JoinGroup replaces the parked one; answer the old so no token leaks.
+            self._answer_join_waiter(member, _join_error(E.REBALANCE_IN_PROGRESS, member.member_id))
+        member.protocols = tuple(protocols)
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.session_timeout_ms = session_timeout_ms
+        member.join_waiter = waiter
+
+    def _update_member_and_rebalance(
+        self,
+        group: ClassicGroup,
+        member: ClassicMember,
+        now: int,
+        token: RequestToken,
+        req: JoinGroupRequest,
+        reason: str,
+    ) -> None:
+        self._update_member(
+            member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, Waiter(token)
+        )
+        if req.reason:
+            reason += f" (client reason: {req.reason})"
+        self._maybe_prepare_rebalance(group, now, reason)
+
+    def _update_static_member(
+        self,
+        group: ClassicGroup,
+        now: int,
+        token: RequestToken,
+        req: JoinGroupRequest,
+        old_id: str,
+        new_id: str,
+    ) -> None:
+        """KIP-345: a known instance id rejoined with an empty member id."""
+        instance_id = req.group_instance_id
+        assert instance_id is not None
+        current_leader = group.leader_id
+        old = group.members[old_id]
+        # The old incarnation is fenced: its parked requests fail at once.
+        self._fail_waiters(old, E.FENCED_INSTANCE_ID)
+        self._cancel_heartbeat(group, old_id)
+        member = group.replace_static_member(instance_id, old_id, new_id)
+        self._schedule_heartbeat(group, member, now + member.session_timeout_ms)
+        self._update_member(
+            member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, Waiter(token)
+        )
+        self._event(
+            ev.STATIC_MEMBER_REPLACED,
+            group.group_id,
+            now,
+            instance_id=instance_id,
+            old_member_id=old_id,
+            new_member_id=new_id,
+            state=group.state.value,
+        )
+        reason = f"static member {instance_id} rejoined as {new_id}"
+        state = group.state
+        if state is S.STABLE:
+            if group.select_protocol() == group.protocol_name:
+                # Same protocol: keep the assignment, persist the new member id, no rebalance.
+                self._write_group(group)
+                member.join_waiter = None
+                is_leader = group.is_leader(new_id)
+                if req.supports_skip_assignment:
+                    response = JoinGroupResponse(
+                        error_code=int(E.NONE),
+                        generation_id=group.generation_id,
+                        protocol_type=group.protocol_type,
+                        protocol_name=group.protocol_name,
+                        leader=group.leader_id or "",
+                        skip_assignment=is_leader,
+                        member_id=new_id,
+                        members=self._member_list(group) if is_leader else (),
+                    )
+                else:
+                    # Before v9, report the old leader id so the member does not run
+                    # an assignment that a Stable group would ignore.
+                    response = JoinGroupResponse(
+                        error_code=int(E.NONE),
+                        generation_id=group.generation_id,
+                        protocol_type=group.protocol_type,
+                        protocol_name=group.protocol_name,
+                        leader=current_leader or "",
+                        member_id=new_id,
+                    )
+                self._respond(token, response)
+            else:
+                self._maybe_prepare_rebalance(group, now, reason + " with a protocol change")
+        elif state is S.COMPLETING_REBALANCE:
+            # The leader may be assigning to the old id: start over.
+            self._prepare_rebalance(group, now, reason)
+        elif state is S.PREPARING_REBALANCE:
+            pass
+        else:
+            raise AssertionError(f"static member found in a {state.value} group")
+
+    # ================================================================= rebalance core
+
+    def _maybe_prepare_rebalance(self, group: ClassicGroup, now: int, reason: str) -> None:
+        if group.state in (S.STABLE, S.COMPLETING_REBALANCE, S.EMPTY):
+            self._prepare_rebalance(group, now, reason)
+
+    def _prepare_rebalance(self, group: ClassicGroup, now: int, reason: str) -> None:
+        if group.state is S.COMPLETING_REBALANCE:
+            self._reset_and_propagate_assignment_error(group, now, E.REBALANCE_IN_PROGRESS)
+        self._cancel_sync(group)
+        initial = group.state is S.EMPTY
+        self._start_rebalance_tracking(group, now, reason)
+        self._transition(group, S.PREPARING_REBALANCE, now, reason)
+        if initial:
+            delay = self.config.group_initial_rebalance_delay_ms
+            group.initial_delay_ms = delay
+            group.initial_remaining_ms = max(group.rebalance_timeout_ms - delay, 0)
+            if delay <= 0:
+                # A zero delay expires before anything else can happen.
+                self._complete_join(group, now)
+            else:
+                self._schedule_join(group, JoinMode.INITIAL, now + delay)
+        else:
+            self._schedule_join(group, JoinMode.REGULAR, now + group.rebalance_timeout_ms)
+            self._maybe_complete_join(group, now)
+
+    def _maybe_complete_join(self, group: ClassicGroup, now: int) -> None:
+        if (
+            group.state is S.PREPARING_REBALANCE
+            and group.join_mode == JoinMode.REGULAR
+            and group.has_all_members_joined()
+        ):
+            self._complete_join(group, now)
+
+    def _complete_join(self, group: ClassicGroup, now: int) -> None:
+        self._cancel_join(group)
+        for member in list(group.members.values()):
+            # Dynamic members that did not rejoin are gone; static ones wait for
+            # their session timeout.
+            if member.join_waiter is None and not member.is_static:
+                self._drop_member(group, member, now, "did not rejoin before the rebalance timeout")
+        if group.state is S.DEAD:
+            return
+        if not group.maybe_elect_new_joined_leader() and group.members:
+            # Nobody rejoined: wait another rebalance timeout for session expiry to clean up.
+            self._schedule_join(group, JoinMode.REGULAR, now + group.rebalance_timeout_ms)
+            self._event(ev.JOIN_PHASE_EXTENDED, group.group_id, now, members=list(group.members))
+            return
+        self._init_next_generation(group, now)
+        if group.state is S.EMPTY:
+            self._write_group(group)
+            self._finish_rebalance(group, now)
+            return
+        for member in group.members.values():
+            self._answer_join_waiter(
+                member, self._current_join_response(group, member, with_members=True)
+            )
+            self._schedule_heartbeat(group, member, now + member.session_timeout_ms)
+            member.is_new = False
+            group.pending_sync[member.member_id] = None
+        self._schedule_sync(group, now + group.rebalance_timeout_ms)
+
+    def _init_next_generation(self, group: ClassicGroup, now: int) -> None:
+        group.generation_id += 1
+        group.new_member_added = False
+        if group.members:
+            group.protocol_name = group.select_protocol()
+            group.subscribed_topics = group.compute_subscribed_topics()
+            self._transition(group, S.COMPLETING_REBALANCE, now, "join phase completed")
+        else:
+            group.protocol_name = None
+            group.subscribed_topics = group.compute_subscribed_topics()
+            self._transition(group, S.EMPTY, now, "join phase completed with no members")
+        group.pending_sync.clear()
+
+    def _reset_and_propagate_assignment_error(
+        self, group: ClassicGroup, now: int, error: ErrorCode
+    ) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+        self._propagate_assignment(group, now, error)
+
+    def _propagate_assignment(self, group: ClassicGroup, now: int, error: ErrorCode) -> None:
+        ok = error is E.NONE
+        for member in group.members.values():
+            if member.sync_waiter is None:
+                continue
+            self._answer_sync_waiter(
+                member,
+                SyncGroupResponse(
+                    int(error),
+                    group.protocol_type if ok else None,
+                    group.protocol_name if ok else None,
+                    member.assignment,
+                ),
+            )
+            self._schedule_heartbeat(group, member, now + member.session_timeout_ms)
+
+    def _drop_member(self, group: ClassicGroup, member: ClassicMember, now: int, why: str) -> None:
+        """Remove without triggering a rebalance (the caller decides what follows)."""
+        self._fail_waiters(member, E.UNKNOWN_MEMBER_ID)
+        group.remove_member(member.member_id)
+        self._cancel_heartbeat(group, member.member_id)
+        self._event(
+            ev.MEMBER_REMOVED,
+            group.group_id,
+            now,
+            member_id=member.member_id,
+            group_instance_id=member.group_instance_id,
+            reason=why,
+        )
+
+    def _remove_member_and_update(
+        self, group: ClassicGroup, member: ClassicMember, now: int, reason: str
+    ) -> None:
+        self._drop_member(group, member, now, reason)
+        if group.state in (S.STABLE, S.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, now, reason)
+        elif group.state is S.PREPARING_REBALANCE:
+            self._maybe_complete_join(group, now)
+
+    def _remove_pending_sync(self, group: ClassicGroup, member_id: str) -> None:
+        group.pending_sync.pop(member_id, None)
+        if group.state in (S.STABLE, S.COMPLETING_REBALANCE) and not group.pending_sync:
+            self._cancel_sync(group)
+
+    # ================================================================= SyncGroup
+
+    def _sync_group(self, now: int, token: RequestToken, req: SyncGroupRequest) -> None:
+        error = self._validate_sync(req)
+        if error is not None:
+            self._respond(token, SyncGroupResponse(int(error)))
+            return
+        group = self.groups[req.group_id]
+        member = group.members[req.member_id]
+        state = group.state
+        if state is S.PREPARING_REBALANCE:
+            self._respond(token, SyncGroupResponse(int(E.REBALANCE_IN_PROGRESS)))
+        elif state is S.COMPLETING_REBALANCE:
+            if member.sync_waiter is not None:
+                self._answer_sync_waiter(member, SyncGroupResponse(int(E.REBALANCE_IN_PROGRESS)))
+            member.sync_waiter = Waiter(token)
+            self._remove_pending_sync(group, member.member_id)
+            if group.is_leader(member.member_id):
+                assignments = dict(req.assignments)
+                for m in group.members.values():
+                    # Members the leader left out get an empty assignment.
+                    m.assignment = assignments.get(m.member_id, b"")
+                self._write_group(group)
+                self._propagate_assignment(group, now, E.NONE)
+                self._transition(group, S.STABLE, now, f"leader {member.member_id} synced")
+                self._finish_rebalance(group, now)
+        elif state is S.STABLE:
+            self._remove_pending_sync(group, member.member_id)
+            self._respond(
+                token,
+                SyncGroupResponse(
+                    int(E.NONE), group.protocol_type, group.protocol_name, member.assignment
+                ),
+            )
+            self._schedule_heartbeat(group, member, now + member.session_timeout_ms)
+        else:
+            self._respond(token, SyncGroupResponse(int(E.UNKNOWN_MEMBER_ID)))
+
+    def _validate_sync(self, req: SyncGroupRequest) -> ErrorCode | None:
+        if not req.group_id:
+            return E.INVALID_GROUP_ID
+        group = self.groups.get(req.group_id)
+        if group is None:
+            return E.UNKNOWN_MEMBER_ID
+        if group.state is S.DEAD:
+            return E.COORDINATOR_NOT_AVAILABLE
+        error = self._validate_member(group, req.member_id, req.group_instance_id)
+        if error is not None:
+            return error
+        if req.generation_id != group.generation_id:
+            return E.ILLEGAL_GENERATION
+        if req.protocol_type is not None and req.protocol_type != group.protocol_type:
+            return E.INCONSISTENT_GROUP_PROTOCOL
+        if req.protocol_name is not None and req.protocol_name != group.protocol_name:
+            return E.INCONSISTENT_GROUP_PROTOCOL
+        return None
+
+    # ================================================================= Heartbeat
+
+    def _heartbeat(self, now: int, token: RequestToken, req: HeartbeatRequest) -> None:
+        self._respond(token, HeartbeatResponse(int(self._do_heartbeat(now, req))))
+
+    def _do_heartbeat(self, now: int, req: HeartbeatRequest) -> ErrorCode:
+        if not req.group_id:
+            return E.INVALID_GROUP_ID
+        group = self.groups.get(req.group_id)
+        if group is None:
+            return E.UNKNOWN_MEMBER_ID
+        if group.state is S.DEAD:
+            return E.COORDINATOR_NOT_AVAILABLE
+        error = self._validate_member(group, req.member_id, req.group_instance_id)
+        if error is not None:
+            return error
+        if req.generation_id != group.generation_id:
+            return E.ILLEGAL_GENERATION
+        if group.state is S.EMPTY:
+            return E.UNKNOWN_MEMBER_ID
+        member = group.members[req.member_id]
+        self._schedule_heartbeat(group, member, now + member.session_timeout_ms)
+        if group.state is S.PREPARING_REBALANCE:
+            # This is how members learn that they must rejoin.
+            return E.REBALANCE_IN_PROGRESS
+        return E.NONE
+
+    # ================================================================= LeaveGroup
+
+    def _leave_group(self, now: int, token: RequestToken, req: LeaveGroupRequest) -> None:
+        if not req.group_id:
+            self._respond(token, LeaveGroupResponse(int(E.INVALID_GROUP_ID)))
+            return
+        group = self.groups.get(req.group_id)
+        if group is None:
+            self._respond(
+                token,
+                LeaveGroupResponse(
+                    int(E.NONE),
+                    tuple(
+                        LeaveGroupMemberResponse(
+                            m.member_id, m.group_instance_id, int(E.UNKNOWN_MEMBER_ID)
+                        )
+                        for m in req.members
+                    ),
+                ),
+            )
+            return
+        if group.state is S.DEAD:
+            self._respond(token, LeaveGroupResponse(int(E.COORDINATOR_NOT_AVAILABLE)))
+            return
+        results = []
+        for lm in req.members:
+            why = "member left the group"
+            if lm.reason:
+                why += f" (client reason: {lm.reason})"
+            if lm.member_id == "":
+                # KIP-345 admin removal by instance id.
+                current = group.static_member_id(lm.group_instance_id)
+                if current is not None:
+                    self._remove_member_and_update(group, group.members[current], now, why)
+                    error = E.NONE
+                else:
+                    error = E.UNKNOWN_MEMBER_ID
+            elif lm.member_id in group.pending_members:
+                del group.pending_members[lm.member_id]
+                self._cancel_pending(group, lm.member_id)
+                self._maybe_complete_join(group, now)
+                error = E.NONE
+            elif group.is_static_member_fenced(lm.group_instance_id, lm.member_id):
+                error = E.FENCED_INSTANCE_ID
+            elif lm.member_id in group.members:
+                self._remove_member_and_update(group, group.members[lm.member_id], now, why)
+                error = E.NONE
+            else:
+                error = E.UNKNOWN_MEMBER_ID
+            results.append(LeaveGroupMemberResponse(lm.member_id, lm.group_instance_id, int(error)))
+        self._respond(token, LeaveGroupResponse(int(E.NONE), tuple(results)))
+
+    # ================================================================= timers
+
+    def _on_join_timer(self, now: int, group: ClassicGroup) -> None:
+        if (
+            group.state is not S.PREPARING_REBALANCE
+            or group.join_deadline_ms is None
+            or now < group.join_deadline_ms
+        ):
+            return
+        if (
+            group.join_mode == JoinMode.INITIAL
+            and group.new_member_added
+            and group.initial_remaining_ms != 0
+        ):
+            # Members are still arriving: extend, never past the rebalance timeout.
+            group.new_member_added = False
+            delay = min(self.config.group_initial_rebalance_delay_ms, group.initial_remaining_ms)
+            group.initial_remaining_ms = max(group.initial_remaining_ms - group.initial_delay_ms, 0)
+            group.initial_delay_ms = delay
+            self._schedule_join(group, JoinMode.INITIAL, now + delay)
+            return
+        self._complete_join(group, now)
+
+    def _on_sync_timer(self, now: int, group: ClassicGroup) -> None:
+        if group.sync_deadline_ms is None or now < group.sync_deadline_ms:
+            return
+        generation = group.sync_generation
+        self._cancel_sync(group)
+        if generation != group.generation_id:
+            return
+        if group.state in (S.COMPLETING_REBALANCE, S.STABLE) and group.pending_sync:
+            laggards = list(group.pending_sync)
+            for mid in laggards:
+                member = group.members.get(mid)
+                if member is not None:
+                    self._drop_member(
+                        group, member, now, "no SyncGroup before the rebalance timeout"
+                    )
+            self._prepare_rebalance(
+                group, now, f"members {laggards} did not sync before the rebalance timeout"
+            )
+
+    def _on_heartbeat_timer(self, now: int, group: ClassicGroup, member_id: str) -> None:
+        if group.state is S.DEAD:
+            return
+        member = group.members.get(member_id)
+        if member is None or member.heartbeat_deadline_ms is None:
+            return
+        if now < member.heartbeat_deadline_ms:
+            return
+        if member.is_new:
+            self._remove_member_and_update(
+                group, member, now, f"new member {member_id} join timed out"
+            )
+        elif member.join_waiter is not None or member.sync_waiter is not None:
+            # Members parked in the rebalance count as alive (hasSatisfiedHeartbeat).
+            return
+        else:
+            self._remove_member_and_update(
+                group, member, now, f"member {member_id} session timed out"
+            )
+
+    def _on_pending_timer(self, now: int, group: ClassicGroup, member_id: str) -> None:
+        deadline = group.pending_members.get(member_id)
+        if group.state is S.DEAD or deadline is None or now < deadline:
+            return
+        del group.pending_members[member_id]
+        self._event(
+            ev.MEMBER_REMOVED,
+            group.group_id,
+            now,
+            member_id=member_id,
+            reason="pending member expired",
+        )
+        self._maybe_complete_join(group, now)

@@ -1,0 +1,169 @@
+"""Shared state and helpers of one coordinator shard (one ``__consumer_offsets`` partition).
+
+Handlers never return values; they append records, responses and events to
+the ``Result`` of the call in progress (``self._out``).
+"""
+
+from __future__ import annotations
+
+from odradek.coordinator import events as ev
+from odradek.coordinator.config import CoordinatorConfig
+from odradek.coordinator.errors import ErrorCode
+from odradek.coordinator.group import ClassicGroup, ClassicMember, RebalanceTracking
+from odradek.coordinator.records import group_metadata_record
+from odradek.coordinator.state import GroupState, check_transition
+from odradek.coordinator.timer import HEARTBEAT, JOIN, PENDING, SYNC, IdGenerator, Timer, timer_key
+from odradek.coordinator.types import (
+    CoordinatorRecord,
+    JoinGroupResponse,
+    RequestToken,
+    Response,
+    Result,
+    SyncGroupResponse,
+)
+
+
+class ShardBase:
+    def __init__(self, config: CoordinatorConfig, timer: Timer, ids: IdGenerator) -> None:
+        self.config = config
+        self.timer = timer
+        self.ids = ids
+        self.groups: dict[str, ClassicGroup] = {}
+        self.loaded = False
+        self._out = Result()
+
+    # --- output -----------------------------------------------------------------
+
+    def _record(self, record: CoordinatorRecord) -> None:
+        self._out.records.append(record)
+
+    def _respond(self, token: RequestToken, response: Response) -> None:
+        self._out.responses.append((token, response))
+
+    def _event(self, kind: str, group_id: str, now: int, **fields: object) -> None:
+        self._out.events.append(ev.make_event(kind, group_id, now, **fields))
+
+    def _write_group(self, group: ClassicGroup) -> None:
+        self._record(group_metadata_record(group.group_id, group.to_value()))
+
+    # --- state machine ------------------------------------------------------------
+
+    def _transition(self, group: ClassicGroup, dst: GroupState, now: int, reason: str) -> None:
+        check_transition(group.state, dst)
+        src = group.state
+        group.previous_state = src
+        group.state = dst
+        group.state_timestamp_ms = now
+        self._event(
+            ev.STATE_TRANSITION,
+            group.group_id,
+            now,
+            from_state=src.value,
+            to_state=dst.value,
+            generation=group.generation_id,
+            members=list(group.members),
+            leader=group.leader_id,
+            reason=reason,
+        )
+
+    def _start_rebalance_tracking(self, group: ClassicGroup, now: int, reason: str) -> None:
+        if group.rebalance is None:
+            before: tuple[str, ...] = ()
+            if group.persisted is not None:
+                before = tuple(m.group_instance_id or m.member_id for m in group.persisted.members)
+            group.rebalance = RebalanceTracking(started_ms=now, members_before=before)
+        group.rebalance.reasons.append(reason)
+
+    def _finish_rebalance(self, group: ClassicGroup, now: int) -> None:
+        track = group.rebalance
+        if track is None:
+            return
+        group.rebalance = None
+        before = set(track.members_before)
+        after = {m.group_instance_id or m.member_id for m in group.members.values()}
+        self._event(
+            ev.REBALANCE_COMPLETED,
+            group.group_id,
+            now,
+            generation=group.generation_id,
+            state=group.state.value,
+            duration_ms=now - track.started_ms,
+            joined=sorted(after - before),
+            left=sorted(before - after),
+            kept=sorted(after & before),
+            reasons=list(track.reasons),
+        )
+
+    # --- timers ---------------------------------------------------------------------
+
+    def _schedule_heartbeat(
+        self, group: ClassicGroup, member: ClassicMember, deadline: int
+    ) -> None:
+        member.heartbeat_deadline_ms = deadline
+        self.timer.schedule(timer_key(HEARTBEAT, group.group_id, member.member_id), deadline)
+
+    def _cancel_heartbeat(self, group: ClassicGroup, member_id: str) -> None:
+        self.timer.cancel(timer_key(HEARTBEAT, group.group_id, member_id))
+
+    def _schedule_join(self, group: ClassicGroup, mode: str, deadline: int) -> None:
+        group.join_mode = mode
+        group.join_deadline_ms = deadline
+        self.timer.schedule(timer_key(JOIN, group.group_id), deadline)
+
+    def _cancel_join(self, group: ClassicGroup) -> None:
+        group.join_mode = None
+        group.join_deadline_ms = None
+        self.timer.cancel(timer_key(JOIN, group.group_id))
+
+    def _schedule_sync(self, group: ClassicGroup, deadline: int) -> None:
+        group.sync_deadline_ms = deadline
+        group.sync_generation = group.generation_id
+        self.timer.schedule(timer_key(SYNC, group.group_id), deadline)
+
+    def _cancel_sync(self, group: ClassicGroup) -> None:
+        group.sync_deadline_ms = None
+        group.sync_generation = None
+        self.timer.cancel(timer_key(SYNC, group.group_id))
+
+    def _cancel_pending(self, group: ClassicGroup, member_id: str) -> None:
+        self.timer.cancel(timer_key(PENDING, group.group_id, member_id))
+
+    def _cancel_all_group_timers(self, group: ClassicGroup) -> None:
+        self._cancel_join(group)
+        self._cancel_sync(group)
+        for mid in group.members:
+            self._cancel_heartbeat(group, mid)
+        for mid in group.pending_members:
+            self._cancel_pending(group, mid)
+
+    # --- waiters -----------------------------------------------------------------------
+
+    def _answer_join_waiter(self, member: ClassicMember, response: JoinGroupResponse) -> None:
+        if member.join_waiter is not None:
+            waiter, member.join_waiter = member.join_waiter, None
+            self._respond(waiter.token, response)
+
+    def _answer_sync_waiter(self, member: ClassicMember, response: SyncGroupResponse) -> None:
+        if member.sync_waiter is not None:
+            waiter, member.sync_waiter = member.sync_waiter, None
+            self._respond(waiter.token, response)
+
+    def _fail_waiters(self, member: ClassicMember, error: ErrorCode) -> None:
+        self._answer_join_waiter(member, JoinGroupResponse(int(error), member_id=member.member_id))
+        self._answer_sync_waiter(member, SyncGroupResponse(int(error)))
+
+    # --- member validation (Java ClassicGroup.validateMember) -------------------------------
+
+    @staticmethod
+    def _validate_member(
+        group: ClassicGroup, member_id: str, instance_id: str | None
+    ) -> ErrorCode | None:
+        if instance_id is not None:
+            current = group.static_members.get(instance_id)
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None

@@ -1,0 +1,299 @@
+"""In-memory model of one classic group and its members.
+
+Hard state (``offsets`` and ``persisted``, the last GroupMetadata record) is
+changed only by ``replay``; everything else is soft state driven by requests
+and timers, rebuilt from ``persisted`` when the partition is loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from odradek.coordinator.consumer_protocol import (
+    CONSUMER_PROTOCOL_TYPE,
+    ConsumerProtocolError,
+    subscribed_topics,
+)
+from odradek.coordinator.records import GroupMetadataValue, MemberMetadataValue
+from odradek.coordinator.state import GroupState
+from odradek.coordinator.types import RequestToken
+
+
+@dataclass(frozen=True, slots=True)
+class Waiter:
+    """A parked JoinGroup or SyncGroup, answered when the rebalance moves on."""
+
+    token: RequestToken
+
+
+@dataclass(slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int | None
+
+
+@dataclass(slots=True)
+class ClassicMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes = b""
+    join_waiter: Waiter | None = None
+    sync_waiter: Waiter | None = None
+    # A member whose first JoinGroup is still parked (no generation yet).
+    is_new: bool = False
+    heartbeat_deadline_ms: int | None = None
+
+    @property
+    def is_static(self) -> bool:
+        return self.group_instance_id is not None
+
+    def metadata(self, protocol: str) -> bytes:
+        for name, meta in self.protocols:
+            if name == protocol:
+                return meta
+        raise KeyError(f"member {self.member_id} does not support protocol {protocol}")
+
+    def matches(self, protocols: tuple[tuple[str, bytes], ...]) -> bool:
+        return tuple(protocols) == tuple(self.protocols)
+
+    def vote(self, candidates: set[str]) -> str:
+        for name, _ in self.protocols:
+            if name in candidates:
+                return name
+        raise ValueError(f"member {self.member_id} supports none of {sorted(candidates)}")
+
+
+class JoinMode:
+    INITIAL = "initial"  # InitialDelayedJoin: never completes early
+    REGULAR = "regular"  # DelayedJoin: completes once everyone rejoined
+
+
+@dataclass(slots=True)
+class RebalanceTracking:
+    """Kept from the first PreparingRebalance until Stable/Empty, for the rebalance event."""
+
+    started_ms: int
+    members_before: tuple[str, ...]
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ClassicGroup:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    previous_state: GroupState | None = None
+    state_timestamp_ms: int | None = None
+    protocol_type: str = ""  # "" until a member joins: a "simple" group
+    protocol_name: str | None = None
+    generation_id: int = 0
+    leader_id: str | None = None
+    members: dict[str, ClassicMember] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)
+    # KIP-394: member id -> expiry deadline.
+    pending_members: dict[str, int] = field(default_factory=dict)
+    pending_sync: dict[str, None] = field(default_factory=dict)
+    new_member_added: bool = False
+    subscribed_topics: frozenset[str] | None = None
+    # Delayed join bookkeeping.
+    join_mode: str | None = None
+    join_deadline_ms: int | None = None
+    initial_delay_ms: int = 0
+    initial_remaining_ms: int = 0
+    sync_deadline_ms: int | None = None
+    sync_generation: int | None = None
+    rebalance: RebalanceTracking | None = None
+    # Hard state.
+    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    persisted: GroupMetadataValue | None = None
+
+    # --- queries ---------------------------------------------------------------
+
+    def is_state(self, *states: GroupState) -> bool:
+        return self.state in states
+
+    def has_member(self, member_id: str) -> bool:
+        return member_id in self.members
+
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader_id == member_id
+
+    @property
+    def num_awaiting_join(self) -> int:
+        return sum(1 for m in self.members.values() if m.join_waiter is not None)
+
+    def has_all_members_joined(self) -> bool:
+        return len(self.members) == self.num_awaiting_join and not self.pending_members
+
+    @property
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def static_member_id(self, instance_id: str | None) -> str | None:
+        return None if instance_id is None else self.static_members.get(instance_id)
+
+    def is_static_member_fenced(self, instance_id: str | None, member_id: str) -> bool:
+        current = self.static_member_id(instance_id)
+        return current is not None and current != member_id
+
+    def candidate_protocols(self) -> set[str]:
+        """Protocols every member supports."""
+        common: set[str] | None = None
+        for m in self.members.values():
+            names = {name for name, _ in m.protocols}
+            common = names if common is None else common & names
+        return common or set()
+
+    def supports_protocols(
+        self, protocol_type: str, protocols: tuple[tuple[str, bytes], ...]
+    ) -> bool:
+        if self.state is GroupState.EMPTY:
+            return bool(protocol_type) and bool(protocols)
+        if protocol_type != self.protocol_type:
+            return False
+        # "Supported by every current member": vacuously true for a group with no
+        # members left (e.g. all of them left during the initial delay).
+        return any(
+            all(name in {n for n, _ in m.protocols} for m in self.members.values())
+            for name, _ in protocols
+        )
+
+    def select_protocol(self) -> str:
+        """Vote: each member picks its first candidate; most votes wins.
+
+        Kafka breaks ties by hash-map order; we break them by the order of the
+        first member's preference list so the outcome is deterministic.
+        """
+        candidates = self.candidate_protocols()
+        if not candidates:
+            raise ValueError(f"group {self.group_id} has no common protocol")
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            choice = m.vote(candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        first = next(iter(self.members.values()))
+        order = [name for name, _ in first.protocols if name in candidates]
+        return max(order, key=lambda name: (votes.get(name, 0), -order.index(name)))
+
+    def compute_subscribed_topics(self) -> frozenset[str] | None:
+        """Topics the members consume (Kafka's computeSubscribedTopics); None = unknown."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        if not self.members:
+            return frozenset()
+        if self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        try:
+            for m in self.members.values():
+                topics |= subscribed_topics(m.metadata(self.protocol_name))
+        except (ConsumerProtocolError, KeyError):
+            return None
+        return frozenset(topics)
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        # Unknown subscriptions count as "subscribed to everything", as in Kafka.
+        return self.subscribed_topics is None or topic in self.subscribed_topics
+
+    # --- membership changes (no responses here: the handlers answer waiters) ----
+
+    def add_member(self, member: ClassicMember) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        self.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+        self.pending_members.pop(member.member_id, None)
+
+    def remove_member(self, member_id: str) -> ClassicMember | None:
+        member = self.members.pop(member_id, None)
+        iid = member.group_instance_id if member is not None else None
+        if iid is not None and self.static_members.get(iid) == member_id:
+            del self.static_members[iid]
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        self.pending_members.pop(member_id, None)
+        self.pending_sync.pop(member_id, None)
+        return member
+
+    def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> ClassicMember:
+        """Give a static member a new id; the caller fences the old id's waiters."""
+        member = self.members.pop(old_id)
+        member.member_id = new_id
+        self.members[new_id] = member
+        if self.leader_id == old_id:
+            self.leader_id = new_id
+        self.static_members[instance_id] = new_id
+        if old_id in self.pending_sync:
+            del self.pending_sync[old_id]
+            self.pending_sync[new_id] = None
+        return member
+
+    def maybe_elect_new_joined_leader(self) -> bool:
+        """If the leader did not rejoin, make the first rejoined member leader."""
+        if self.leader_id is None:
+            return False
+        leader = self.members.get(self.leader_id)
+        if leader is not None and leader.join_waiter is not None:
+            return True
+        for mid, m in self.members.items():
+            if m.join_waiter is not None:
+                self.leader_id = mid
+                return True
+        return False
+
+    def current_member_metadata(self) -> tuple[tuple[str, str | None, bytes], ...]:
+        assert self.protocol_name is not None
+        return tuple(
+            (m.member_id, m.group_instance_id, m.metadata(self.protocol_name))
+            for m in self.members.values()
+        )
+
+    # --- durable projection -------------------------------------------------------
+
+    def to_value(self) -> GroupMetadataValue:
+        """The GroupMetadata record for the group as it is now."""
+        members = tuple(
+            MemberMetadataValue(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                rebalance_timeout=m.rebalance_timeout_ms,
+                session_timeout=m.session_timeout_ms,
+                subscription=m.metadata(self.protocol_name) if self.protocol_name else b"",
+                assignment=m.assignment,
+            )
+            for m in self.members.values()
+        )
+        return GroupMetadataValue(
+            protocol_type=self.protocol_type,
+            generation=self.generation_id,
+            protocol=self.protocol_name,
+            leader=self.leader_id,
+            current_state_timestamp=(
+                -1 if self.state_timestamp_ms is None else self.state_timestamp_ms
+            ),
+            members=members,
+        )
+
+
+def membership_view(value: GroupMetadataValue) -> tuple[object, ...]:
+    """Order- and timestamp-insensitive view of a group record, for equality checks."""
+    return (
+        value.protocol_type,
+        value.generation,
+        value.protocol,
+        value.leader,
+        tuple(sorted(value.members, key=lambda m: m.member_id)),
+    )

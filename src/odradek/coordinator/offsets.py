@@ -1,0 +1,229 @@
+"""OffsetCommit, OffsetFetch, OffsetDelete and offsets retention (KIP-211)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from odradek.coordinator import events as ev
+from odradek.coordinator.consumer_protocol import CONSUMER_PROTOCOL_TYPE
+from odradek.coordinator.core import ShardBase
+from odradek.coordinator.errors import ErrorCode
+from odradek.coordinator.group import ClassicGroup, CommittedOffset
+from odradek.coordinator.records import (
+    OffsetCommitValue,
+    group_tombstone,
+    offset_commit_record,
+    offset_tombstone,
+)
+from odradek.coordinator.state import GroupState
+from odradek.coordinator.types import (
+    DEFAULT_RETENTION_TIME,
+    NO_LEADER_EPOCH,
+    NO_OFFSET,
+    OffsetCommitPartitionResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitTopicResponse,
+    OffsetDeletePartitionResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetDeleteTopicResponse,
+    OffsetFetchPartitionResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetFetchTopicResponse,
+    RequestToken,
+)
+
+S = GroupState
+E = ErrorCode
+
+
+class OffsetHandlers(ShardBase):
+    # ================================================================= OffsetCommit
+
+    def _offset_commit(self, now: int, token: RequestToken, req: OffsetCommitRequest) -> None:
+        error = self._validate_offset_commit(now, req)
+        if error is not None:
+            err = error
+            self._respond(token, self._commit_response(req, lambda _t, _p: err))
+            return
+        max_meta = self.config.offset_metadata_max_bytes
+        results: dict[tuple[str, int], ErrorCode] = {}
+        for topic in req.topics:
+            for p in topic.partitions:
+                metadata = p.metadata or ""
+                if len(metadata) > max_meta:
+                    results[(topic.name, p.partition)] = E.OFFSET_METADATA_TOO_LARGE
+                    continue
+                expire = (
+                    now + req.retention_time_ms
+                    if req.retention_time_ms != DEFAULT_RETENTION_TIME
+                    else -1
+                )
+                value = OffsetCommitValue(p.offset, p.leader_epoch, metadata, now, expire)
+                self._record(offset_commit_record(req.group_id, topic.name, p.partition, value))
+                results[(topic.name, p.partition)] = E.NONE
+        self._respond(token, self._commit_response(req, lambda t, p: results[(t, p)]))
+
+    def _validate_offset_commit(self, now: int, req: OffsetCommitRequest) -> ErrorCode | None:
+        group = self.groups.get(req.group_id)
+        if group is None:
+            if req.generation_id < 0:
+                # A "simple" group that does not use group management; replay creates it.
+                if req.member_id or req.group_instance_id is not None:
+                    return E.UNKNOWN_MEMBER_ID
+                return None
+            return E.GROUP_ID_NOT_FOUND if req.unknown_group_is_not_found else E.ILLEGAL_GENERATION
+        if group.state is S.DEAD:
+            return E.COORDINATOR_NOT_AVAILABLE
+        if req.generation_id >= 0 or req.member_id or req.group_instance_id is not None:
+            error = self._validate_member(group, req.member_id, req.group_instance_id)
+            if error is not None:
+                return error
+            if req.generation_id != group.generation_id:
+                return E.ILLEGAL_GENERATION
+        elif group.state is not S.EMPTY:
+            # Only members may commit to a group that has members.
+            return E.UNKNOWN_MEMBER_ID
+        if group.state is S.COMPLETING_REBALANCE:
+            return E.REBALANCE_IN_PROGRESS
+        if group.state in (S.STABLE, S.PREPARING_REBALANCE):
+            # A commit counts as a heartbeat.
+            member = group.members[req.member_id]
+            self._schedule_heartbeat(group, member, now + member.session_timeout_ms)
+        return None
+
+    @staticmethod
+    def _commit_response(
+        req: OffsetCommitRequest, error_of: Callable[[str, int], ErrorCode]
+    ) -> OffsetCommitResponse:
+        return OffsetCommitResponse(
+            tuple(
+                OffsetCommitTopicResponse(
+                    t.name,
+                    tuple(
+                        OffsetCommitPartitionResponse(
+                            p.partition, int(error_of(t.name, p.partition))
+                        )
+                        for p in t.partitions
+                    ),
+                )
+                for t in req.topics
+            )
+        )
+
+    # ================================================================= OffsetFetch
+
+    def _offset_fetch(self, now: int, token: RequestToken, req: OffsetFetchRequest) -> None:
+        group = self.groups.get(req.group_id)
+        offsets = group.offsets if group is not None else {}
+        if req.topics is None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in sorted(offsets):
+                by_topic.setdefault(topic, []).append(partition)
+            wanted = [(t, tuple(ps)) for t, ps in by_topic.items()]
+        else:
+            wanted = [(t.name, tuple(t.partitions)) for t in req.topics]
+        topics = []
+        for name, partitions in wanted:
+            parts = []
+            for p in partitions:
+                o = offsets.get((name, p))
+                if o is None:
+                    parts.append(OffsetFetchPartitionResponse(p, NO_OFFSET, NO_LEADER_EPOCH, ""))
+                else:
+                    # No transactional offsets exist here, so require_stable never blocks.
+                    parts.append(
+                        OffsetFetchPartitionResponse(p, o.offset, o.leader_epoch, o.metadata)
+                    )
+            topics.append(OffsetFetchTopicResponse(name, tuple(parts)))
+        self._respond(token, OffsetFetchResponse(int(E.NONE), tuple(topics)))
+
+    # ================================================================= OffsetDelete
+
+    def _offset_delete(self, now: int, token: RequestToken, req: OffsetDeleteRequest) -> None:
+        group = self.groups.get(req.group_id)
+        if group is None or group.state is S.DEAD:
+            self._respond(token, OffsetDeleteResponse(int(E.GROUP_ID_NOT_FOUND)))
+            return
+        if group.state is S.EMPTY:
+            subscribed: set[str] = set()
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            subscribed = {t.name for t in req.topics if group.is_subscribed_to_topic(t.name)}
+        else:
+            self._respond(token, OffsetDeleteResponse(int(E.NON_EMPTY_GROUP)))
+            return
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                if t.name in subscribed:
+                    parts.append(OffsetDeletePartitionResponse(p, int(E.GROUP_SUBSCRIBED_TO_TOPIC)))
+                    continue
+                if (t.name, p) in group.offsets:
+                    self._record(offset_tombstone(group.group_id, t.name, p))
+                parts.append(OffsetDeletePartitionResponse(p, int(E.NONE)))
+            topics.append(OffsetDeleteTopicResponse(t.name, tuple(parts)))
+        self._respond(token, OffsetDeleteResponse(int(E.NONE), tuple(topics)))
+
+    # ================================================================= retention
+
+    def _expired_offsets(self, group: ClassicGroup, now: int) -> list[tuple[str, int]]:
+        retention = self.config.offsets_retention_ms
+
+        def expired(o: CommittedOffset, base: int) -> bool:
+            if o.expire_timestamp is not None:
+                return now >= o.expire_timestamp
+            return now - base >= retention
+
+        if group.protocol_type and group.state is S.EMPTY:
+            # KIP-211: retention starts when the group became Empty.
+            ts = group.state_timestamp_ms
+            return [
+                tp
+                for tp, o in group.offsets.items()
+                if expired(o, ts if ts is not None else o.commit_timestamp)
+            ]
+        if (
+            group.protocol_type == CONSUMER_PROTOCOL_TYPE
+            and group.state is S.STABLE
+            and group.subscribed_topics is not None
+        ):
+            topics = group.subscribed_topics
+            return [
+                tp
+                for tp, o in group.offsets.items()
+                if tp[0] not in topics and expired(o, o.commit_timestamp)
+            ]
+        if not group.protocol_type:
+            return [tp for tp, o in group.offsets.items() if expired(o, o.commit_timestamp)]
+        return []
+
+    def _cleanup_group_metadata(self, now: int) -> None:
+        for group in list(self.groups.values()):
+            if group.state is S.DEAD:
+                continue
+            expired = sorted(self._expired_offsets(group, now))
+            if expired:
+                self._event(
+                    ev.OFFSETS_EXPIRED,
+                    group.group_id,
+                    now,
+                    partitions=[f"{t}-{p}" for t, p in expired],
+                )
+            if group.state is S.EMPTY and len(group.offsets) == len(expired):
+                # Tombstones every offset, the expired ones included.
+                self._delete_group(group, now, "empty group without offsets")
+                continue
+            for topic, partition in expired:
+                self._record(offset_tombstone(group.group_id, topic, partition))
+
+    def _delete_group(self, group: ClassicGroup, now: int, reason: str) -> None:
+        """Tombstone an Empty group and whatever offsets it still has."""
+        for topic, partition in sorted(group.offsets):
+            self._record(offset_tombstone(group.group_id, topic, partition))
+        self._cancel_all_group_timers(group)
+        group.pending_members.clear()
+        self._transition(group, S.DEAD, now, reason)
+        self._record(group_tombstone(group.group_id))

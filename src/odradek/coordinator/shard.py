@@ -1,0 +1,330 @@
+"""``GroupCoordinatorShard``: the core's public face for one ``__consumer_offsets`` partition."""
+
+from __future__ import annotations
+
+from odradek.coordinator import events as ev
+from odradek.coordinator.admin import AdminHandlers
+from odradek.coordinator.classic import ClassicHandlers
+from odradek.coordinator.config import CoordinatorConfig
+from odradek.coordinator.errors import ErrorCode
+from odradek.coordinator.group import ClassicGroup, ClassicMember, CommittedOffset, membership_view
+from odradek.coordinator.records import (
+    GroupMetadataKey,
+    OffsetCommitKey,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+)
+from odradek.coordinator.state import GroupState
+from odradek.coordinator.timer import (
+    CLEANUP,
+    HEARTBEAT,
+    JOIN,
+    PENDING,
+    SYNC,
+    IdGenerator,
+    Timer,
+    parse_timer_key,
+    timer_key,
+)
+from odradek.coordinator.types import (
+    CoordinatorRecord,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DeleteGroupsResult,
+    DescribedGroup,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    OffsetCommitPartitionResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitTopicResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    Request,
+    RequestToken,
+    Response,
+    Result,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+S = GroupState
+E = ErrorCode
+CLEANUP_KEY = timer_key(CLEANUP)
+
+
+class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
+    """Pure classic-group coordinator for one partition. See the package docstring."""
+
+    def __init__(
+        self,
+        config: CoordinatorConfig | None = None,
+        *,
+        timer: Timer,
+        ids: IdGenerator,
+    ) -> None:
+        super().__init__(config or CoordinatorConfig(), timer, ids)
+
+    # ================================================================= entry points
+
+    def handle(self, now_ms: int, token: RequestToken, request: Request) -> Result:
+        """Run one request. Its response may be in this Result or a later one."""
+        if not self.loaded:
+            raise RuntimeError("handle() before on_loaded(): answer with loading_response()")
+        self._out = out = Result()
+        if isinstance(request, JoinGroupRequest):
+            self._join_group(now_ms, token, request)
+        elif isinstance(request, SyncGroupRequest):
+            self._sync_group(now_ms, token, request)
+        elif isinstance(request, HeartbeatRequest):
+            self._heartbeat(now_ms, token, request)
+        elif isinstance(request, LeaveGroupRequest):
+            self._leave_group(now_ms, token, request)
+        elif isinstance(request, OffsetCommitRequest):
+            self._offset_commit(now_ms, token, request)
+        elif isinstance(request, OffsetFetchRequest):
+            self._offset_fetch(now_ms, token, request)
+        elif isinstance(request, DescribeGroupsRequest):
+            self._describe_groups(now_ms, token, request)
+        elif isinstance(request, ListGroupsRequest):
+            self._list_groups(now_ms, token, request)
+        elif isinstance(request, DeleteGroupsRequest):
+            self._delete_groups(now_ms, token, request)
+        elif isinstance(request, OffsetDeleteRequest):
+            self._offset_delete(now_ms, token, request)
+        else:
+            raise TypeError(f"unsupported request {type(request).__name__}")
+        self._out = Result()
+        return out
+
+    def on_timer(self, now_ms: int, key: str) -> Result:
+        """A timer scheduled through ``Timer.schedule`` is due."""
+        self._out = out = Result()
+        if self.loaded:
+            kind, parts = parse_timer_key(key)
+            if kind == CLEANUP:
+                self._cleanup_group_metadata(now_ms)
+                self._schedule_cleanup(now_ms)
+            else:
+                group = self.groups.get(parts[0]) if parts else None
+                if group is not None:
+                    if kind == JOIN:
+                        self._on_join_timer(now_ms, group)
+                    elif kind == SYNC:
+                        self._on_sync_timer(now_ms, group)
+                    elif kind == HEARTBEAT:
+                        self._on_heartbeat_timer(now_ms, group, parts[1])
+                    elif kind == PENDING:
+                        self._on_pending_timer(now_ms, group, parts[1])
+        self._out = Result()
+        return out
+
+    def on_loaded(self, now_ms: int) -> Result:
+        """All records of the partition were replayed: build live groups and start timers."""
+        self._out = out = Result()
+        self.loaded = True
+        for group in list(self.groups.values()):
+            self._materialize(group)
+            self._event(
+                ev.GROUP_LOADED,
+                group.group_id,
+                now_ms,
+                state=group.state.value,
+                generation=group.generation_id,
+                members=list(group.members),
+                offsets=len(group.offsets),
+            )
+            # Members must heartbeat (or rejoin) the new coordinator within their session.
+            for member in group.members.values():
+                self._schedule_heartbeat(group, member, now_ms + member.session_timeout_ms)
+            if len(group.members) > self.config.group_max_size:
+                self._prepare_rebalance(group, now_ms, "loaded group is over group.max.size")
+        self._schedule_cleanup(now_ms)
+        self._out = Result()
+        return out
+
+    def on_unloaded(self) -> Result:
+        """The partition moved away: parked requests get NOT_COORDINATOR, timers stop."""
+        self._out = out = Result()
+        for group in self.groups.values():
+            for member in group.members.values():
+                self._fail_waiters(member, E.NOT_COORDINATOR)
+            self._cancel_all_group_timers(group)
+            group.state = S.DEAD
+        self.timer.cancel(CLEANUP_KEY)
+        self.groups.clear()
+        self.loaded = False
+        self._out = Result()
+        return out
+
+    # ================================================================= replay
+
+    def replay(self, record: CoordinatorRecord) -> None:
+        """Apply one ``__consumer_offsets`` record to the hard state."""
+        key = decode_key(record.key)
+        if isinstance(key, OffsetCommitKey):
+            tp = (key.topic, key.partition)
+            if record.value is None:
+                group = self.groups.get(key.group)
+                if group is not None:
+                    group.offsets.pop(tp, None)
+                    self._maybe_forget_shell(group)
+                return
+            v = decode_offset_commit_value(record.value)
+            group = self._get_or_create(key.group)
+            group.offsets[tp] = CommittedOffset(
+                v.offset,
+                v.leader_epoch,
+                v.metadata,
+                v.commit_timestamp,
+                v.expire_timestamp if v.expire_timestamp >= 0 else None,
+            )
+        elif isinstance(key, GroupMetadataKey):
+            group = self.groups.get(key.group)
+            if record.value is None:
+                if group is not None:
+                    group.persisted = None
+                    if group.state is S.DEAD or not group.offsets:
+                        del self.groups[key.group]
+                return
+            value = decode_group_metadata_value(record.value)
+            if group is None:
+                group = self._get_or_create(key.group)
+                group.persisted = value
+                if self.loaded:
+                    self._materialize(group)
+            else:
+                # Live groups already hold this state in memory; only the durable copy moves.
+                group.persisted = value
+        # Other key versions (KIP-848, share groups) are not ours: skip them like Kafka's loader.
+
+    def _get_or_create(self, group_id: str) -> ClassicGroup:
+        group = self.groups.get(group_id)
+        if group is None:
+            group = ClassicGroup(group_id)
+            self.groups[group_id] = group
+        return group
+
+    def _maybe_forget_shell(self, group: ClassicGroup) -> None:
+        # An offsets-only group with no offsets left is gone, live or reloaded alike.
+        if (
+            not group.offsets
+            and group.persisted is None
+            and not group.members
+            and not group.pending_members
+            and group.state is S.EMPTY
+        ):
+            del self.groups[group.group_id]
+
+    def _materialize(self, group: ClassicGroup) -> None:
+        value = group.persisted
+        if value is None:
+            return
+        group.protocol_type = value.protocol_type
+        group.generation_id = value.generation
+        group.protocol_name = value.protocol
+        group.leader_id = value.leader
+        ts = value.current_state_timestamp
+        group.state_timestamp_ms = ts if ts >= 0 else None
+        group.members = {}
+        group.static_members = {}
+        for m in value.members:
+            protocols = ((value.protocol, m.subscription),) if value.protocol else ()
+            group.members[m.member_id] = ClassicMember(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                rebalance_timeout_ms=m.rebalance_timeout,
+                session_timeout_ms=m.session_timeout,
+                protocol_type=value.protocol_type,
+                protocols=protocols,
+                assignment=m.assignment,
+            )
+            if m.group_instance_id is not None:
+                group.static_members[m.group_instance_id] = m.member_id
+        # In-flight rebalances are not persisted: a loaded group is Stable or Empty.
+        group.state = S.STABLE if group.members else S.EMPTY
+        group.subscribed_topics = group.compute_subscribed_topics()
+
+    def _schedule_cleanup(self, now_ms: int) -> None:
+        self.timer.schedule(CLEANUP_KEY, now_ms + self.config.offsets_retention_check_interval_ms)
+
+    # ================================================================= inspection
+
+    def group_state(self, group_id: str) -> GroupState | None:
+        group = self.groups.get(group_id)
+        return None if group is None else group.state
+
+    def durable_state(self) -> dict[str, tuple[object, ...]]:
+        """Hard state only: what replaying this shard's records must reproduce."""
+        out: dict[str, tuple[object, ...]] = {}
+        for gid, group in self.groups.items():
+            if group.state is S.DEAD:
+                continue
+            persisted = None if group.persisted is None else membership_view(group.persisted)
+            offsets = tuple(
+                (tp, o.offset, o.leader_epoch, o.metadata, o.commit_timestamp, o.expire_timestamp)
+                for tp, o in sorted(group.offsets.items())
+            )
+            out[gid] = (persisted, offsets)
+        return out
+
+
+# ================================================================= runtime helpers
+
+
+def error_response(request: Request, error: ErrorCode | int) -> Response:
+    """A response of the right shape carrying ``error`` everywhere it can."""
+    code = int(error)
+    if isinstance(request, JoinGroupRequest):
+        return JoinGroupResponse(code, member_id=request.member_id)
+    if isinstance(request, SyncGroupRequest):
+        return SyncGroupResponse(code)
+    if isinstance(request, HeartbeatRequest):
+        return HeartbeatResponse(code)
+    if isinstance(request, LeaveGroupRequest):
+        return LeaveGroupResponse(code)
+    if isinstance(request, OffsetCommitRequest):
+        return OffsetCommitResponse(
+            tuple(
+                OffsetCommitTopicResponse(
+                    t.name,
+                    tuple(OffsetCommitPartitionResponse(p.partition, code) for p in t.partitions),
+                )
+                for t in request.topics
+            )
+        )
+    if isinstance(request, OffsetFetchRequest):
+        return OffsetFetchResponse(code)
+    if isinstance(request, DescribeGroupsRequest):
+        return DescribeGroupsResponse(
+            tuple(DescribedGroup(code, gid, "", "", "") for gid in request.group_ids)
+        )
+    if isinstance(request, ListGroupsRequest):
+        return ListGroupsResponse(code)
+    if isinstance(request, DeleteGroupsRequest):
+        return DeleteGroupsResponse(tuple(DeleteGroupsResult(g, code) for g in request.group_ids))
+    if isinstance(request, OffsetDeleteRequest):
+        return OffsetDeleteResponse(code)
+    raise TypeError(f"unsupported request {type(request).__name__}")
+
+
+def loading_response(request: Request) -> Response:
+    """Answer while the group's partition is loading (Kafka's old-coordinator rules)."""
+    if isinstance(request, HeartbeatRequest):
+        return HeartbeatResponse(int(E.NONE))  # respond blindly
+    if isinstance(request, SyncGroupRequest):
+        return SyncGroupResponse(int(E.REBALANCE_IN_PROGRESS))  # old clients expect this
+    return error_response(request, E.COORDINATOR_LOAD_IN_PROGRESS)

@@ -1,0 +1,242 @@
+"""Test context for the coordinator core (after Kafka's GroupMetadataManagerTestContext).
+
+A manual clock, a mock timer that fires due timers in deadline order on
+``sleep(ms)``, and a log of every record written, replayed into the shard as
+the real runtime would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from odradek.coordinator import CoordinatorConfig, GroupCoordinatorShard, GroupState
+from odradek.coordinator.consumer_protocol import Subscription, encode_subscription
+from odradek.coordinator.events import STATE_TRANSITION
+from odradek.coordinator.group import membership_view
+from odradek.coordinator.types import (
+    CoordinatorEvent,
+    CoordinatorRecord,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupMember,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    Request,
+    Response,
+    Result,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+
+class ManualTimer:
+    """Keyed timer; ``schedule`` replaces. Ties fire in scheduling order."""
+
+    def __init__(self) -> None:
+        self.deadlines: dict[str, tuple[int, int]] = {}
+        self._seq = 0
+
+    def schedule(self, key: str, deadline_ms: int) -> None:
+        self._seq += 1
+        self.deadlines[key] = (deadline_ms, self._seq)
+
+    def cancel(self, key: str) -> None:
+        self.deadlines.pop(key, None)
+
+    def pop_due(self, now_ms: int) -> tuple[str, int] | None:
+        due = [(d, s, k) for k, (d, s) in self.deadlines.items() if d <= now_ms]
+        if not due:
+            return None
+        deadline, _, key = min(due)
+        del self.deadlines[key]
+        return key, deadline
+
+    def deadline(self, key: str) -> int | None:
+        entry = self.deadlines.get(key)
+        return None if entry is None else entry[0]
+
+
+class SeqIds:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def new_uuid(self) -> str:
+        self.n += 1
+        return f"u{self.n}"
+
+
+def subscription(*topics: str) -> bytes:
+    return encode_subscription(Subscription(tuple(topics)))
+
+
+DEFAULT_PROTOCOLS = (("range", subscription("foo")),)
+
+
+@dataclass
+class Ctx:
+    config: CoordinatorConfig = field(default_factory=CoordinatorConfig)
+    time: int = 0
+
+    def __post_init__(self) -> None:
+        self.timer = ManualTimer()
+        self.ids = SeqIds()
+        self.shard = GroupCoordinatorShard(self.config, timer=self.timer, ids=self.ids)
+        self.log: list[CoordinatorRecord] = []
+        self.responses: dict[int, Response] = {}
+        self.events: list[CoordinatorEvent] = []
+        self._tokens = 0
+        self._apply(self.shard.on_loaded(self.time))
+
+    # --- driving ----------------------------------------------------------------
+
+    def _apply(self, result: Result) -> Result:
+        for record in result.records:
+            self.log.append(record)
+            self.shard.replay(record)
+        for token, response in result.responses:
+            assert token not in self.responses, f"token {token} answered twice"
+            self.responses[token] = response
+        self.events.extend(result.events)
+        return result
+
+    def send(self, request: Request) -> int:
+        """Send a request; its response may arrive now or later (see ``response``)."""
+        self._tokens += 1
+        token = self._tokens
+        self.last_result = self._apply(self.shard.handle(self.time, token, request))
+        return token
+
+    def call(self, request: Request) -> Any:
+        """Send and expect an immediate response."""
+        token = self.send(request)
+        assert token in self.responses, f"{type(request).__name__} was parked"
+        return self.responses.pop(token)
+
+    def response(self, token: int) -> Any:
+        return self.responses.pop(token, None)
+
+    def done(self, token: int) -> bool:
+        return token in self.responses
+
+    def sleep(self, ms: int) -> None:
+        target = self.time + ms
+        while (due := self.timer.pop_due(target)) is not None:
+            key, deadline = due
+            self.time = max(self.time, deadline)
+            self._apply(self.shard.on_timer(self.time, key))
+        self.time = target
+
+    def reload(self) -> None:
+        """Coordinator failover: a fresh shard rebuilt from the records alone."""
+        self._apply(self.shard.on_unloaded())  # parked requests get NOT_COORDINATOR
+        self.timer = ManualTimer()
+        self.shard = GroupCoordinatorShard(self.config, timer=self.timer, ids=self.ids)
+        for record in self.log:
+            self.shard.replay(record)
+        self._apply(self.shard.on_loaded(self.time))
+
+    # --- request helpers -----------------------------------------------------------
+
+    def join(
+        self,
+        group: str = "g",
+        member_id: str = "",
+        *,
+        instance_id: str | None = None,
+        client_id: str = "c",
+        protocols: tuple[tuple[str, bytes], ...] = DEFAULT_PROTOCOLS,
+        protocol_type: str = "consumer",
+        session_ms: int = 10_000,
+        rebalance_ms: int | None = None,
+        require_known: bool = True,
+        skip: bool = False,
+    ) -> int:
+        return self.send(
+            JoinGroupRequest(
+                group_id=group,
+                member_id=member_id,
+                group_instance_id=instance_id,
+                client_id=client_id,
+                client_host="/127.0.0.1",
+                session_timeout_ms=session_ms,
+                rebalance_timeout_ms=rebalance_ms if rebalance_ms is not None else session_ms,
+                protocol_type=protocol_type,
+                protocols=protocols,
+                require_known_member_id=require_known,
+                supports_skip_assignment=skip,
+            )
+        )
+
+    def join_new(self, group: str = "g", client_id: str = "c", **kw: Any) -> tuple[str, int]:
+        """KIP-394 two-step join: returns (member id, parked token of the second join)."""
+        first = self.response(self.join(group, client_id=client_id, **kw))
+        assert isinstance(first, JoinGroupResponse)
+        assert first.error_code == 79, first
+        return first.member_id, self.join(group, first.member_id, client_id=client_id, **kw)
+
+    def sync(
+        self,
+        group: str,
+        member_id: str,
+        generation: int,
+        assignments: tuple[tuple[str, bytes], ...] = (),
+        instance_id: str | None = None,
+    ) -> int:
+        return self.send(
+            SyncGroupRequest(group, generation, member_id, instance_id, assignments=assignments)
+        )
+
+    def heartbeat(
+        self, group: str, member_id: str, generation: int, instance_id: str | None = None
+    ) -> int:
+        r = self.call(HeartbeatRequest(group, generation, member_id, instance_id))
+        assert isinstance(r, HeartbeatResponse)
+        return r.error_code
+
+    def leave(self, group: str, *members: tuple[str, str | None]) -> LeaveGroupResponse:
+        r = self.call(LeaveGroupRequest(group, tuple(LeaveGroupMember(m, i) for m, i in members)))
+        assert isinstance(r, LeaveGroupResponse)
+        return r
+
+    # --- inspection -------------------------------------------------------------------
+
+    def state(self, group: str = "g") -> GroupState | None:
+        return self.shard.group_state(group)
+
+    def history(self, group: str = "g") -> list[str]:
+        """Group states in order, from the transition events."""
+        out: list[str] = []
+        for e in self.events:
+            if e.kind == STATE_TRANSITION and e.group_id == group:
+                if not out:
+                    out.append(e.fields["from_state"])
+                out.append(e.fields["to_state"])
+        return out
+
+    def check_replay_equivalence(self) -> None:
+        fresh = GroupCoordinatorShard(self.config, timer=ManualTimer(), ids=SeqIds())
+        for record in self.log:
+            fresh.replay(record)
+        assert fresh.durable_state() == self.shard.durable_state()
+        fresh.on_loaded(self.time)
+        for gid, group in self.shard.groups.items():
+            if group.state in (GroupState.STABLE, GroupState.EMPTY) and group.persisted:
+                live = membership_view(group.to_value())
+                assert live == membership_view(group.persisted), gid
+                assert membership_view(fresh.groups[gid].to_value()) == live, gid
+                assert fresh.groups[gid].state is group.state, gid
+
+
+def sync_response(ctx: Ctx, token: int) -> SyncGroupResponse:
+    r = ctx.response(token)
+    assert isinstance(r, SyncGroupResponse), r
+    return r
+
+
+def join_response(ctx: Ctx, token: int) -> JoinGroupResponse:
+    r = ctx.response(token)
+    assert isinstance(r, JoinGroupResponse), r
+    return r
