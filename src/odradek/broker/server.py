@@ -19,6 +19,7 @@ from pathlib import Path
 from odradek.broker import apis  # noqa: F401  (registers every handler)
 from odradek.broker.config import BrokerConfig
 from odradek.broker.context import RequestContext
+from odradek.broker.group_runtime import GroupCoordinatorRuntime
 from odradek.broker.registry import REGISTRY, advertised
 from odradek.broker.topics import TopicManager
 from odradek.broker.waiters import AppendWaiters
@@ -64,6 +65,7 @@ class Broker:
         self.node_id = int(self.config["node.id"])
         self.topics = TopicManager(Path(data_dir), self.config)
         self.waiters = AppendWaiters()
+        self.groups = GroupCoordinatorRuntime(self.topics, self.config)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
@@ -84,6 +86,7 @@ class Broker:
         if sockets and self.port == 0:
             self.port = int(sockets[0].getsockname()[1])
             self.advertised_port = self.port
+        self.groups.start()
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
         log.info(
             "odradek broker %d listening on %s:%d (advertised %s:%d), cluster %s",
@@ -108,6 +111,7 @@ class Broker:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
+        await self.groups.stop()
         self.topics.close()
         log.info("odradek broker stopped")
 

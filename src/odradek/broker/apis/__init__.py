@@ -5,6 +5,7 @@ from odradek.broker.apis import (  # noqa: F401
     api_versions,
     describe_cluster,
     fetch,
+    groups,
     init_producer_id,
     list_offsets,
     metadata,

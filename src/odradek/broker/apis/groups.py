@@ -1,0 +1,437 @@
+"""The classic group APIs: translate each wire version to the core's neutral
+requests, route them to the shard that owns the group, and translate back.
+
+Version ranges are Kafka 4.0.1's (see docs/protocol.md): every classic group
+API starts at v0 where Kafka does, because librdkafka before 2.11 enables its
+consumer only when the broker's ranges include v0.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from odradek.broker.context import NO_THROTTLE, RequestContext, respond
+from odradek.broker.registry import handles
+from odradek.coordinator import partition_for
+from odradek.coordinator import types as core
+from odradek.protocol.apikeys import ApiKey
+
+KEY_TYPE_GROUP = 0
+COORDINATOR_NOT_AVAILABLE = 15
+INVALID_REQUEST = 42
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+def _ms(value: Any) -> int:
+    """kio models durations as timedelta; the core takes integer milliseconds."""
+    if hasattr(value, "total_seconds"):
+        return round(value.total_seconds() * 1000)
+    return int(value)
+
+
+# --- FindCoordinator ---------------------------------------------------------------------
+
+
+def _coordinator_entry(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+    broker = ctx.broker
+    entry: dict[str, Any] = {
+        "key": key,
+        "node_id": broker.node_id,
+        "host": broker.advertised_host,
+        "port": broker.advertised_port,
+        "error_code": 0,
+        "error_message": None,
+    }
+    if key_type != KEY_TYPE_GROUP:
+        entry.update(
+            node_id=-1,
+            host="",
+            port=-1,
+            error_code=COORDINATOR_NOT_AVAILABLE,
+            error_message="Odradek has no transaction or share coordinator",
+        )
+    return entry
+
+
+@handles(ApiKey.FIND_COORDINATOR, 0, 4)
+def find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    key_type = int(getattr(request, "key_type", KEY_TYPE_GROUP))
+    if ctx.version >= 4:
+        coordinators = [_coordinator_entry(ctx, k, key_type) for k in request.coordinator_keys]
+        return respond(ctx, {"throttle_time": NO_THROTTLE, "coordinators": coordinators})
+    entry = _coordinator_entry(ctx, request.key, key_type)
+    entry["throttle_time"] = NO_THROTTLE
+    return respond(ctx, entry)
+
+
+# --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ----------------------------------
+
+
+@handles(ApiKey.JOIN_GROUP, 0, 9)
+async def join_group(ctx: RequestContext, request: Any) -> Any:
+    session_ms = _ms(request.session_timeout)
+    rebalance_ms = _ms(request.rebalance_timeout) if ctx.version >= 1 else session_ms
+    joined = core.JoinGroupRequest(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        client_id=ctx.header.client_id or "",
+        client_host=f"/{ctx.client_host}",
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=rebalance_ms,
+        protocol_type=request.protocol_type,
+        protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
+        reason=getattr(request, "reason", None),
+        require_known_member_id=ctx.version >= 4,
+        supports_skip_assignment=ctx.version >= 9,
+    )
+    response = await ctx.broker.groups.call(request.group_id, joined)
+    assert isinstance(response, core.JoinGroupResponse)
+    protocol_name = response.protocol_name
+    if protocol_name is None and ctx.version < 7:
+        protocol_name = ""  # nullable only from v7
+    return respond(
+        ctx,
+        {
+            "throttle_time": NO_THROTTLE,
+            "error_code": response.error_code,
+            "generation_id": response.generation_id,
+            "protocol_type": response.protocol_type,
+            "protocol_name": protocol_name,
+            "leader": response.leader,
+            "skip_assignment": response.skip_assignment,
+            "member_id": response.member_id,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "metadata": m.metadata,
+                }
+                for m in response.members
+            ],
+        },
+    )
+
+
+@handles(ApiKey.SYNC_GROUP, 0, 5)
+async def sync_group(ctx: RequestContext, request: Any) -> Any:
+    synced = core.SyncGroupRequest(
+        group_id=request.group_id,
+        generation_id=int(request.generation_id),
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None),
+        assignments=tuple((a.member_id, bytes(a.assignment)) for a in request.assignments),
+    )
+    response = await ctx.broker.groups.call(request.group_id, synced)
+    assert isinstance(response, core.SyncGroupResponse)
+    return respond(
+        ctx,
+        {
+            "throttle_time": NO_THROTTLE,
+            "error_code": response.error_code,
+            "protocol_type": response.protocol_type,
+            "protocol_name": response.protocol_name,
+            "assignment": response.assignment,
+        },
+    )
+
+
+@handles(ApiKey.HEARTBEAT, 0, 4)
+async def heartbeat(ctx: RequestContext, request: Any) -> Any:
+    beat = core.HeartbeatRequest(
+        group_id=request.group_id,
+        generation_id=int(request.generation_id),
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+    )
+    response = await ctx.broker.groups.call(request.group_id, beat)
+    return respond(ctx, {"throttle_time": NO_THROTTLE, "error_code": response.error_code})
+
+
+@handles(ApiKey.LEAVE_GROUP, 0, 5)
+async def leave_group(ctx: RequestContext, request: Any) -> Any:
+    if ctx.version >= 3:
+        members = tuple(
+            core.LeaveGroupMember(m.member_id, m.group_instance_id, getattr(m, "reason", None))
+            for m in request.members
+        )
+    else:
+        members = (core.LeaveGroupMember(request.member_id),)
+    response = await ctx.broker.groups.call(
+        request.group_id, core.LeaveGroupRequest(request.group_id, members)
+    )
+    assert isinstance(response, core.LeaveGroupResponse)
+    error_code = response.error_code
+    if ctx.version < 3 and not error_code and response.members:
+        error_code = response.members[0].error_code  # one member: its error is the answer
+    return respond(
+        ctx,
+        {
+            "throttle_time": NO_THROTTLE,
+            "error_code": error_code,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "error_code": m.error_code,
+                }
+                for m in response.members
+            ],
+        },
+    )
+
+
+# --- offsets -----------------------------------------------------------------------------
+
+
+@handles(ApiKey.OFFSET_COMMIT, 2, 9)
+async def offset_commit(ctx: RequestContext, request: Any) -> Any:
+    retention = getattr(request, "retention_time", None)
+    commit = core.OffsetCommitRequest(
+        group_id=request.group_id,
+        topics=tuple(
+            core.OffsetCommitTopic(
+                t.name,
+                tuple(
+                    core.OffsetCommitPartition(
+                        int(p.partition_index),
+                        int(p.committed_offset),
+                        int(getattr(p, "committed_leader_epoch", -1)),
+                        p.committed_metadata,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        ),
+        generation_id=int(request.generation_id_or_member_epoch),
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        retention_time_ms=_ms(retention) if retention is not None else -1,
+        unknown_group_is_not_found=ctx.version >= 9,
+    )
+    response = await ctx.broker.groups.call(request.group_id, commit)
+    assert isinstance(response, core.OffsetCommitResponse)
+    return respond(
+        ctx,
+        {
+            "throttle_time": NO_THROTTLE,
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {"partition_index": p.partition, "error_code": p.error_code}
+                        for p in t.partitions
+                    ],
+                }
+                for t in response.topics
+            ],
+        },
+    )
+
+
+def _fetched_topics(
+    response: core.OffsetFetchResponse, requested: Any, version: int
+) -> list[dict[str, Any]]:
+    if response.error_code and version < 2 and requested:
+        # v0-1 have no group-level error: report it on every requested partition.
+        return [
+            {
+                "name": t.name,
+                "partitions": [
+                    {
+                        "partition_index": p,
+                        "committed_offset": -1,
+                        "committed_leader_epoch": -1,
+                        "metadata": "",
+                        "error_code": response.error_code,
+                    }
+                    for p in t.partition_indexes
+                ],
+            }
+            for t in requested
+        ]
+    return [
+        {
+            "name": t.name,
+            "partitions": [
+                {
+                    "partition_index": p.partition,
+                    "committed_offset": p.committed_offset,
+                    "committed_leader_epoch": p.committed_leader_epoch,
+                    "metadata": p.metadata,
+                    "error_code": p.error_code,
+                }
+                for p in t.partitions
+            ],
+        }
+        for t in response.topics
+    ]
+
+
+async def _fetch_one_group(
+    ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
+) -> core.OffsetFetchResponse:
+    wanted = (
+        None
+        if topics is None
+        else tuple(core.OffsetFetchTopic(t.name, tuple(int(p) for p in t.partition_indexes)) for t in topics)
+    )
+    response = await ctx.broker.groups.call(
+        group_id, core.OffsetFetchRequest(group_id, wanted, require_stable)
+    )
+    assert isinstance(response, core.OffsetFetchResponse)
+    return response
+
+
+@handles(ApiKey.OFFSET_FETCH, 1, 9)
+async def offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    require_stable = bool(getattr(request, "require_stable", False))
+    if ctx.version >= 8:
+        groups = []
+        for group in request.groups:
+            response = await _fetch_one_group(ctx, group.group_id, group.topics, require_stable)
+            groups.append(
+                {
+                    "group_id": group.group_id,
+                    "topics": _fetched_topics(response, group.topics, ctx.version),
+                    "error_code": response.error_code,
+                }
+            )
+        return respond(ctx, {"throttle_time": NO_THROTTLE, "groups": groups})
+    response = await _fetch_one_group(ctx, request.group_id, request.topics, require_stable)
+    return respond(
+        ctx,
+        {
+            "throttle_time": NO_THROTTLE,
+            "topics": _fetched_topics(response, request.topics, ctx.version),
+            "error_code": response.error_code,
+        },
+    )
+
+
+@handles(ApiKey.OFFSET_DELETE, 0, 0)
+async def offset_delete(ctx: RequestContext, request: Any) -> Any:
+    deleted = core.OffsetDeleteRequest(
+        request.group_id,
+        tuple(
+            core.OffsetDeleteTopic(t.name, tuple(int(p.partition_index) for p in t.partitions))
+            for t in request.topics
+        ),
+    )
+    response = await ctx.broker.groups.call(request.group_id, deleted)
+    assert isinstance(response, core.OffsetDeleteResponse)
+    return respond(
+        ctx,
+        {
+            "error_code": response.error_code,
+            "throttle_time": NO_THROTTLE,
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {"partition_index": p.partition, "error_code": p.error_code}
+                        for p in t.partitions
+                    ],
+                }
+                for t in response.topics
+            ],
+        },
+    )
+
+
+# --- admin: describe / list / delete -------------------------------------------------
+
+
+def _by_shard(ctx: RequestContext, group_ids: Any) -> dict[int, list[str]]:
+    shards: dict[int, list[str]] = defaultdict(list)
+    for gid in group_ids:
+        shards[partition_for(gid, ctx.broker.groups.num_partitions)].append(gid)
+    return shards
+
+
+@handles(ApiKey.DESCRIBE_GROUPS, 0, 5)
+async def describe_groups(ctx: RequestContext, request: Any) -> Any:
+    described: dict[str, core.DescribedGroup] = {}
+    for gids in _by_shard(ctx, request.groups).values():
+        response = await ctx.broker.groups.call(gids[0], core.DescribeGroupsRequest(tuple(gids)))
+        assert isinstance(response, core.DescribeGroupsResponse)
+        described.update({g.group_id: g for g in response.groups})
+    return respond(
+        ctx,
+        {
+            "throttle_time": NO_THROTTLE,
+            "groups": [
+                {
+                    "error_code": g.error_code,
+                    "group_id": g.group_id,
+                    "group_state": g.state,
+                    "protocol_type": g.protocol_type,
+                    "protocol_data": g.protocol_data,
+                    "members": [
+                        {
+                            "member_id": m.member_id,
+                            "group_instance_id": m.group_instance_id,
+                            "client_id": m.client_id,
+                            "client_host": m.client_host,
+                            "member_metadata": m.metadata,
+                            "member_assignment": m.assignment,
+                        }
+                        for m in g.members
+                    ],
+                    "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                }
+                for g in (described[gid] for gid in request.groups)
+            ],
+        },
+    )
+
+
+@handles(ApiKey.LIST_GROUPS, 0, 5)
+async def list_groups(ctx: RequestContext, request: Any) -> Any:
+    states = tuple(getattr(request, "states_filter", ()) or ())
+    types = tuple(getattr(request, "types_filter", ()) or ())
+    responses = await ctx.broker.groups.call_all(lambda: core.ListGroupsRequest(states, types))
+    error_code = 0
+    groups = []
+    for response in responses:
+        assert isinstance(response, core.ListGroupsResponse)
+        error_code = error_code or response.error_code
+        groups.extend(response.groups)
+    return respond(
+        ctx,
+        {
+            "throttle_time": NO_THROTTLE,
+            "error_code": error_code,
+            "groups": [
+                {
+                    "group_id": g.group_id,
+                    "protocol_type": g.protocol_type,
+                    "group_state": g.state,
+                    "group_type": g.group_type,
+                }
+                for g in groups
+            ],
+        },
+    )
+
+
+@handles(ApiKey.DELETE_GROUPS, 0, 2)
+async def delete_groups(ctx: RequestContext, request: Any) -> Any:
+    results: dict[str, int] = {}
+    for gids in _by_shard(ctx, request.groups_names).values():
+        response = await ctx.broker.groups.call(gids[0], core.DeleteGroupsRequest(tuple(gids)))
+        assert isinstance(response, core.DeleteGroupsResponse)
+        results.update({r.group_id: r.error_code for r in response.results})
+    return respond(
+        ctx,
+        {
+            "throttle_time": NO_THROTTLE,
+            "results": [
+                {"group_id": gid, "error_code": results[gid]} for gid in request.groups_names
+            ],
+        },
+    )
