@@ -72,7 +72,7 @@ _SETTINGS = (
         "log.flush.interval.messages",
         LONG,
         2**63 - 1,
-        "fsync after this many messages (acknowledged writes are in the OS page cache before the reply).",
+        "fsync after this many messages (acknowledged writes are in the page cache already).",
         "flush.messages",
     ),
     Setting("log.flush.interval.ms", LONG, 2**63 - 1, "fsync after this long.", "flush.ms"),

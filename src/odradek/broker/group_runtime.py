@@ -127,9 +127,14 @@ class ShardRunner:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
         self.timer.cancel_all()
+        self._fail_pending()
+
+    def _fail_pending(self) -> None:
+        """Answer every request still waiting with COORDINATOR_NOT_AVAILABLE (clients retry)."""
         for pending in self._pending.values():
             if not pending.future.done():
-                pending.future.set_result(error_response(pending.request, COORDINATOR_NOT_AVAILABLE))
+                response = error_response(pending.request, COORDINATOR_NOT_AVAILABLE)
+                pending.future.set_result(response)
         self._pending.clear()
 
     async def _load(self) -> None:
@@ -224,10 +229,7 @@ class ShardRunner:
             pending = self._pending.pop(token, None)
             if pending is not None and not pending.future.done():
                 pending.future.set_result(response)
-        for pending in self._pending.values():
-            if not pending.future.done():
-                pending.future.set_result(error_response(pending.request, COORDINATOR_NOT_AVAILABLE))
-        self._pending.clear()
+        self._fail_pending()
         self.timer.cancel_all()
         self.shard = GroupCoordinatorShard(self.shard.config, timer=self.timer, ids=UuidIds())
         await self._load()

@@ -289,7 +289,7 @@ class TopicManager:
         if total <= current:
             raise TopicError(
                 37,  # INVALID_PARTITIONS
-                f"topic {name!r} has {current} partitions; the new count must be larger, got {total}",
+                f"topic {name!r} has {current} partitions; the new count must be larger: {total}",
             )
         if validate_only:
             return

@@ -35,7 +35,8 @@ class FrameDecoder:
                 (size,) = SIZE_PREFIX.unpack_from(self._buffer, 0)
                 if size < 0 or size > self.max_frame_bytes:
                     raise FrameError(
-                        f"frame size {size} outside 0..{self.max_frame_bytes} (socket.request.max.bytes)"
+                        f"frame size {size} outside 0..{self.max_frame_bytes}"
+                        " (socket.request.max.bytes)"
                     )
                 del self._buffer[:4]
                 self._needed = size

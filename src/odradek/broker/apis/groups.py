@@ -275,11 +275,12 @@ def _fetched_topics(
 async def _fetch_one_group(
     ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
 ) -> core.OffsetFetchResponse:
-    wanted = (
-        None
-        if topics is None
-        else tuple(core.OffsetFetchTopic(t.name, tuple(int(p) for p in t.partition_indexes)) for t in topics)
-    )
+    wanted = None
+    if topics is not None:
+        wanted = tuple(
+            core.OffsetFetchTopic(t.name, tuple(int(p) for p in t.partition_indexes))
+            for t in topics
+        )
     response = await ctx.broker.groups.call(
         group_id, core.OffsetFetchRequest(group_id, wanted, require_stable)
     )
