@@ -41,7 +41,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a broker setting by its Kafka name, e.g. --set num.partitions=6 (repeatable)",
+        help="override a broker setting by its Kafka name, e.g. num.partitions=6 (repeatable)",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     parser.set_defaults(run=run)

@@ -112,7 +112,7 @@ def decode_request_body(header: RequestHeader, frame: bytes, pos: int) -> Entity
     try:
         if cls.__flexible__:
             pos = skip_tagged_fields(frame, pos)
-        body, size = _reader(cls)(frame, pos)
+        body, _size = _reader(cls)(frame, pos)
     except DecodeError:
         raise
     except Exception as exc:  # kio raises assorted errors on malformed bytes
