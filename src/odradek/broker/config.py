@@ -84,6 +84,21 @@ _SETTINGS = (
         "message.timestamp.type",
     ),
     Setting("log.cleanup.policy", LIST, "delete", "delete, compact, or both.", "cleanup.policy"),
+    Setting(
+        "log.cleaner.delete.retention.ms",
+        LONG,
+        86400000,
+        "How long compaction keeps tombstones.",
+        "delete.retention.ms",
+    ),
+    Setting(
+        "log.cleaner.min.cleanable.ratio",
+        DOUBLE,
+        0.5,
+        "Compact a log once this share of it is uncompacted.",
+        "min.cleanable.dirty.ratio",
+    ),
+    Setting("log.cleaner.backoff.ms", LONG, 15000, "How often compacted topics are checked."),
     Setting("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets."),
     Setting("offsets.topic.segment.bytes", INT, 104857600, "Segment size of __consumer_offsets."),
     Setting(

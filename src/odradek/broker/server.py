@@ -116,15 +116,32 @@ class Broker:
         log.info("odradek broker stopped")
 
     async def _run_housekeeping(self) -> None:
-        interval_s = int(self.config["log.retention.check.interval.ms"]) / 1000
+        """Retention and compaction, each on its own interval, on the event loop.
+
+        Both run between requests (the loop is single-threaded), so they never race
+        an append; compaction of small internal topics takes milliseconds.
+        """
+        loop = asyncio.get_running_loop()
+        retention_every = int(self.config["log.retention.check.interval.ms"]) / 1000
+        cleaner_every = int(self.config["log.cleaner.backoff.ms"]) / 1000
+        next_retention = loop.time() + retention_every
+        next_cleaning = loop.time() + cleaner_every
         while True:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(max(min(next_retention, next_cleaning) - loop.time(), 0))
+            now = loop.time()
             try:
-                deleted = self.topics.enforce_retention()
-                if deleted:
-                    log.info("retention deleted %d segments", deleted)
+                if now >= next_retention:
+                    next_retention = now + retention_every
+                    deleted = self.topics.enforce_retention()
+                    if deleted:
+                        log.info("retention deleted %d segments", deleted)
+                if now >= next_cleaning:
+                    next_cleaning = now + cleaner_every
+                    compacted = self.topics.compact()
+                    if compacted:
+                        log.info("compacted %d partitions", compacted)
             except Exception:
-                log.exception("retention check failed")
+                log.exception("log housekeeping failed")
 
     # --- connections -------------------------------------------------------------------
 

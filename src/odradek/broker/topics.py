@@ -182,6 +182,8 @@ class TopicManager:
             max_message_bytes=int(value("max.message.bytes")),
             message_timestamp_type=str(value("message.timestamp.type")),
             cleanup_policy=str(value("cleanup.policy")),
+            delete_retention_ms=int(value("delete.retention.ms")),
+            min_cleanable_dirty_ratio=float(value("min.cleanable.dirty.ratio")),
         )
 
     def effective_topic_configs(self, topic: Topic) -> list[tuple[str, str, bool]]:
@@ -326,6 +328,16 @@ class TopicManager:
     def enforce_retention(self) -> int:
         now = self.now_ms()
         return sum(p.enforce_retention(now) for t in self for p in t.partitions)
+
+    def compact(self) -> int:
+        """One cleaner pass over compacted partitions; returns how many were compacted."""
+        now = self.now_ms()
+        done = 0
+        for topic in self:
+            for plog in topic.partitions:
+                if plog.config.compact_enabled and plog.compact(now).ran:
+                    done += 1
+        return done
 
     def close(self) -> None:
         for topic in self:

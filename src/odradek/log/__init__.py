@@ -3,6 +3,7 @@
 See ``odradek.log.partition_log`` for the durability / flush policy and recovery.
 """
 
+from odradek.log.compaction import CompactionStats
 from odradek.log.config import LogConfig
 from odradek.log.errors import (
     CorruptRecordError,
@@ -22,6 +23,7 @@ from odradek.log.producer_state import BatchMetadata, ProducerEntry, ProducerSta
 __all__ = [
     "AppendInfo",
     "BatchMetadata",
+    "CompactionStats",
     "CorruptRecordError",
     "DuplicateSequenceError",
     "InvalidProducerEpochError",

@@ -23,6 +23,8 @@ class LogConfig:
     max_message_bytes: int = 1048588  # max.message.bytes
     message_timestamp_type: str = "CreateTime"  # message.timestamp.type: or "LogAppendTime"
     cleanup_policy: str = "delete"  # cleanup.policy: "delete" | "compact" | "compact,delete"
+    delete_retention_ms: int = 86400000  # delete.retention.ms: how long tombstones survive
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 1:
@@ -35,6 +37,10 @@ class LogConfig:
             raise ValueError("index_interval_bytes must be >= 0")
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise ValueError(f"unknown message_timestamp_type {self.message_timestamp_type!r}")
+        if self.delete_retention_ms < 0:
+            raise ValueError("delete_retention_ms must be >= 0")
+        if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
+            raise ValueError("min_cleanable_dirty_ratio must be within [0, 1]")
         policies = {p.strip() for p in self.cleanup_policy.split(",") if p.strip()}
         if not policies or not policies <= {"delete", "compact"}:
             raise ValueError(f"unknown cleanup_policy {self.cleanup_policy!r}")

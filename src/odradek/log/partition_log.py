@@ -3,8 +3,12 @@
 Layout: one directory per partition holding ``<base offset:020d>.log`` segment
 files with their ``.index`` / ``.timeindex`` companions (Kafka naming), plus
 ``producer.snapshot`` (idempotence state), ``log-start-offset`` (after
-DeleteRecords / retention) and ``.clean_shutdown`` (present only between a
-clean ``close()`` and the next ``open()``).
+DeleteRecords / retention), ``cleaner-offset-checkpoint`` (first dirty offset
+of a compacted log) and ``.clean_shutdown`` (present only between a clean
+``close()`` and the next ``open()``). Compaction (``compact()``, see
+``odradek.log.compaction``) rewrites non-active segments through
+``<base>.log.cleaned`` and ``<base>.log.swap`` files; ``open()`` first deletes
+leftover ``.cleaned`` files and completes leftover swaps.
 
 Durability and flush policy
 ---------------------------
@@ -59,6 +63,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from odradek.log.compaction import (
+    CompactionStats,
+    clamp_checkpoint,
+    compact_segments,
+    dirty_bytes,
+    read_checkpoint,
+    recover_leftovers,
+)
 from odradek.log.config import LogConfig
 from odradek.log.errors import MessageTooLargeError, OffsetOutOfRangeError
 from odradek.log.index import write_file_atomic
@@ -152,6 +164,8 @@ class PartitionLog:
             _fsync_dir(directory)
         for tmp in directory.glob("*.tmp"):
             tmp.unlink()
+        for action in recover_leftovers(directory):
+            log.warning("%s: interrupted compaction: %s", directory, action)
 
         bases = sorted(
             int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit() and len(p.stem) == 20
@@ -202,6 +216,7 @@ class PartitionLog:
             saved = int((directory / LOG_START_FILE).read_text().strip())
             start = max(start, min(saved, end))
 
+        clamp_checkpoint(directory, end)
         producers = cls._load_producers(directory, segments, start, end)
         inst = cls(directory, config, now_ms, segments, producers, start)
         if not clean:
@@ -554,6 +569,53 @@ class PartitionLog:
         write_file_atomic(
             self.directory / LOG_START_FILE, f"{self._start_offset}\n".encode(), fsync=False
         )
+
+    # ------------------------------------------------------------------ compaction
+
+    def compact(self, now_ms: int, *, force: bool = False) -> CompactionStats:
+        """Keep only the latest record per key in the non-active segments.
+
+        Runs when ``cleanup.policy`` includes ``compact`` and the dirty ratio
+        reaches ``min.cleanable.dirty.ratio`` (or ``force``). Offsets, the log
+        start and end offsets never change; ``now_ms`` is the clock for
+        ``delete.retention.ms``. See ``odradek.log.compaction`` for the rules.
+        """
+        self._check_open()
+        last_offsets = {
+            pid: e.last_offset for pid, e in self._producers.entries.items() if e.batches
+        }
+        return compact_segments(
+            self.directory,
+            self._segments,
+            self.config,
+            now_ms,
+            last_offsets,
+            self._replace_segments,
+            force=force,
+        )
+
+    def _replace_segments(self, old: list[Segment], new: Segment) -> None:
+        """Swap a compacted group for its rewritten segment in the in-memory list."""
+        i = next(k for k, s in enumerate(self._segments) if s is old[0])
+        self._segments[i : i + len(old)] = [new]
+        self._bases[i : i + len(old)] = [new.base_offset]
+        for s in old:
+            self._size -= s.size
+            self._dirty_segments.discard(s)
+        self._size += new.size
+
+    @property
+    def first_dirty_offset(self) -> int:
+        """The cleaner checkpoint clamped to the log (where the next compaction starts)."""
+        saved = read_checkpoint(self.directory)
+        start = self._segments[0].base_offset
+        active = self._segments[-1].base_offset
+        return min(max(start if saved is None else saved, start), active)
+
+    def dirty_ratio(self) -> float:
+        """Dirty bytes over all bytes of the non-active segments (0.0 if there are none)."""
+        dirty, total = dirty_bytes(self._segments[:-1], self.first_dirty_offset)
+        return dirty / total if total else 0.0
 
     # ------------------------------------------------------------------ durability
 
