@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -41,6 +42,10 @@ from odradek.protocol.records import build_batch, decode_batch_records, iter_bat
 log = logging.getLogger("odradek.coordinator.runtime")
 
 OFFSETS_TOPIC = "__consumer_offsets"
+# Coordinator events (state transitions, rebalances, ...) as JSON records keyed by group
+# id: the rebalance history `odradek groups history` reads, with any Kafka consumer.
+EVENTS_TOPIC = "__odradek_group_events"
+EVENTS_RETENTION_MS = 7 * 24 * 3600 * 1000
 COORDINATOR_NOT_AVAILABLE = 15
 REPLAY_YIELD_EVERY = 2000  # records replayed between yields to the event loop
 QUEUE_BOUND = 10000
@@ -235,6 +240,12 @@ class ShardRunner:
         await self._load()
 
 
+def encode_event(event: CoordinatorEvent) -> bytes:
+    """One event as the JSON value of a history record."""
+    payload = {"kind": event.kind, "group": event.group_id, "at_ms": event.at_ms, **event.fields}
+    return json.dumps(payload, separators=(",", ":"), default=str).encode()
+
+
 class GroupCoordinatorRuntime:
     """Routes group requests to the shard that owns the group, as Kafka does."""
 
@@ -265,17 +276,26 @@ class GroupCoordinatorRuntime:
                 self.num_partitions,
             )
             self.num_partitions = len(topic.partitions)
-        self.events: list[CoordinatorEvent] = []
+        self.events_log = topics.create_internal(
+            EVENTS_TOPIC, 1, {"retention.ms": str(EVENTS_RETENTION_MS), "cleanup.policy": "delete"}
+        ).partitions[0]
+        self.event_listeners: list[Callable[[list[CoordinatorEvent]], None]] = []
         self.runners = [
             ShardRunner(index, plog, self.core_config, on_events=self._record_events)
             for index, plog in enumerate(topic.partitions)
         ]
 
     def _record_events(self, events: list[CoordinatorEvent]) -> None:
-        # Kept for observers (CLI history, metrics); bounded so it cannot grow forever.
-        self.events.extend(events)
-        if len(self.events) > 10000:
-            del self.events[: len(self.events) - 10000]
+        """Append events to the history topic and tell in-process listeners (metrics)."""
+        now = wall_clock_ms()
+        records = [(e.group_id.encode(), encode_event(e), ()) for e in events]
+        try:
+            self.events_log.append(build_batch(records, timestamp_ms=now), from_client=False)
+        except Exception:
+            # History is an observation: losing it must never fail a group operation.
+            log.exception("could not append %d coordinator events", len(events))
+        for listener in self.event_listeners:
+            listener(events)
 
     def start(self) -> None:
         for runner in self.runners:

@@ -26,7 +26,7 @@ from odradek.log import LogConfig, PartitionLog
 log = logging.getLogger("odradek.topics")
 
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__odradek_group_events"})
 PRODUCER_ID_BLOCK = 1000
 
 
