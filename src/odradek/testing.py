@@ -63,11 +63,13 @@ class BrokerProcess:
         port: int | None = None,
         settings: dict[str, str] | None = None,
         host: str = "127.0.0.1",
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.host = host
         self.port = port or free_port(host)
         self.data_dir = Path(data_dir)
         self.settings = dict(settings or {})
+        self.extra_args = list(extra_args)
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.broker.log"
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -88,7 +90,7 @@ class BrokerProcess:
         ]
         for key, value in self.settings.items():
             cmd += ["--set", f"{key}={value}"]
-        return cmd
+        return cmd + self.extra_args
 
     def start(self) -> BrokerProcess:
         if self.running:

@@ -15,11 +15,13 @@ import itertools
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 from odradek.broker import apis  # noqa: F401  (registers every handler)
 from odradek.broker.config import BrokerConfig
 from odradek.broker.context import RequestContext
 from odradek.broker.group_runtime import GroupCoordinatorRuntime
+from odradek.broker.metrics import BrokerMetrics
 from odradek.broker.registry import REGISTRY, advertised
 from odradek.broker.topics import TopicManager
 from odradek.broker.waiters import AppendWaiters
@@ -56,6 +58,7 @@ class Broker:
         port: int = 9092,
         advertised_host: str | None = None,
         advertised_port: int | None = None,
+        metrics_address: tuple[str, int] | None = None,
     ) -> None:
         self.config = config or BrokerConfig()
         self.host = host
@@ -66,6 +69,12 @@ class Broker:
         self.topics = TopicManager(Path(data_dir), self.config)
         self.waiters = AppendWaiters()
         self.groups = GroupCoordinatorRuntime(self.topics, self.config)
+        self.metrics_address = metrics_address
+        self.metrics: BrokerMetrics | None = None
+        if metrics_address is not None:
+            self.metrics = BrokerMetrics()
+            self.groups.event_listeners.append(self.metrics.on_coordinator_events)
+        self._api_metrics: dict[int, tuple[Any, Any]] = {}
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
@@ -87,6 +96,8 @@ class Broker:
             self.port = int(sockets[0].getsockname()[1])
             self.advertised_port = self.port
         self.groups.start()
+        if self.metrics is not None and self.metrics_address is not None:
+            self.metrics.serve(self, *self.metrics_address)
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
         log.info(
             "odradek broker %d listening on %s:%d (advertised %s:%d), cluster %s",
@@ -182,12 +193,16 @@ class Broker:
                 return
             if not data:
                 return
+            if self.metrics is not None:
+                self.metrics.bytes_in.inc(len(data))
             try:
                 frames = decoder.feed(data)
                 for payload in frames:
                     response = await self._dispatch(connection_id, client_host, payload)
                     if response is not None:
                         writer.write(response)
+                        if self.metrics is not None:
+                            self.metrics.bytes_out.inc(len(response))
             except (FrameError, DecodeError, CloseConnection) as exc:
                 log.warning("closing connection %d from %s: %s", connection_id, client_host, exc)
                 with contextlib.suppress(ConnectionError):
@@ -209,6 +224,7 @@ class Broker:
             )
         body = decode_request_body(header, payload, pos)
         ctx = RequestContext(self, header, client_host, connection_id)
+        started = time.perf_counter()
         try:
             result = spec.handler(ctx, body)
             if spec.is_async:
@@ -217,10 +233,27 @@ class Broker:
             raise
         except Exception as exc:
             log.exception("%s v%d handler failed", spec.key.name, header.api_version)
+            if self.metrics is not None:
+                self.metrics.request_errors.labels(spec.key.name).inc()
             raise CloseConnection(f"internal error in {spec.key.name}: {exc}") from exc
+        if self.metrics is not None:
+            self._observe(spec.key, time.perf_counter() - started)
         if result is None:  # acks=0 produce: no response
             return None
         return encode_response(header.api_key, header.api_version, header.correlation_id, result)
+
+    def _observe(self, key: ApiKey, seconds: float) -> None:
+        children = self._api_metrics.get(key)
+        if children is None:
+            assert self.metrics is not None
+            name = key.name
+            children = (
+                self.metrics.requests.labels(name),
+                self.metrics.request_seconds.labels(name),
+            )
+            self._api_metrics[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def _api_versions_fallback(self, correlation_id: int) -> bytes:
         """An ApiVersions version we do not know: answer in v0 with the list (KIP-511)."""

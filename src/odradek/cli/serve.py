@@ -43,6 +43,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="KEY=VALUE",
         help="override a broker setting by its Kafka name, e.g. num.partitions=6 (repeatable)",
     )
+    parser.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics over HTTP at this address (off by default)",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     parser.set_defaults(run=run)
 
@@ -63,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     host, port = parse_address(args.listen, "--listen")
     advertised = parse_address(args.advertise, "--advertise") if args.advertise else (host, port)
+    metrics = parse_address(args.metrics, "--metrics") if args.metrics else None
     try:
         config = BrokerConfig.from_assignments(args.set)
     except ConfigError as exc:
@@ -83,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
             port=port,
             advertised_host=advertised[0],
             advertised_port=advertised[1],
+            metrics_address=metrics,
         )
     except OSError as exc:
         raise CliError(f"cannot use data dir {args.data_dir}: {exc}") from None
@@ -95,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             await run_broker(broker, stop)
         except OSError as exc:
-            raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            raise CliError(f"cannot listen: {exc.strerror or exc}") from None
 
     asyncio.run(main())
     return 0

@@ -1,0 +1,203 @@
+"""Prometheus metrics for the broker (`odradek serve --metrics HOST:PORT`).
+
+Counters and histograms are updated on the event loop as requests complete.
+Gauges that describe state (groups, lag, log sizes) are computed at scrape
+time: the HTTP server thread asks the event loop for a snapshot, so state is
+never read while the loop is changing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from odradek.coordinator.events import REBALANCE_COMPLETED
+from odradek.coordinator.types import CoordinatorEvent
+
+if TYPE_CHECKING:
+    from odradek.broker.server import Broker
+
+log = logging.getLogger("odradek.metrics")
+
+SNAPSHOT_TIMEOUT_S = 5.0
+GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+
+
+@dataclass
+class Snapshot:
+    """Broker state at one instant, taken on the event loop."""
+
+    group_state: dict[str, str] = field(default_factory=dict)
+    group_members: dict[str, int] = field(default_factory=dict)
+    group_generation: dict[str, int] = field(default_factory=dict)
+    lag: list[tuple[str, str, int, int, int]] = field(
+        default_factory=list
+    )  # group, topic, p, committed, lag
+    logs: list[tuple[str, int, int, int, int]] = field(
+        default_factory=list
+    )  # topic, p, start, end, bytes
+
+
+def take_snapshot(broker: Broker) -> Snapshot:
+    snap = Snapshot()
+    for runner in broker.groups.runners:
+        if not runner.loaded:
+            continue
+        for group_id, group in runner.shard.groups.items():
+            snap.group_state[group_id] = group.state.value
+            snap.group_members[group_id] = len(group.members)
+            snap.group_generation[group_id] = group.generation_id
+            for (topic, partition), committed in group.offsets.items():
+                plog = broker.topics.partition(topic, partition)
+                if plog is None:
+                    continue
+                lag = max(plog.end_offset - committed.offset, 0)
+                snap.lag.append((group_id, topic, partition, committed.offset, lag))
+    for topic in broker.topics:
+        for index, plog in enumerate(topic.partitions):
+            snap.logs.append(
+                (topic.name, index, plog.start_offset, plog.end_offset, plog.size_bytes)
+            )
+    return snap
+
+
+class StateCollector(Collector):
+    """Gauges computed from a snapshot taken on the broker's event loop."""
+
+    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
+        self.broker = broker
+        self.loop = loop
+
+    def _snapshot(self) -> Snapshot | None:
+        async def take() -> Snapshot:
+            return take_snapshot(self.broker)
+
+        try:
+            return asyncio.run_coroutine_threadsafe(take(), self.loop).result(SNAPSHOT_TIMEOUT_S)
+        except Exception:
+            log.warning("metrics snapshot failed", exc_info=True)
+            return None
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._snapshot()
+        if snap is None:
+            return
+        state = GaugeMetricFamily(
+            "odradek_group_state",
+            "1 for the state each consumer group is in",
+            labels=["group", "state"],
+        )
+        members = GaugeMetricFamily("odradek_group_members", "Members per group", labels=["group"])
+        generation = GaugeMetricFamily(
+            "odradek_group_generation", "Current generation per group", labels=["group"]
+        )
+        for group_id, current in snap.group_state.items():
+            for name in GROUP_STATES:
+                state.add_metric([group_id, name], 1.0 if name == current else 0.0)
+            members.add_metric([group_id], snap.group_members[group_id])
+            generation.add_metric([group_id], snap.group_generation[group_id])
+        committed = GaugeMetricFamily(
+            "odradek_group_committed_offset",
+            "Committed offset per group and partition",
+            labels=["group", "topic", "partition"],
+        )
+        lag = GaugeMetricFamily(
+            "odradek_group_lag",
+            "Log end offset minus committed offset, per group and partition",
+            labels=["group", "topic", "partition"],
+        )
+        for group_id, topic, partition, offset, behind in snap.lag:
+            committed.add_metric([group_id, topic, str(partition)], offset)
+            lag.add_metric([group_id, topic, str(partition)], behind)
+        start = GaugeMetricFamily(
+            "odradek_log_start_offset", "Log start offset", labels=["topic", "partition"]
+        )
+        end = GaugeMetricFamily(
+            "odradek_log_end_offset", "Log end offset", labels=["topic", "partition"]
+        )
+        size = GaugeMetricFamily(
+            "odradek_log_size_bytes", "Bytes in segment files", labels=["topic", "partition"]
+        )
+        for topic, partition, log_start, log_end, size_bytes in snap.logs:
+            start.add_metric([topic, str(partition)], log_start)
+            end.add_metric([topic, str(partition)], log_end)
+            size.add_metric([topic, str(partition)], size_bytes)
+        yield from (state, members, generation, committed, lag, start, end, size)
+
+
+class BrokerMetrics:
+    """The broker's metrics registry and the counters the server updates."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "odradek_requests", "Requests handled, by API", ["api"], registry=self.registry
+        )
+        self.request_errors = Counter(
+            "odradek_request_failures",
+            "Requests that closed their connection, by API",
+            ["api"],
+            registry=self.registry,
+        )
+        self.request_seconds = Histogram(
+            "odradek_request_duration_seconds",
+            "Time from a request's arrival to its response, by API (Fetch includes its long poll)",
+            ["api"],
+            buckets=(
+                0.0005,
+                0.001,
+                0.0025,
+                0.005,
+                0.01,
+                0.025,
+                0.05,
+                0.1,
+                0.25,
+                0.5,
+                1,
+                2.5,
+                5,
+                10,
+                30,
+            ),
+            registry=self.registry,
+        )
+        self.bytes_in = Counter(
+            "odradek_network_received_bytes", "Bytes received from clients", registry=self.registry
+        )
+        self.bytes_out = Counter(
+            "odradek_network_sent_bytes", "Bytes sent to clients", registry=self.registry
+        )
+        self.rebalances = Counter(
+            "odradek_group_rebalances",
+            "Completed rebalances, by group",
+            ["group"],
+            registry=self.registry,
+        )
+        self.rebalance_seconds = Histogram(
+            "odradek_group_rebalance_duration_seconds",
+            "From the start of a rebalance to its completion",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=self.registry,
+        )
+
+    def on_coordinator_events(self, events: list[CoordinatorEvent]) -> None:
+        for event in events:
+            if event.kind == REBALANCE_COMPLETED:
+                self.rebalances.labels(event.group_id).inc()
+                duration_ms = event.fields.get("duration_ms")
+                if isinstance(duration_ms, int | float):
+                    self.rebalance_seconds.observe(duration_ms / 1000)
+
+    def serve(self, broker: Broker, host: str, port: int) -> None:
+        """Start the HTTP endpoint (a daemon thread) for this broker's loop."""
+        self.registry.register(StateCollector(broker, asyncio.get_running_loop()))
+        start_http_server(port, addr=host, registry=self.registry)
+        log.info("metrics on http://%s:%d/metrics", host, port)
