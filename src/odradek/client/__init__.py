@@ -1,0 +1,50 @@
+"""Odradek's Kafka client: producer, consumer, admin client.
+
+    from odradek.client import Producer, Consumer, AdminClient, TopicPartition
+
+Settings take Kafka's names with ``_`` for ``.`` as keywords, or a dict with
+the dotted names. See each module's docstring for how the pieces work.
+"""
+
+from odradek.client.admin import (
+    AdminClient,
+    AlterConfigOp,
+    AlterConfigOpType,
+    ConfigResource,
+    ConfigResourceType,
+    NewPartitions,
+    NewTopic,
+)
+from odradek.client.consumer import Consumer, ConsumerRecords
+from odradek.client.errors import KafkaError
+from odradek.client.listener import ConsumerRebalanceListener
+from odradek.client.partitioner import DefaultPartitioner, Partitioner, murmur2
+from odradek.client.producer import Producer
+from odradek.client.structs import (
+    ConsumerRecord,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
+
+__all__ = [
+    "AdminClient",
+    "AlterConfigOp",
+    "AlterConfigOpType",
+    "ConfigResource",
+    "ConfigResourceType",
+    "Consumer",
+    "ConsumerRebalanceListener",
+    "ConsumerRecord",
+    "ConsumerRecords",
+    "DefaultPartitioner",
+    "KafkaError",
+    "NewPartitions",
+    "NewTopic",
+    "OffsetAndTimestamp",
+    "Partitioner",
+    "Producer",
+    "RecordMetadata",
+    "TopicPartition",
+    "murmur2",
+]

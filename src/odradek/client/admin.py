@@ -1,0 +1,593 @@
+"""The admin client: topics, partitions, cluster and configs.
+
+Calls that act on several items (``create_topics``, ``delete_topics``,
+``create_partitions``, ``incremental_alter_configs``) return one
+``concurrent.futures.Future`` per item, as the Java and confluent-kafka admin
+clients do, so one failing topic does not hide the others; the futures are
+complete when the call returns (``fs["t"].result()`` raises that item's
+error, e.g. ``TopicAlreadyExistsError``). Query calls return values.
+
+Routing: topic creation, deletion and partition changes go to the controller
+(a NOT_CONTROLLER answer refreshes metadata and retries); broker configs go to
+that broker; everything else to the least loaded broker. Every call retries
+retriable errors until ``default_api_timeout_ms`` (or its ``timeout_ms``).
+
+Group operations (list / describe / delete groups, list and alter group
+offsets) are added with the consumer group coordinator: they route through
+``_call`` with a ``target`` that resolves the group's coordinator with
+FindCoordinator, exactly as the controller routing below resolves the
+controller, and reuse ``_per_item_futures`` for per-group results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import functools
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, NamedTuple
+
+from odradek.client.cluster import KafkaClient
+from odradek.client.config import AdminConfig
+from odradek.client.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    NotControllerError,
+    UnknownTopicOrPartitionError,
+    make_error,
+)
+from odradek.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
+from odradek.client.structs import BrokerMetadata, OffsetAndTimestamp, TopicPartition
+from odradek.protocol.apikeys import ApiKey
+
+
+class ConfigResourceType(enum.IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    BROKER = 4
+    BROKER_LOGGER = 8
+
+
+class ConfigResource(NamedTuple):
+    type: ConfigResourceType
+    name: str
+
+    @classmethod
+    def topic(cls, name: str) -> ConfigResource:
+        return cls(ConfigResourceType.TOPIC, name)
+
+    @classmethod
+    def broker(cls, node_id: int | str) -> ConfigResource:
+        return cls(ConfigResourceType.BROKER, str(node_id))
+
+
+class ConfigSource(enum.IntEnum):
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
+
+
+class ConfigEntry(NamedTuple):
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool
+    is_sensitive: bool
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == ConfigSource.DEFAULT_CONFIG
+
+
+class AlterConfigOpType(enum.IntEnum):
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+class AlterConfigOp(NamedTuple):
+    name: str
+    value: str | None = None
+    op: AlterConfigOpType = AlterConfigOpType.SET
+
+
+class NewTopic(NamedTuple):
+    name: str
+    num_partitions: int = -1  # -1: the broker's num.partitions
+    replication_factor: int = -1  # -1: the broker's default.replication.factor
+    replica_assignment: Mapping[int, Sequence[int]] | None = None
+    config: Mapping[str, str] | None = None
+
+
+class NewPartitions(NamedTuple):
+    total_count: int
+    replica_assignment: Sequence[Sequence[int]] | None = None
+
+
+class ClusterDescription(NamedTuple):
+    cluster_id: str | None
+    controller_id: int
+    brokers: list[BrokerMetadata]
+
+
+class PartitionDescription(NamedTuple):
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    log_start_offset: int
+    log_end_offset: int
+
+
+class TopicDescription(NamedTuple):
+    name: str
+    topic_id: Any
+    internal: bool
+    partitions: list[PartitionDescription]
+
+
+def _done(error: BaseException | None) -> Future[None]:
+    future: Future[None] = Future()
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
+    return future
+
+
+class AdminClient:
+    """``AdminClient(bootstrap_servers="host:port")`` or a dict with dotted names."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **settings: Any) -> None:
+        self.config = AdminConfig.from_settings(config, **settings)
+        self._client = KafkaClient(self.config, allow_auto_create_topics=False)
+        self._closed = False
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._client.close()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _timeout_s(self, timeout_ms: int | None) -> float:
+        return (timeout_ms if timeout_ms is not None else self.config.default_api_timeout_ms) / 1000
+
+    def _controller(self) -> int:
+        cluster = self._client.bootstrap()
+        if cluster.controller_id >= 0 and cluster.controller_id in cluster.brokers:
+            return cluster.controller_id
+        node = self._client.least_loaded_node()
+        if node is None:
+            raise KafkaConnectionError("no broker known")
+        return node
+
+    def _any_node(self) -> int:
+        self._client.bootstrap()
+        node = self._client.least_loaded_node()
+        if node is None:
+            raise KafkaConnectionError("no broker known")
+        return node
+
+    def _call(
+        self,
+        target: Callable[[], int],
+        api_key: int,
+        body: Any,
+        timeout_s: float,
+        *,
+        check: Callable[[Any], int] | None = None,
+    ) -> Any:
+        """Send to ``target()`` and retry retriable failures until ``timeout_s``.
+
+        ``check(response)`` returns an error code that applies to the whole call
+        (0 when none): retriable codes are retried, others raised.
+        """
+        deadline = time.monotonic() + timeout_s
+        delay = self.config.retry_backoff_ms / 1000
+        last: BaseException | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaTimeoutError(
+                    f"{ApiKey(api_key).name} timed out" + (f": {last}" if last else "")
+                )
+            try:
+                node = target()
+                request_ms = int(min(remaining, self.config.request_timeout_ms / 1000) * 1000)
+                response = self._client.request(node, api_key, body, timeout_ms=max(1, request_ms))
+                code = check(response) if check is not None else 0
+                if code:
+                    raise make_error(code, ApiKey(api_key).name)
+                return response
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                last = exc
+                self._client.request_update()
+                with contextlib.suppress(KafkaError):
+                    self._client.refresh(timeout_s=max(0.001, deadline - time.monotonic()))
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, self.config.retry_backoff_max_ms / 1000)
+
+    def _per_item_futures(
+        self,
+        names: Sequence[str],
+        send: Callable[[list[str], float], dict[str, tuple[int, str | None]]],
+        timeout_s: float,
+    ) -> dict[str, Future[None]]:
+        """Run ``send(names) -> {name: (error code, message)}``; retry items answered with
+        NOT_CONTROLLER or another retriable code until the deadline."""
+        deadline = time.monotonic() + timeout_s
+        pending = list(dict.fromkeys(names))
+        results: dict[str, BaseException | None] = {}
+        delay = self.config.retry_backoff_ms / 1000
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                for name in pending:
+                    results[name] = KafkaTimeoutError(f"{name}: timed out")
+                break
+            answers = send(pending, remaining)
+            retry: list[str] = []
+            for name in pending:
+                code, message = answers.get(name, (UnknownTopicOrPartitionError.code, "no answer"))
+                if code == 0:
+                    results[name] = None
+                    continue
+                error = make_error(code, message or name)
+                if error.retriable and code != UnknownTopicOrPartitionError.code:
+                    retry.append(name)
+                    results[name] = error
+                else:
+                    results[name] = error
+            pending = retry
+            if pending:
+                if any(isinstance(results[n], NotControllerError) for n in pending):
+                    self._client.request_update()
+                    with contextlib.suppress(KafkaError):
+                        self._client.refresh(timeout_s=max(0.001, deadline - time.monotonic()))
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 2, self.config.retry_backoff_max_ms / 1000)
+        return {name: _done(results[name]) for name in dict.fromkeys(names)}
+
+    # ------------------------------------------------------------------ topics
+
+    def create_topics(
+        self,
+        new_topics: Iterable[NewTopic | str],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> dict[str, Future[None]]:
+        """Create topics; one future per topic name."""
+        specs = {t.name if isinstance(t, NewTopic) else t: t for t in new_topics}
+        timeout_s = self._timeout_s(timeout_ms)
+
+        def send(names: list[str], remaining: float) -> dict[str, tuple[int, str | None]]:
+            topics = []
+            for name in names:
+                spec = specs[name]
+                if isinstance(spec, str):
+                    spec = NewTopic(spec)
+                topics.append(
+                    {
+                        "name": name,
+                        "num_partitions": -1 if spec.replica_assignment else spec.num_partitions,
+                        "replication_factor": -1
+                        if spec.replica_assignment
+                        else spec.replication_factor,
+                        "assignments": [
+                            {"partition_index": p, "broker_ids": tuple(ids)}
+                            for p, ids in (spec.replica_assignment or {}).items()
+                        ],
+                        "configs": [
+                            {"name": k, "value": v} for k, v in (spec.config or {}).items()
+                        ],
+                    }
+                )
+            body = {
+                "topics": topics,
+                "timeout": int(remaining * 1000),
+                "validate_only": validate_only,
+            }
+            response = self._call(self._controller, ApiKey.CREATE_TOPICS, body, remaining)
+            return {t.name: (int(t.error_code), t.error_message) for t in response.topics}
+
+        return self._per_item_futures(list(specs), send, timeout_s)
+
+    def delete_topics(
+        self, topics: Iterable[str], *, timeout_ms: int | None = None
+    ) -> dict[str, Future[None]]:
+        """Delete topics by name; one future per topic."""
+        timeout_s = self._timeout_s(timeout_ms)
+
+        def send(names: list[str], remaining: float) -> dict[str, tuple[int, str | None]]:
+            body = {
+                "topic_names": list(names),
+                "topics": [{"name": n, "topic_id": None} for n in names],
+                "timeout": int(remaining * 1000),
+            }
+            response = self._call(self._controller, ApiKey.DELETE_TOPICS, body, remaining)
+            return {
+                r.name: (int(r.error_code), getattr(r, "error_message", None))
+                for r in response.responses
+                if r.name is not None
+            }
+
+        return self._per_item_futures(list(topics), send, timeout_s)
+
+    def create_partitions(
+        self,
+        new_partitions: Mapping[str, NewPartitions | int],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> dict[str, Future[None]]:
+        """Raise topics' partition counts to ``total_count``; one future per topic."""
+        specs = {
+            name: spec if isinstance(spec, NewPartitions) else NewPartitions(int(spec))
+            for name, spec in new_partitions.items()
+        }
+        timeout_s = self._timeout_s(timeout_ms)
+
+        def send(names: list[str], remaining: float) -> dict[str, tuple[int, str | None]]:
+            body = {
+                "topics": [
+                    {
+                        "name": n,
+                        "count": specs[n].total_count,
+                        "assignments": None
+                        if specs[n].replica_assignment is None
+                        else [
+                            {"broker_ids": tuple(ids)} for ids in specs[n].replica_assignment or ()
+                        ],
+                    }
+                    for n in names
+                ],
+                "timeout": int(remaining * 1000),
+                "validate_only": validate_only,
+            }
+            response = self._call(self._controller, ApiKey.CREATE_PARTITIONS, body, remaining)
+            return {r.name: (int(r.error_code), r.error_message) for r in response.results}
+
+        return self._per_item_futures(list(specs), send, timeout_s)
+
+    def list_topics(
+        self, *, include_internal: bool = False, timeout_ms: int | None = None
+    ) -> list[str]:
+        """Names of every topic, sorted."""
+        cluster = self._client.refresh(all_topics=True, timeout_s=self._timeout_s(timeout_ms))
+        return sorted(
+            name
+            for name, meta in cluster.topics.items()
+            if meta.error_code == 0 and (include_internal or not meta.is_internal)
+        )
+
+    def describe_topics(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        include_offsets: bool = True,
+        timeout_ms: int | None = None,
+    ) -> dict[str, TopicDescription]:
+        """Partitions of each topic (all topics when None), with log start and end offsets.
+
+        An unknown topic raises UnknownTopicOrPartitionError.
+        """
+        timeout_s = self._timeout_s(timeout_ms)
+        deadline = time.monotonic() + timeout_s
+        names = None if topics is None else list(dict.fromkeys(topics))
+        if names is None:
+            cluster = self._client.refresh(all_topics=True, timeout_s=timeout_s)
+            names = sorted(n for n, m in cluster.topics.items() if m.error_code == 0)
+        else:
+            self._client.add_topics(names)
+            cluster = self._client.refresh(timeout_s=timeout_s)
+        out: dict[str, TopicDescription] = {}
+        for name in names:
+            meta = cluster.topics.get(name)
+            if meta is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            if meta.error_code != 0:
+                raise make_error(meta.error_code, f"topic {name!r}")
+        starts: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        ends: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        if include_offsets:
+            tps = [TopicPartition(n, p) for n in names for p in cluster.topics[n].partitions]
+            if tps:
+                remaining = max(0.001, deadline - time.monotonic())
+                starts = list_offsets(
+                    self._client, dict.fromkeys(tps, EARLIEST_TIMESTAMP), timeout_s=remaining
+                )
+                remaining = max(0.001, deadline - time.monotonic())
+                ends = list_offsets(
+                    self._client, dict.fromkeys(tps, LATEST_TIMESTAMP), timeout_s=remaining
+                )
+        for name in names:
+            meta = cluster.topics[name]
+            parts = []
+            for p in sorted(meta.partitions):
+                pm = meta.partitions[p]
+                tp = TopicPartition(name, p)
+                s, e = starts.get(tp), ends.get(tp)
+                parts.append(
+                    PartitionDescription(
+                        p,
+                        pm.leader,
+                        pm.replicas,
+                        pm.isr,
+                        s.offset if s is not None else -1,
+                        e.offset if e is not None else -1,
+                    )
+                )
+            out[name] = TopicDescription(name, meta.topic_id, meta.is_internal, parts)
+        return out
+
+    def list_offsets(
+        self,
+        requests: Mapping[TopicPartition, int],
+        *,
+        isolation_level: int = 0,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """ListOffsets: ``{tp: timestamp}`` with -2 earliest, -1 latest, else a timestamp."""
+        return list_offsets(
+            self._client,
+            requests,
+            timeout_s=self._timeout_s(timeout_ms),
+            isolation_level=isolation_level,
+        )
+
+    # ------------------------------------------------------------------ cluster
+
+    def describe_cluster(self, *, timeout_ms: int | None = None) -> ClusterDescription:
+        """Cluster id, controller and brokers (DescribeCluster, else Metadata)."""
+        timeout_s = self._timeout_s(timeout_ms)
+        node = self._any_node()
+        conn = self._client.connection(node)
+        if conn.supports(ApiKey.DESCRIBE_CLUSTER):
+            response = self._call(
+                self._any_node,
+                ApiKey.DESCRIBE_CLUSTER,
+                {"include_cluster_authorized_operations": False, "endpoint_type": 1},
+                timeout_s,
+                check=lambda r: int(r.error_code),
+            )
+            brokers = [
+                BrokerMetadata(int(b.broker_id), b.host, int(b.port), getattr(b, "rack", None))
+                for b in response.brokers
+            ]
+            return ClusterDescription(
+                response.cluster_id, int(response.controller_id), sorted(brokers)
+            )
+        cluster = self._client.refresh(timeout_s=timeout_s)
+        return ClusterDescription(
+            cluster.cluster_id, cluster.controller_id, sorted(cluster.brokers.values())
+        )
+
+    # ------------------------------------------------------------------ configs
+
+    def describe_configs(
+        self,
+        resources: Iterable[ConfigResource],
+        *,
+        include_synonyms: bool = False,
+        timeout_ms: int | None = None,
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """Current configuration of topics and brokers."""
+        timeout_s = self._timeout_s(timeout_ms)
+        out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
+        for target, group in self._group_by_target(resources).items():
+            body = {
+                "resources": [
+                    {
+                        "resource_type": int(r.type),
+                        "resource_name": r.name,
+                        "configuration_keys": None,
+                    }
+                    for r in group
+                ],
+                "include_synonyms": include_synonyms,
+                "include_documentation": False,
+            }
+            response = self._call(target, ApiKey.DESCRIBE_CONFIGS, body, timeout_s)
+            for res in response.results:
+                key = ConfigResource(ConfigResourceType(int(res.resource_type)), res.resource_name)
+                code = int(res.error_code)
+                if code:
+                    raise make_error(code, f"{key.type.name} {key.name}: {res.error_message}")
+                entries: dict[str, ConfigEntry] = {}
+                for c in res.configs:
+                    source = int(getattr(c, "config_source", 0))
+                    entries[c.name] = ConfigEntry(
+                        c.name,
+                        c.value,
+                        ConfigSource(source)
+                        if source in ConfigSource._value2member_map_
+                        else ConfigSource.UNKNOWN,
+                        bool(c.read_only),
+                        bool(c.is_sensitive),
+                    )
+                out[key] = entries
+        return out
+
+    def incremental_alter_configs(
+        self,
+        changes: Mapping[ConfigResource, Sequence[AlterConfigOp]],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> dict[ConfigResource, Future[None]]:
+        """IncrementalAlterConfigs: SET / DELETE / APPEND / SUBTRACT per config name."""
+        timeout_s = self._timeout_s(timeout_ms)
+        results: dict[ConfigResource, Future[None]] = {}
+        for target, group in self._group_by_target(changes).items():
+            body = {
+                "resources": [
+                    {
+                        "resource_type": int(r.type),
+                        "resource_name": r.name,
+                        "configs": [
+                            {"name": op.name, "config_operation": int(op.op), "value": op.value}
+                            for op in changes[r]
+                        ],
+                    }
+                    for r in group
+                ],
+                "validate_only": validate_only,
+            }
+            try:
+                response = self._call(target, ApiKey.INCREMENTAL_ALTER_CONFIGS, body, timeout_s)
+            except KafkaError as exc:
+                for r in group:
+                    results[r] = _done(exc)
+                continue
+            for res in response.responses:
+                key = ConfigResource(ConfigResourceType(int(res.resource_type)), res.resource_name)
+                code = int(res.error_code)
+                results[key] = _done(
+                    make_error(code, res.error_message or f"{key.type.name} {key.name}")
+                    if code
+                    else None
+                )
+        return results
+
+    alter_configs = incremental_alter_configs
+    """Alias: configuration changes are always incremental (KIP-339)."""
+
+    def _group_by_target(
+        self, resources: Iterable[ConfigResource]
+    ) -> dict[Callable[[], int], list[ConfigResource]]:
+        """Broker resources go to that broker; the rest to the least loaded one."""
+        groups: dict[Any, list[ConfigResource]] = {}
+        targets: dict[Any, Callable[[], int]] = {}
+        for r in resources:
+            r = ConfigResource(ConfigResourceType(int(r.type)), str(r.name))
+            if r.type in (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER) and r.name:
+                node_id = int(r.name)
+                key: Any = ("broker", node_id)
+                targets.setdefault(key, functools.partial(int, node_id))
+            else:
+                key = "any"
+                targets.setdefault(key, self._any_node)
+            groups.setdefault(key, []).append(r)
+        return {targets[k]: v for k, v in groups.items()}

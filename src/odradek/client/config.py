@@ -1,0 +1,236 @@
+"""Client settings with Kafka's names and defaults.
+
+Settings are given by keyword with ``_`` for ``.`` (``linger_ms=5``), or as a
+dict with Kafka's dotted names (``{"linger.ms": 5}``), or both (keywords win).
+An unknown name is a ``ConfigError``, never silently ignored. Defaults are the
+Java client's (Kafka 3.x/4.x), noted where they differ between the two.
+
+Every setting listed here is honoured by the client, except those marked
+"group" in ``ConsumerConfig``, which the consumer group coordinator uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from odradek.client.errors import ConfigError
+
+_client_ids = itertools.count(1)
+
+
+@dataclass
+class CommonConfig:
+    """Settings every client has."""
+
+    bootstrap_servers: str | list[str] = ""
+    client_id: str = ""
+    request_timeout_ms: int = 30_000
+    metadata_max_age_ms: int = 300_000
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1_000
+    reconnect_backoff_ms: int = 50
+    reconnect_backoff_max_ms: int = 1_000
+    socket_connection_setup_timeout_ms: int = 10_000
+    send_buffer_bytes: int = 131_072
+    receive_buffer_bytes: int = 65_536
+    security_protocol: str = "PLAINTEXT"
+
+    # Names set explicitly by the caller (Kafka treats some defaults differently
+    # when a setting was chosen rather than defaulted, e.g. enable.idempotence).
+    explicitly_set: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    kind = "client"
+
+    @classmethod
+    def from_settings(cls, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Self:
+        """Build from a dict of dotted names and/or keywords; unknown names raise."""
+        known = {f.name for f in dataclasses.fields(cls) if f.name != "explicitly_set"}
+        values: dict[str, Any] = {}
+        for source in (config or {}), kwargs:
+            for raw_name, value in source.items():
+                name = raw_name.replace(".", "_").replace("-", "_")
+                if name not in known:
+                    raise ConfigError(
+                        f"unknown {cls.kind} setting {raw_name!r}"
+                        + (f" (as {name!r})" if name != raw_name else "")
+                    )
+                values[name] = value
+        obj = cls(**values, explicitly_set=frozenset(values))
+        if not obj.client_id:
+            obj.client_id = f"odradek-{cls.kind}-{next(_client_ids)}"
+        obj.validate()
+        return obj
+
+    def validate(self) -> None:
+        if not self.bootstrap_servers:
+            raise ConfigError('bootstrap_servers is required ("host:port,host:port")')
+        if self.security_protocol.upper() != "PLAINTEXT":
+            raise ConfigError(
+                f"security_protocol {self.security_protocol!r} is not supported; only PLAINTEXT"
+            )
+        for name in (
+            "request_timeout_ms",
+            "retry_backoff_ms",
+            "reconnect_backoff_ms",
+            "socket_connection_setup_timeout_ms",
+        ):
+            if int(getattr(self, name)) < 0:
+                raise ConfigError(f"{name} must not be negative")
+        self.bootstrap_addresses()
+
+    def bootstrap_addresses(self) -> list[tuple[str, int]]:
+        """``bootstrap_servers`` as (host, port) pairs; port 9092 when omitted."""
+        raw = self.bootstrap_servers
+        items = raw.split(",") if isinstance(raw, str) else list(raw)
+        out: list[tuple[str, int]] = []
+        for item in items:
+            item = item.strip()
+            if not item:
+                continue
+            if item.startswith("["):  # [ipv6]:port
+                host, _, rest = item[1:].partition("]")
+                port_text = rest.lstrip(":") or "9092"
+            elif item.count(":") == 1:
+                host, _, port_text = item.partition(":")
+            else:
+                host, port_text = item, "9092"
+            try:
+                port = int(port_text)
+            except ValueError:
+                raise ConfigError(f"bad port in bootstrap server {item!r}") from None
+            out.append((host, port))
+        if not out:
+            raise ConfigError("bootstrap_servers lists no server")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name != "explicitly_set"
+        }
+
+
+Partitioner = Any  # a Partitioner instance, a callable, or None (see producer.py)
+Serializer = Callable[[Any], bytes | None] | None
+Deserializer = Callable[[bytes | None], Any] | None
+
+
+@dataclass
+class ProducerConfig(CommonConfig):
+    acks: str | int = "all"
+    linger_ms: int = 5  # Kafka 4.0 (KIP-1030); 0 in Kafka 3.x
+    batch_size: int = 16_384
+    compression_type: str = "none"
+    enable_idempotence: bool = True
+    retries: int = 2_147_483_647
+    delivery_timeout_ms: int = 120_000
+    max_in_flight_requests_per_connection: int = 5
+    max_request_size: int = 1_048_576
+    buffer_memory: int = 33_554_432
+    max_block_ms: int = 60_000
+    partitioner: Partitioner = None
+    key_serializer: Serializer = None
+    value_serializer: Serializer = None
+    send_buffer_bytes: int = 131_072
+    receive_buffer_bytes: int = 32_768
+
+    kind = "producer"
+
+    def validate(self) -> None:
+        super().validate()
+        acks = str(self.acks).lower()
+        if acks not in ("all", "-1", "0", "1"):
+            raise ConfigError(f"acks must be 'all', -1, 0 or 1, not {self.acks!r}")
+        self.acks = "all" if acks in ("all", "-1") else int(acks)
+        codec = str(self.compression_type).lower()
+        if codec not in ("none", "gzip", "snappy", "lz4", "zstd"):
+            raise ConfigError(f"unknown compression_type {self.compression_type!r}")
+        self.compression_type = codec
+        if self.batch_size < 0 or self.linger_ms < 0 or self.max_request_size <= 0:
+            raise ConfigError("batch_size and linger_ms must be >= 0, max_request_size > 0")
+        if self.max_in_flight_requests_per_connection < 1:
+            raise ConfigError("max_in_flight_requests_per_connection must be at least 1")
+        if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
+            raise ConfigError("delivery_timeout_ms must be at least linger_ms + request_timeout_ms")
+        # Java: an explicitly enabled idempotence with conflicting settings is an error;
+        # the default (enabled) quietly turns off instead.
+        conflicts = []
+        if self.acks != "all":
+            conflicts.append("acks must be 'all'")
+        if self.max_in_flight_requests_per_connection > 5:
+            conflicts.append("max_in_flight_requests_per_connection must be <= 5")
+        if self.retries == 0:
+            conflicts.append("retries must be > 0")
+        if self.enable_idempotence and conflicts:
+            if "enable_idempotence" in self.explicitly_set:
+                raise ConfigError("enable_idempotence=True needs " + ", ".join(conflicts))
+            self.enable_idempotence = False
+
+
+@dataclass
+class ConsumerConfig(CommonConfig):
+    group_id: str | None = None
+    group_instance_id: str | None = None  # group
+    auto_offset_reset: str = "latest"
+    enable_auto_commit: bool = True  # group
+    auto_commit_interval_ms: int = 5_000  # group
+    fetch_min_bytes: int = 1
+    fetch_max_bytes: int = 52_428_800
+    fetch_max_wait_ms: int = 500
+    max_partition_fetch_bytes: int = 1_048_576
+    max_poll_records: int = 500
+    max_poll_interval_ms: int = 300_000  # group
+    session_timeout_ms: int = 45_000  # group
+    heartbeat_interval_ms: int = 3_000  # group
+    partition_assignment_strategy: list[Any] = field(
+        default_factory=lambda: ["range", "cooperative-sticky"]
+    )  # group
+    isolation_level: str = "read_uncommitted"
+    check_crcs: bool = True
+    exclude_internal_topics: bool = True  # group (pattern subscriptions)
+    allow_auto_create_topics: bool = True
+    client_rack: str = ""
+    default_api_timeout_ms: int = 60_000
+    key_deserializer: Deserializer = None
+    value_deserializer: Deserializer = None
+
+    kind = "consumer"
+
+    def validate(self) -> None:
+        super().validate()
+        reset = str(self.auto_offset_reset).lower()
+        if reset == "smallest":
+            reset = "earliest"
+        elif reset == "largest":
+            reset = "latest"
+        if reset not in ("earliest", "latest", "none"):
+            raise ConfigError(
+                "auto_offset_reset must be earliest, latest or none, "
+                f"not {self.auto_offset_reset!r}"
+            )
+        self.auto_offset_reset = reset
+        level = str(self.isolation_level).lower()
+        if level not in ("read_uncommitted", "read_committed"):
+            raise ConfigError(f"unknown isolation_level {self.isolation_level!r}")
+        self.isolation_level = level
+        if self.max_poll_records < 1:
+            raise ConfigError("max_poll_records must be at least 1")
+        if isinstance(self.partition_assignment_strategy, str):
+            self.partition_assignment_strategy = [
+                s.strip() for s in self.partition_assignment_strategy.split(",") if s.strip()
+            ]
+        if self.group_id is None and "enable_auto_commit" not in self.explicitly_set:
+            self.enable_auto_commit = False  # Java: no group, no auto-commit
+
+
+@dataclass
+class AdminConfig(CommonConfig):
+    default_api_timeout_ms: int = 60_000
+    retries: int = 2_147_483_647
+
+    kind = "admin"

@@ -1,0 +1,247 @@
+"""Client errors, named after Kafka's exceptions (``XyzException`` becomes ``XyzError``).
+
+Every error the broker can return has a class here: ``error_for_code(code)``
+gives it, ``raise_for_code(code)`` raises it. Each class carries the Kafka
+error ``code`` and whether the client may retry (``retriable``), both taken from
+kio's error table so they stay in step with Kafka's own ``Errors`` enum.
+
+Classes the client itself raises or catches are written out below so type
+checkers and readers see them; the rest are generated from the table at import
+and are reachable as module attributes and through ``error_for_code``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from kio.schema.errors import ErrorCode
+
+
+class KafkaError(Exception):
+    """Base of every client error. ``code`` is Kafka's error code (-1 when client-side)."""
+
+    code: ClassVar[int] = -1
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message if message is not None else self.__class__.__name__)
+        self.message = message
+
+
+# --------------------------------------------------------------------- client-side errors
+
+
+class KafkaConnectionError(KafkaError):
+    """The connection to a broker failed or was closed with requests in flight."""
+
+    retriable = True
+
+
+class KafkaTimeoutError(KafkaError):
+    """A request or an operation did not complete in time (Java's TimeoutException)."""
+
+    retriable = True
+
+
+class ConfigError(KafkaError, ValueError):
+    """An unknown setting or a bad value (Java's ConfigException)."""
+
+
+class IllegalStateError(KafkaError):
+    """An operation that the client's current state does not allow."""
+
+
+class NoBrokersAvailableError(KafkaError):
+    """None of the bootstrap servers could be reached."""
+
+    retriable = True
+
+
+class IncompatibleBrokerVersionError(KafkaError):
+    """The broker supports no version of an API the client needs."""
+
+
+class SerializationError(KafkaError):
+    """A key or value could not be turned into bytes."""
+
+
+class RecordTooLargeError(KafkaError):
+    """A record exceeds ``max_request_size`` or ``buffer_memory`` (client-side check)."""
+
+
+class CorruptRecordError(KafkaError):
+    """A fetched record batch failed to decode (bad CRC, bad compression, truncation)."""
+
+    code = 2
+
+
+# --------------------------------------------------------------------- broker errors
+
+
+class BrokerResponseError(KafkaError):
+    """An error code returned by a broker."""
+
+
+_BY_CODE: dict[int, type[BrokerResponseError]] = {}
+
+
+def _class_name(name: str) -> str:
+    for suffix in ("_exception", "_error"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return "".join(part.capitalize() for part in name.split("_")) + "Error"
+
+
+def _register(cls: type[BrokerResponseError]) -> type[BrokerResponseError]:
+    _BY_CODE[cls.code] = cls
+    return cls
+
+
+class UnknownServerError(BrokerResponseError):
+    code = -1
+
+
+class OffsetOutOfRangeError(BrokerResponseError):
+    code = 1
+
+
+class UnknownTopicOrPartitionError(BrokerResponseError):
+    code = 3
+    retriable = True
+
+
+class LeaderNotAvailableError(BrokerResponseError):
+    code = 5
+    retriable = True
+
+
+class NotLeaderOrFollowerError(BrokerResponseError):
+    code = 6
+    retriable = True
+
+
+class RequestTimedOutError(BrokerResponseError):
+    code = 7
+    retriable = True
+
+
+class MessageTooLargeError(BrokerResponseError):
+    code = 10
+
+
+class CoordinatorNotAvailableError(BrokerResponseError):
+    code = 15
+    retriable = True
+
+
+class NotCoordinatorError(BrokerResponseError):
+    code = 16
+    retriable = True
+
+
+class InvalidTopicError(BrokerResponseError):
+    code = 17
+
+
+class UnsupportedVersionError(BrokerResponseError):
+    code = 35
+
+
+class TopicAlreadyExistsError(BrokerResponseError):
+    code = 36
+
+
+class InvalidPartitionsError(BrokerResponseError):
+    code = 37
+
+
+class InvalidReplicationFactorError(BrokerResponseError):
+    code = 38
+
+
+class InvalidConfigError(BrokerResponseError):
+    code = 40
+
+
+class NotControllerError(BrokerResponseError):
+    code = 41
+    retriable = True
+
+
+class InvalidRequestError(BrokerResponseError):
+    code = 42
+
+
+class OutOfOrderSequenceNumberError(BrokerResponseError):
+    code = 45
+
+
+class DuplicateSequenceNumberError(BrokerResponseError):
+    code = 46
+
+
+class InvalidProducerEpochError(BrokerResponseError):
+    code = 47
+
+
+class UnknownProducerIdError(BrokerResponseError):
+    code = 59
+
+
+class UnsupportedCompressionTypeError(BrokerResponseError):
+    code = 76
+
+
+class InvalidRecordError(BrokerResponseError):
+    code = 87
+
+
+class ProducerFencedError(BrokerResponseError):
+    code = 90
+
+
+for _cls in list(BrokerResponseError.__subclasses__()):
+    _register(_cls)
+
+# Generate the remaining classes from kio's table, with its retriable flags. Codes
+# defined above keep their class but take the table's flag, so both agree.
+for _member in ErrorCode:
+    if _member.value == 0:
+        continue
+    _existing = _BY_CODE.get(int(_member.value))
+    if _existing is not None:
+        _existing.retriable = bool(_member.retriable)
+        continue
+    _name = _class_name(_member.name)
+    _generated = type(
+        _name,
+        (BrokerResponseError,),
+        {
+            "code": int(_member.value),
+            "retriable": bool(_member.retriable),
+            "__doc__": f"Kafka error {int(_member.value)} ({_member.name}).",
+            "__module__": __name__,
+        },
+    )
+    _register(_generated)
+    globals()[_name] = _generated
+
+
+def error_for_code(code: int) -> type[BrokerResponseError]:
+    """The error class for a Kafka error code (UnknownServerError for unknown codes)."""
+    return _BY_CODE.get(int(code), UnknownServerError)
+
+
+def make_error(code: int, message: str | None = None) -> BrokerResponseError:
+    """An instance of the error for ``code``, with Kafka's name in the message."""
+    cls = error_for_code(code)
+    text = f"[Error {int(code)}] {cls.__name__}"
+    if message:
+        text += f": {message}"
+    return cls(text)
+
+
+def raise_for_code(code: int, message: str | None = None) -> None:
+    """Raise the error for ``code`` unless it is 0 (NONE)."""
+    if int(code) != 0:
+        raise make_error(code, message)

@@ -1,0 +1,450 @@
+"""The fetcher: Fetch requests to partition leaders, buffered responses, positions.
+
+Follows the Java client's ``Fetcher`` (seed 004, section 2.3):
+
+* ``send_fetches`` sends one Fetch request to each leader that has fetchable
+  partitions and no fetch already in flight. A partition is fetchable when it
+  is assigned, not paused, has a position, and has no undrained data buffered
+  here (so a partition that returned more than ``max_poll_records`` is not
+  fetched again until its records are handed out).
+* Responses are completed on the connection's reader thread and only queued
+  (``CompletedFetch``, undecoded); decoding happens on the consumer thread in
+  ``fetched_records``, which hands out at most ``max_records`` records,
+  advancing positions as it goes.
+* Pipelining: the consumer calls ``send_fetches`` again right before
+  returning records from ``poll``, so the next fetch is on the wire while the
+  application processes the current records.
+* A fetch whose offset no longer equals the partition's position (the user
+  sought meanwhile) or whose partition is no longer assigned is dropped.
+
+Batches are decoded with ``records.decode_batch_records`` (every codec Kafka
+has), CRCs checked when ``check_crcs``; control batches are skipped, and
+records before the position (a compressed batch fetched from its middle) are
+dropped.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from odradek.client.cluster import KafkaClient
+from odradek.client.config import ConsumerConfig
+from odradek.client.errors import (
+    CorruptRecordError,
+    KafkaError,
+    OffsetOutOfRangeError,
+    make_error,
+)
+from odradek.client.offsets import list_offsets
+from odradek.client.structs import ConsumerRecord, TopicPartition
+from odradek.client.subscription import (
+    NoOffsetForPartitionError,
+    OffsetResetStrategy,
+    SubscriptionState,
+)
+from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.records import (
+    RecordError,
+    batch_crc,
+    decode_batch_records,
+    iter_batches,
+)
+
+log = logging.getLogger(__name__)
+
+_LEADER_ERRORS = {3, 5, 6, 74, 75, 100}  # unknown topic, no leader, not leader, epochs, topic id
+
+
+@dataclass(eq=False)
+class CompletedFetch:
+    tp: TopicPartition
+    fetch_offset: int
+    error_code: int
+    high_watermark: int
+    log_start_offset: int
+    last_stable_offset: int
+    raw: bytes
+    records: deque[ConsumerRecord] | None = None  # decoded lazily
+    next_offset: int = -1  # position after the last record (past trailing control batches)
+    expected_position: int = -1  # the partition's position if nobody sought since
+    consumed: bool = False
+    decode_error: KafkaError | None = field(default=None)
+
+
+class Fetcher:
+    def __init__(
+        self, client: KafkaClient, subscriptions: SubscriptionState, config: ConsumerConfig
+    ) -> None:
+        self._client = client
+        self._subs = subscriptions
+        self.config = config
+        self._cond = threading.Condition()
+        self._completed: deque[CompletedFetch] = deque()
+        self._next_in_line: CompletedFetch | None = None
+        self._nodes_in_flight: set[int] = set()
+        self._isolation = 1 if config.isolation_level == "read_committed" else 0
+        self._key_deserializer: Callable[[bytes | None], Any] | None = config.key_deserializer
+        self._value_deserializer: Callable[[bytes | None], Any] | None = config.value_deserializer
+        subscriptions.add_assignment_listener(self._on_unassigned)
+
+    # ------------------------------------------------------------------ sending
+
+    def _buffered_partitions(self) -> set[TopicPartition]:
+        with self._cond:
+            out = {cf.tp for cf in self._completed}
+            if self._next_in_line is not None and not self._next_in_line.consumed:
+                out.add(self._next_in_line.tp)
+            return out
+
+    def send_fetches(self) -> int:
+        """Send a Fetch to every leader with fetchable partitions and none in flight."""
+        buffered = self._buffered_partitions()
+        cluster = self._client.cluster
+        by_node: dict[int, list[TopicPartition]] = {}
+        unknown_leader = False
+        for tp in self._subs.fetchable_partitions(lambda tp: tp in buffered):
+            leader = cluster.leader_for(tp)
+            if leader < 0:
+                unknown_leader = True
+                continue
+            with self._cond:
+                if leader in self._nodes_in_flight:
+                    continue
+            by_node.setdefault(leader, []).append(tp)
+        if unknown_leader:
+            self._client.request_update()
+        sent = 0
+        for node, tps in by_node.items():
+            positions: dict[TopicPartition, int] = {}
+            for tp in tps:
+                try:
+                    pos = self._subs.position(tp)
+                except KafkaError:
+                    continue
+                if pos is not None:
+                    positions[tp] = pos
+            if not positions:
+                continue
+            with self._cond:
+                self._nodes_in_flight.add(node)
+            future = self._client.send(
+                node,
+                ApiKey.FETCH,
+                self._fetch_body(positions),
+                timeout_ms=self.config.request_timeout_ms + self.config.fetch_max_wait_ms,
+            )
+            future.add_done_callback(functools.partial(self._on_response, node, positions))
+            sent += 1
+        return sent
+
+    def _fetch_body(self, positions: dict[TopicPartition, int]) -> dict[str, Any]:
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp, offset in positions.items():
+            topics.setdefault(tp.topic, []).append(
+                {
+                    "partition": tp.partition,
+                    "current_leader_epoch": -1,
+                    "fetch_offset": offset,
+                    "last_fetched_epoch": -1,
+                    "log_start_offset": -1,
+                    "partition_max_bytes": self.config.max_partition_fetch_bytes,
+                }
+            )
+        return {
+            "cluster_id": None,
+            "replica_id": -1,
+            "replica_state": {"replica_id": -1, "replica_epoch": -1},
+            "max_wait": self.config.fetch_max_wait_ms,
+            "min_bytes": self.config.fetch_min_bytes,
+            "max_bytes": self.config.fetch_max_bytes,
+            "isolation_level": self._isolation,
+            "session_id": 0,
+            "session_epoch": -1,  # no fetch session: every request is a full fetch
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "forgotten_topics_data": [],
+            "rack_id": self.config.client_rack,
+        }
+
+    def _on_response(
+        self, node: int, positions: dict[TopicPartition, int], future: Future[Any]
+    ) -> None:
+        """Reader thread: queue the partition results, nothing more."""
+        fetches: list[CompletedFetch] = []
+        exc = future.exception()
+        if exc is None:
+            response = future.result()
+            top_error = int(getattr(response, "error_code", 0))
+            if top_error:
+                log.debug("fetch from node %s failed: error %s", node, top_error)
+                if top_error in _LEADER_ERRORS:
+                    self._client.request_update()
+            for t in response.responses:
+                for p in t.partitions:
+                    tp = TopicPartition(t.topic, int(p.partition_index))
+                    if tp not in positions:
+                        continue
+                    fetches.append(
+                        CompletedFetch(
+                            tp,
+                            positions[tp],
+                            int(p.error_code),
+                            int(p.high_watermark),
+                            int(getattr(p, "log_start_offset", -1)),
+                            int(getattr(p, "last_stable_offset", -1)),
+                            bytes(p.records) if p.records else b"",
+                        )
+                    )
+        else:
+            log.debug("fetch from node %s failed: %s", node, exc)
+            self._client.request_update()
+        with self._cond:
+            self._nodes_in_flight.discard(node)
+            self._completed.extend(fetches)
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ receiving
+
+    def has_available_fetches(self) -> bool:
+        with self._cond:
+            return bool(self._completed) or (
+                self._next_in_line is not None and not self._next_in_line.consumed
+            )
+
+    def has_in_flight(self) -> bool:
+        with self._cond:
+            return bool(self._nodes_in_flight)
+
+    def wait_for_fetches(self, timeout_s: float) -> bool:
+        """Block until a completed fetch is buffered or nothing is in flight or timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not self._completed:
+                if not self._nodes_in_flight:
+                    return False
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def wakeup(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def fetched_records(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Hand out up to ``max_records`` buffered records, advancing positions."""
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        remaining = max_records
+        while remaining > 0:
+            with self._cond:
+                cf = self._next_in_line
+                if cf is None or cf.consumed:
+                    if not self._completed:
+                        break
+                    cf = self._completed.popleft()
+                    self._next_in_line = cf
+                    fresh = True
+                else:
+                    fresh = False
+            if fresh:
+                self._initialize(cf)
+                if cf.consumed:
+                    continue
+            taken = self._take(cf, remaining)
+            if taken:
+                out.setdefault(cf.tp, []).extend(taken)
+                remaining -= len(taken)
+        return out
+
+    def _initialize(self, cf: CompletedFetch) -> None:
+        """Check a fresh CompletedFetch against the current state; decode its records."""
+        tp = cf.tp
+        if not self._subs.is_assigned(tp):
+            cf.consumed = True
+            return
+        try:
+            position = self._subs.position(tp)
+        except KafkaError:
+            cf.consumed = True
+            return
+        if position != cf.fetch_offset:
+            cf.consumed = True  # the user sought meanwhile: stale data
+            return
+        code = cf.error_code
+        if code == 0:
+            self._subs.update_high_watermark(
+                tp, cf.high_watermark, cf.log_start_offset, cf.last_stable_offset
+            )
+            try:
+                cf.records = deque(self._decode(cf))
+            except KafkaError as exc:
+                cf.consumed = True
+                raise exc
+            cf.expected_position = cf.fetch_offset
+            if not cf.records:
+                cf.consumed = True
+                if cf.raw and not self._subs.is_paused(tp):
+                    self._maybe_skip_empty(cf)
+            return
+        cf.consumed = True
+        if code in _LEADER_ERRORS:
+            self._client.request_update()
+        elif code == OffsetOutOfRangeError.code:
+            if self._subs.default_reset is OffsetResetStrategy.NONE:
+                raise OffsetOutOfRangeError(
+                    f"fetch position {cf.fetch_offset} is out of range for {tp} "
+                    f"and auto_offset_reset is 'none'"
+                )
+            log.info("fetch offset %s out of range for %s; resetting", cf.fetch_offset, tp)
+            self._subs.request_reset([tp])
+        else:
+            error = make_error(code, f"fetch {tp}")
+            if not error.retriable:
+                raise error
+            log.debug("retriable fetch error for %s: %s", tp, error)
+
+    def _maybe_skip_empty(self, cf: CompletedFetch) -> None:
+        """Batches all below the position (compacted or control-only): move past them."""
+        last_next = -1
+        for _pos, h in iter_batches(cf.raw):
+            last_next = h.next_offset
+        if last_next > cf.fetch_offset:
+            self._subs.seek(cf.tp, last_next)
+
+    def _decode(self, cf: CompletedFetch) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        raw = cf.raw
+        tp = cf.tp
+        position = cf.fetch_offset
+        cf.next_offset = position
+        kd, vd = self._key_deserializer, self._value_deserializer
+        for pos, header in iter_batches(raw):
+            if header.next_offset <= position:
+                continue
+            if self.config.check_crcs and batch_crc(raw, pos, header.size) != header.crc:
+                raise CorruptRecordError(
+                    f"record batch at offset {header.base_offset} of {tp} failed its CRC32C check"
+                )
+            if header.is_control:
+                # Control batches carry no user records; step past them.
+                continue
+            try:
+                records = decode_batch_records(raw, pos, header)
+            except RecordError as exc:
+                raise CorruptRecordError(f"cannot decode a batch of {tp}: {exc}") from exc
+            ts_type = header.timestamp_type
+            for r in records:
+                if r.offset < position:
+                    continue
+                out.append(
+                    ConsumerRecord(
+                        tp.topic,
+                        tp.partition,
+                        r.offset,
+                        kd(r.key) if kd is not None else r.key,
+                        vd(r.value) if vd is not None else r.value,
+                        r.timestamp,
+                        list(r.headers),
+                        ts_type,
+                    )
+                )
+        if out:
+            # Control batches between the last record and the batch end move the
+            # position past them too, once every record is handed out.
+            last_next = out[-1].offset + 1
+            for _pos, header in iter_batches(raw):
+                if header.is_control and header.base_offset >= last_next:
+                    last_next = header.next_offset
+            cf.next_offset = last_next
+        return out
+
+    def _take(self, cf: CompletedFetch, n: int) -> list[ConsumerRecord]:
+        tp = cf.tp
+        records = cf.records
+        if records is None:
+            cf.consumed = True
+            return []
+        # Partition revoked, paused or sought since: give nothing and drop the rest
+        # (pause keeps the data in Java; we drop and refetch, which is equivalent).
+        if not self._subs.is_assigned(tp) or self._subs.is_paused(tp):
+            cf.consumed = True
+            return []
+        try:
+            position = self._subs.position(tp)
+        except KafkaError:
+            cf.consumed = True
+            return []
+        if position != cf.expected_position:
+            cf.consumed = True  # the user sought since these records were fetched
+            return []
+        taken: list[ConsumerRecord] = []
+        while records and len(taken) < n:
+            taken.append(records.popleft())
+        if taken:
+            new_position = taken[-1].offset + 1
+            if not records and cf.next_offset > new_position:
+                new_position = cf.next_offset
+            self._subs.seek(tp, new_position)
+            cf.expected_position = new_position
+        if not records:
+            cf.consumed = True
+        return taken
+
+    # ------------------------------------------------------------------ positions
+
+    def reset_offsets_if_needed(self, timeout_s: float) -> None:
+        """Reset partitions with a pending strategy through ListOffsets (blocking)."""
+        needing = self._subs.partitions_needing_reset()
+        if not needing:
+            return
+        timestamps = {tp: strategy.timestamp for tp, strategy in needing.items()}
+        try:
+            offsets = list_offsets(
+                self._client,
+                {tp: ts for tp, ts in timestamps.items() if ts is not None},
+                timeout_s=timeout_s,
+                isolation_level=self._isolation,
+            )
+        except KafkaError as exc:
+            log.debug("offset reset failed: %s", exc)
+            retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000
+            for tp in needing:
+                self._subs.reset_failed(tp, retry_at)
+            if not exc.retriable:
+                raise
+            return
+        for tp, strategy in needing.items():
+            found = offsets.get(tp)
+            if found is not None:
+                self._subs.maybe_seek_unvalidated(tp, found.offset, strategy)
+
+    def clear_buffered_data(self, keep: Callable[[TopicPartition], bool] | None = None) -> None:
+        """Drop buffered fetches (all, or those ``keep`` rejects)."""
+        with self._cond:
+            self._completed = deque(
+                cf for cf in self._completed if keep is not None and keep(cf.tp)
+            )
+            if self._next_in_line is not None and not (
+                keep is not None and keep(self._next_in_line.tp)
+            ):
+                self._next_in_line.consumed = True
+
+    def _on_unassigned(self, removed: set[TopicPartition]) -> None:
+        if removed:
+            self.clear_buffered_data(lambda tp: tp not in removed)
+
+
+def check_no_offset(subs: SubscriptionState) -> None:
+    """Raise NoOffsetForPartitionError when a partition can never get a position."""
+    subs.reset_missing_positions()
+
+
+__all__ = ["CompletedFetch", "Fetcher", "NoOffsetForPartitionError", "check_no_offset"]

@@ -1,0 +1,159 @@
+"""Partitioners: where a record goes when the caller does not name a partition.
+
+``DefaultPartitioner`` does what the Java client does: a record with a key goes
+to ``toPositive(murmur2(key)) % numPartitions`` (all partitions, available or
+not, so a key's partition never depends on broker health); records without a
+key stick to one partition until a batch for it is complete, then move to
+another (KIP-480 sticky partitioning).
+
+Custom partitioners subclass ``Partitioner``, or are plain callables
+``(key_bytes, all_partitions, available_partitions) -> partition`` (the
+kafka-python / aiokafka convention).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Sequence
+
+_M = 0x5BD1E995
+_SEED = 0x9747B28C
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2``: 32-bit MurmurHash2, seed 0x9747b28c, as a signed int."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    end = length & ~3
+    for i in range(0, end, 4):
+        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = (h * _M) & _MASK
+        h ^= k
+    tail = length & 3
+    if tail == 3:
+        h ^= data[end + 2] << 16
+    if tail >= 2:
+        h ^= data[end + 1] << 8
+    if tail >= 1:
+        h ^= data[end]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def to_positive(n: int) -> int:
+    """Kafka's ``Utils.toPositive``: clear the sign bit (not ``abs``)."""
+    return n & 0x7FFFFFFF
+
+
+def key_partition(key: bytes, num_partitions: int) -> int:
+    """The partition the Java client picks for ``key``."""
+    return to_positive(murmur2(key)) % num_partitions
+
+
+class Partitioner:
+    """Chooses a partition for a record without one. Subclass for custom logic."""
+
+    def partition(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partitions: Sequence[int],
+        available: Sequence[int],
+    ) -> int:
+        raise NotImplementedError
+
+    def on_new_batch(
+        self, topic: str, partitions: Sequence[int], available: Sequence[int], prev_partition: int
+    ) -> None:
+        """Called when a keyless record would open a new batch in ``prev_partition``."""
+
+    @property
+    def sticky(self) -> bool:
+        """Whether ``on_new_batch`` may change the choice for keyless records."""
+        return False
+
+
+class DefaultPartitioner(Partitioner):
+    """murmur2 for keys (Java-compatible), sticky per batch for keyless records."""
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self._rng = rng or random.Random()
+        self._sticky: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def sticky(self) -> bool:
+        return True
+
+    def partition(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partitions: Sequence[int],
+        available: Sequence[int],
+    ) -> int:
+        if key is not None:
+            return key_partition(key, len(partitions))
+        with self._lock:
+            current = self._sticky.get(topic)
+            if current is None or current not in partitions:
+                current = self._choose(partitions, available, None)
+                self._sticky[topic] = current
+            return current
+
+    def on_new_batch(
+        self, topic: str, partitions: Sequence[int], available: Sequence[int], prev_partition: int
+    ) -> None:
+        with self._lock:
+            if self._sticky.get(topic, prev_partition) == prev_partition:
+                self._sticky[topic] = self._choose(partitions, available, prev_partition)
+
+    def _choose(
+        self, partitions: Sequence[int], available: Sequence[int], avoid: int | None
+    ) -> int:
+        pool = list(available) or list(partitions)
+        if avoid is not None and len(pool) > 1:
+            pool = [p for p in pool if p != avoid]
+        return self._rng.choice(pool)
+
+
+class CallablePartitioner(Partitioner):
+    """Adapts ``fn(key_bytes, all_partitions, available_partitions) -> int``."""
+
+    def __init__(self, fn: Callable[[bytes | None, list[int], list[int]], int]) -> None:
+        self._fn = fn
+
+    def partition(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partitions: Sequence[int],
+        available: Sequence[int],
+    ) -> int:
+        return int(self._fn(key, list(partitions), list(available)))
+
+
+def resolve_partitioner(spec: object) -> Partitioner:
+    """The ``partitioner`` setting: None / "default" / a Partitioner / a callable."""
+    if spec is None or spec == "default" or spec == "murmur2_random":
+        return DefaultPartitioner()
+    if isinstance(spec, Partitioner):
+        return spec
+    if isinstance(spec, type) and issubclass(spec, Partitioner):
+        return spec()
+    if callable(spec):
+        return CallablePartitioner(spec)  # type: ignore[arg-type]
+    from odradek.client.errors import ConfigError
+
+    raise ConfigError(f"partitioner must be None, 'default', a Partitioner or a callable: {spec!r}")
