@@ -403,3 +403,21 @@ def test_closed_log_refuses_use(tmp_path: Path) -> None:
     log.close()  # idempotent
     with pytest.raises(ValueError):
         log.append(batch())
+
+
+def test_untouched_log_closes_without_rewriting_its_files(tmp_path: Path) -> None:
+    """A clean open followed by a close must not pay for fsyncs (broker shutdown speed)."""
+    log = open_log(tmp_path / "p")
+    log.append(build_batch([(b"k", b"v", ())], timestamp_ms=1))
+    log.close()
+    written = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "p").iterdir()}
+    reopened = open_log(tmp_path / "p")
+    reopened.close()
+    after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "p").iterdir()}
+    assert {n: t for n, t in after.items() if n != ".clean_shutdown"} == {
+        n: t for n, t in written.items() if n != ".clean_shutdown"
+    }
+    again = open_log(tmp_path / "p")
+    assert again.end_offset == 1
+    assert again.read(0, 1 << 20)
+    again.close()

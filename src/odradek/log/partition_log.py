@@ -148,6 +148,9 @@ class PartitionLog:
         self._dir_dirty = False
         self._last_flush_ms = now_ms()
         self._closed = False
+        # Whether close() must write indexes, snapshot and fsync: False only for a log
+        # opened cleanly and not changed since, whose files are already complete on disk.
+        self._modified = True
         self.leader_epoch = 0
 
     # ------------------------------------------------------------------ open / recovery
@@ -221,6 +224,7 @@ class PartitionLog:
         inst = cls(directory, config, now_ms, segments, producers, start)
         if not clean:
             inst._dir_dirty = True
+        inst._modified = not clean
         return inst
 
     @staticmethod
@@ -278,6 +282,7 @@ class PartitionLog:
         Header fields are handled as plain tuples here: this is the hot path.
         """
         self._check_open()
+        self._modified = True
         view = memoryview(data)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
@@ -384,6 +389,7 @@ class PartitionLog:
     def roll(self) -> None:
         """Close the active segment for writing and start a new one at end_offset."""
         self._check_open()
+        self._modified = True
         old = self._segments[-1]
         if old.is_empty:
             return
@@ -534,6 +540,7 @@ class PartitionLog:
     def delete_records_before(self, offset: int) -> None:
         """Advance the log start offset (DeleteRecords); whole segments below it are removed."""
         self._check_open()
+        self._modified = True
         if offset > self.end_offset or offset < 0:
             raise OffsetOutOfRangeError(
                 f"cannot delete records before {offset}: log end offset is {self.end_offset}"
@@ -551,6 +558,7 @@ class PartitionLog:
         self._producers.evict_below(self._start_offset)
 
     def _delete_leading(self, n: int) -> None:
+        self._modified = True
         doomed = self._segments[:n]
         del self._segments[:n]
         del self._bases[:n]
@@ -584,7 +592,7 @@ class PartitionLog:
         last_offsets = {
             pid: e.last_offset for pid, e in self._producers.entries.items() if e.batches
         }
-        return compact_segments(
+        stats = compact_segments(
             self.directory,
             self._segments,
             self.config,
@@ -593,6 +601,9 @@ class PartitionLog:
             self._replace_segments,
             force=force,
         )
+        if stats.ran:
+            self._modified = True
+        return stats
 
     def _replace_segments(self, old: list[Segment], new: Segment) -> None:
         """Swap a compacted group for its rewritten segment in the in-memory list."""
@@ -637,6 +648,14 @@ class PartitionLog:
     def close(self) -> None:
         """Flush, write indexes and producer snapshot, then the clean-shutdown marker."""
         if self._closed:
+            return
+        if not self._modified:
+            # Nothing changed since a clean open: the files on disk are complete. The
+            # marker needs no fsync; losing it only costs a recovery scan.
+            for s in self._segments:
+                s.close()
+            write_file_atomic(self.directory / CLEAN_SHUTDOWN_FILE, b"", fsync=False)
+            self._closed = True
             return
         self._flush(self._now_ms())
         active = self._segments[-1]
