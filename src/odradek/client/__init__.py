@@ -16,6 +16,12 @@ from odradek.client.admin import (
     NewTopic,
 )
 from odradek.client.consumer import Consumer, ConsumerRecords
+from odradek.client.coordinator import (
+    CommitFailedError,
+    OffsetAndMetadata,
+    RebalanceInProgressCommitError,
+    RetriableCommitFailedError,
+)
 from odradek.client.errors import KafkaError
 from odradek.client.listener import ConsumerRebalanceListener
 from odradek.client.partitioner import DefaultPartitioner, Partitioner, murmur2
@@ -31,6 +37,7 @@ __all__ = [
     "AdminClient",
     "AlterConfigOp",
     "AlterConfigOpType",
+    "CommitFailedError",
     "ConfigResource",
     "ConfigResourceType",
     "Consumer",
@@ -41,10 +48,13 @@ __all__ = [
     "KafkaError",
     "NewPartitions",
     "NewTopic",
+    "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "Partitioner",
     "Producer",
+    "RebalanceInProgressCommitError",
     "RecordMetadata",
+    "RetriableCommitFailedError",
     "TopicPartition",
     "murmur2",
 ]

@@ -1,35 +1,41 @@
-"""The consumer: manual assignment, poll with pipelined fetches, seek, pause, offsets.
+"""The consumer: subscribe (group) or assign, poll with pipelined fetches, seek, commits.
 
-This step supports consumers that pick their partitions themselves
-(``assign``). Group membership -- ``subscribe`` (topics or pattern), the
-``ConsumerCoordinator`` with its join/sync loop and heartbeat thread,
-rebalance listeners, committed offsets, ``commit`` / ``commit_async`` and
-auto-commit -- is not part of this module yet, and so ``Consumer`` has no
-``subscribe``/``commit`` methods for now. The seams it plugs into are:
+Two ways to read, as in the Java client (seed 004, section 2.1):
 
-* ``Consumer._coordinator``: an object with the ``CoordinatorHooks`` methods.
-  ``poll`` calls ``coordinator.poll(timeout_s)`` first (join/sync, auto-commit,
-  heartbeat bookkeeping) and bounds its fetch wait with
-  ``coordinator.time_to_next_poll()``; positions of newly assigned partitions
-  come from ``coordinator.refresh_committed_offsets(timeout_s)`` before the
-  ``auto_offset_reset`` fallback; ``close`` calls ``coordinator.close``.
-* ``SubscriptionState`` already models topic and pattern subscriptions and
-  ``assign_from_subscribed``; the fetcher drops buffered data of partitions
-  that leave the assignment.
+* ``subscribe(topics)`` / ``subscribe(pattern=re.compile(...))``: the group's
+  ``ConsumerCoordinator`` (``coordinator.py``) joins the group named by ``group_id``,
+  and the partitions come from the group's assignor; a ``ConsumerRebalanceListener``
+  hears about revoked, assigned and lost partitions, always on the thread that calls
+  ``poll``. Heartbeats run on a background thread (``heartbeat.py``).
+* ``assign(partitions)``: exactly these partitions, no group membership (offsets can
+  still be committed to ``group_id``).
 
-Threading: like the Java consumer, a ``Consumer`` is used from one thread.
-Network I/O runs on the connections' reader threads, which only queue fetch
-responses; records are decoded in ``poll`` on the caller's thread.
+``poll`` first lets the coordinator do its work (find the coordinator, join/sync,
+auto-commit, fatal heartbeat errors), then fetches; positions of newly assigned
+partitions come from the committed offsets (OffsetFetch), else ``auto_offset_reset``
+(ListOffsets). The next fetch is sent before records are returned (pipelining), and
+the fetch wait is bounded by ``coordinator.time_to_next_poll()``.
+
+Commits: ``commit()`` (Java's commitSync: the current positions or an explicit
+``{tp: offset}``), ``commit_async(offsets=None, callback=fn)`` (``fn(offsets, error)``
+runs in a later ``poll``), ``committed({tp})``; auto-commit every
+``auto_commit_interval_ms`` inside ``poll``, before each rebalance and on ``close``.
+
+Threading: like the Java consumer, a ``Consumer`` is used from one thread. Network
+I/O runs on the connections' reader threads, which only queue fetch responses;
+records are decoded in ``poll`` on the caller's thread.
 """
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from odradek.client.cluster import KafkaClient
 from odradek.client.config import ConsumerConfig
+from odradek.client.coordinator import ConsumerCoordinator, OffsetAndMetadata
 from odradek.client.errors import IllegalStateError, KafkaError, KafkaTimeoutError
 from odradek.client.fetcher import Fetcher
 from odradek.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
@@ -112,8 +118,11 @@ class Consumer:
         )
         self._subscriptions = SubscriptionState(self.config.auto_offset_reset)
         self._fetcher = Fetcher(self._client, self._subscriptions, self.config)
-        self._coordinator: CoordinatorHooks | None = None
+        self._coordinator: ConsumerCoordinator | None = None
+        if self.config.group_id:
+            self._coordinator = ConsumerCoordinator(self._client, self._subscriptions, self.config)
         self._closed = False
+        self._closing = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -124,16 +133,18 @@ class Consumer:
         self.close()
 
     def close(self, timeout: float | None = None) -> None:
-        """Leave (when a coordinator is plugged in), drop connections. Idempotent."""
-        if self._closed:
+        """Commit (auto-commit), revoke (listener), leave the group (dynamic members), stop
+        heartbeating, drop connections. Idempotent. The listener may still commit."""
+        if self._closed or self._closing:
             return
-        self._closed = True
+        self._closing = True
         try:
             if self._coordinator is not None:
                 self._coordinator.close(
                     self.config.default_api_timeout_ms / 1000 if timeout is None else timeout
                 )
         finally:
+            self._closed = True
             self._client.close()
 
     def _ensure_open(self) -> None:
@@ -152,18 +163,145 @@ class Consumer:
         if not tps:
             self.unsubscribe()
             return
+        if self._coordinator is not None and self._subscriptions.is_user_assigned:
+            # Java: commit the old assignment's positions before changing it.
+            self._coordinator._maybe_auto_commit_async()
         self._subscriptions.assign_from_user(tps)
         self._client.set_topics({tp.topic for tp in tps})
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions currently assigned (by ``assign`` or by the group)."""
         return self._subscriptions.assigned_partitions()
 
+    def subscription(self) -> set[str]:
+        """The subscribed topics (for a pattern: the topics it currently matches)."""
+        return set(self._subscriptions.subscription)
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | re.Pattern[str] | None = None,
+        listener: Any = None,
+        *,
+        pattern: re.Pattern[str] | str | None = None,
+    ) -> None:
+        """Join ``group_id`` and read the partitions the group assigns.
+
+        ``subscribe(["a", "b"], listener=...)`` or ``subscribe(pattern=re.compile("a-.*"))``
+        (a compiled pattern as the first argument works too). Subscribing again replaces
+        the topic list; the change takes effect in the next rebalance, which the next
+        ``poll`` starts. An empty list unsubscribes. ``listener`` is a
+        ``ConsumerRebalanceListener`` (its callbacks run inside ``poll``).
+        """
+        self._ensure_open()
+        if isinstance(topics, re.Pattern):
+            pattern, topics = topics, None
+        if self._coordinator is None:
+            raise IllegalStateError("subscribe needs a group_id (use assign without one)")
+        if not self._coordinator.assignors:
+            raise IllegalStateError("subscribe needs a partition_assignment_strategy")
+        if pattern is not None:
+            if topics is not None:
+                raise ValueError("give topics or a pattern, not both")
+            self._subscriptions.subscribe_pattern(pattern, listener)
+            self._client._want_all_topics = True  # match the pattern against every topic
+            self._client.request_update()
+            return
+        if topics is None:
+            raise ValueError("subscribe needs topics or a pattern")
+        if isinstance(topics, str):
+            topics = [topics]
+        names = list(topics)
+        if not names:
+            self.unsubscribe()
+            return
+        for name in names:
+            if not name or not name.strip():
+                raise ValueError("topic names must not be empty")
+        keep = set(names)
+        self._fetcher.clear_buffered_data(lambda tp: tp.topic in keep)
+        if self._subscriptions.subscribe(names, listener):
+            self._client.set_topics(keep)
+        self._client.request_update()
+
     def unsubscribe(self) -> None:
-        """Drop the assignment (and, with a coordinator, the subscription)."""
+        """Drop the assignment and the subscription; a group member revokes and leaves."""
         self._ensure_open()
         self._fetcher.clear_buffered_data()
-        self._subscriptions.unsubscribe()
-        self._client.set_topics(())
+        try:
+            if self._coordinator is not None and self._subscriptions.has_auto_assigned_partitions:
+                self._coordinator.on_unsubscribe()
+        finally:
+            self._subscriptions.unsubscribe()
+            self._client._want_all_topics = False
+            self._client.set_topics(())
+
+    def enforce_rebalance(self, reason: str = "user requested") -> None:
+        """Make the next ``poll`` rejoin the group (Java's enforceRebalance)."""
+        self._ensure_open()
+        if self._coordinator is None or not self._subscriptions.has_auto_assigned_partitions:
+            raise IllegalStateError("enforce_rebalance needs a group subscription")
+        self._coordinator.request_rejoin(f"enforced: {reason}")
+
+    @property
+    def member_id(self) -> str:
+        """This member's id in the group ("" before it joined)."""
+        return self._coordinator.member_id if self._coordinator is not None else ""
+
+    @property
+    def generation_id(self) -> int:
+        """The group generation this member belongs to (-1 when not a member)."""
+        return self._coordinator.generation.generation_id if self._coordinator else -1
+
+    # ------------------------------------------------------------------ commits
+
+    def _require_group(self, what: str) -> ConsumerCoordinator:
+        self._ensure_open()
+        if self._coordinator is None:
+            raise IllegalStateError(f"{what} needs a group_id")
+        return self._coordinator
+
+    def commit(
+        self,
+        offsets: Mapping[Any, int | OffsetAndMetadata] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit synchronously (Java's commitSync): the current positions, or ``offsets``.
+
+        ``offsets`` maps partitions to the offset of the *next* record to read (an int or
+        an ``OffsetAndMetadata``). Retriable errors are retried until ``timeout``
+        (default ``default_api_timeout_ms``); raises ``CommitFailedError`` when the
+        member was removed from the group or the group is rebalancing.
+        """
+        coordinator = self._require_group("commit")
+        coordinator.commit_sync(offsets, self._timeout_s(timeout))
+
+    def commit_async(
+        self,
+        offsets: Mapping[Any, int | OffsetAndMetadata] | None = None,
+        callback: Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], Any]
+        | None = None,
+    ) -> None:
+        """Commit without waiting; ``callback(offsets, error)`` runs in a later poll/commit."""
+        coordinator = self._require_group("commit_async")
+        coordinator.commit_async(offsets, callback)
+
+    def committed(
+        self,
+        partitions: Iterable[TopicPartition | tuple[str, int]],
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offsets for ``partitions`` (None where nothing is)."""
+        coordinator = self._require_group("committed")
+        return coordinator.committed(list(partitions), self._timeout_s(timeout))
+
+    def _abandon(self) -> None:
+        """Test hook: stop like a crashed process (no commit, no LeaveGroup, no callbacks)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._coordinator is not None:
+            self._coordinator.abandon()
+        self._client.close()
 
     # ------------------------------------------------------------------ poll
 
