@@ -1,7 +1,8 @@
-"""The admin client: topics, partitions, cluster and configs.
+"""The admin client: topics, partitions, cluster, configs and consumer groups.
 
 Calls that act on several items (``create_topics``, ``delete_topics``,
-``create_partitions``, ``incremental_alter_configs``) return one
+``create_partitions``, ``incremental_alter_configs``, ``delete_consumer_groups``,
+``alter_consumer_group_offsets``, ``delete_consumer_group_offsets``) return one
 ``concurrent.futures.Future`` per item, as the Java and confluent-kafka admin
 clients do, so one failing topic does not hide the others; the futures are
 complete when the call returns (``fs["t"].result()`` raises that item's
@@ -12,11 +13,13 @@ Routing: topic creation, deletion and partition changes go to the controller
 that broker; everything else to the least loaded broker. Every call retries
 retriable errors until ``default_api_timeout_ms`` (or its ``timeout_ms``).
 
-Group operations (list / describe / delete groups, list and alter group
-offsets) are added with the consumer group coordinator: they route through
-``_call`` with a ``target`` that resolves the group's coordinator with
-FindCoordinator, exactly as the controller routing below resolves the
-controller, and reuse ``_per_item_futures`` for per-group results.
+Group operations go to the group's coordinator, found with FindCoordinator
+and cached per group; a NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE answer,
+or a failed attempt, forgets it and asks again (``_group_call``). ListGroups
+goes to every broker, since each lists only the groups it coordinates.
+``alter_consumer_group_offsets`` commits as a "simple" group (generation -1,
+no member id), as Java's ``alterConsumerGroupOffsets`` does: Kafka and Odradek
+accept it only while the group has no members (UNKNOWN_MEMBER_ID otherwise).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any, NamedTuple
 
 from odradek.client.cluster import KafkaClient
 from odradek.client.config import AdminConfig
+from odradek.client.coordinator import OffsetAndMetadata
 from odradek.client.errors import (
     KafkaConnectionError,
     KafkaError,
@@ -42,6 +46,19 @@ from odradek.client.errors import (
 from odradek.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
 from odradek.client.structs import BrokerMetadata, OffsetAndTimestamp, TopicPartition
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.consumer_protocol import (
+    CONSUMER_PROTOCOL_TYPE,
+    ConsumerProtocolError,
+    flatten,
+    parse_assignment,
+    parse_subscription,
+)
+
+_COORDINATOR_LOAD_IN_PROGRESS = 14
+_COORDINATOR_NOT_AVAILABLE = 15
+_NOT_COORDINATOR = 16
+_COORDINATOR_MOVED = frozenset({_COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR})
+_KEY_TYPE_GROUP = 0
 
 
 class ConfigResourceType(enum.IntEnum):
@@ -138,6 +155,55 @@ class TopicDescription(NamedTuple):
     partitions: list[PartitionDescription]
 
 
+class ConsumerGroupListing(NamedTuple):
+    group_id: str
+    protocol_type: str  # "consumer" for Kafka consumers, "" for a simple (commit-only) group
+    state: str  # "" when the broker's ListGroups is older than v4 and does not say
+    coordinator: int
+
+
+class MemberDescription(NamedTuple):
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: tuple[TopicPartition, ...]  # decoded for the "consumer" protocol, else ()
+    subscription: tuple[str, ...]  # the topics the member subscribed to, when known
+
+
+class ConsumerGroupDescription(NamedTuple):
+    """DescribeGroups' view. It carries neither generation nor leader: Kafka does not send
+    them. ``protocol`` (the assignor) and member assignments are only set while Stable."""
+
+    group_id: str
+    state: str  # Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberDescription, ...]
+    coordinator: BrokerMetadata | None
+
+    @property
+    def exists(self) -> bool:
+        """False for a group the coordinator does not know (described as Dead, no members)."""
+        return not (self.state == "Dead" and not self.members and not self.protocol_type)
+
+
+def _decode_member(protocol_type: str, metadata: bytes, assignment: bytes) -> tuple[Any, Any]:
+    """(assigned partitions, subscribed topics) of a consumer-protocol member; () if unknown."""
+    if protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return (), ()
+    assigned: tuple[TopicPartition, ...] = ()
+    topics: tuple[str, ...] = ()
+    with contextlib.suppress(ConsumerProtocolError):
+        if assignment:
+            pairs = flatten(parse_assignment(bytes(assignment)).partitions)
+            assigned = tuple(sorted(TopicPartition(t, p) for t, p in pairs))
+    with contextlib.suppress(ConsumerProtocolError):
+        if metadata:
+            topics = tuple(sorted(parse_subscription(bytes(metadata)).topics))
+    return assigned, topics
+
+
 def _done(error: BaseException | None) -> Future[None]:
     future: Future[None] = Future()
     if error is None:
@@ -154,6 +220,7 @@ class AdminClient:
         self.config = AdminConfig.from_settings(config, **settings)
         self._client = KafkaClient(self.config, allow_auto_create_topics=False)
         self._closed = False
+        self._coordinators: dict[str, int] = {}  # group id -> coordinator node id
 
     def __enter__(self) -> AdminClient:
         return self
@@ -591,3 +658,344 @@ class AdminClient:
                 targets.setdefault(key, self._any_node)
             groups.setdefault(key, []).append(r)
         return {targets[k]: v for k, v in groups.items()}
+
+    # ------------------------------------------------------------------ consumer groups
+
+    def _find_coordinator(self, group_id: str, timeout_s: float) -> int:
+        """The node coordinating ``group_id`` (cached until a call through it fails)."""
+        node = self._coordinators.get(group_id)
+        if node is not None:
+            return node
+
+        def check(response: Any) -> int:
+            entries = getattr(response, "coordinators", None)
+            if entries:  # v4+: one entry per key
+                return int(entries[0].error_code)
+            return int(response.error_code)
+
+        response = self._call(
+            self._any_node,
+            ApiKey.FIND_COORDINATOR,
+            {"key": group_id, "key_type": _KEY_TYPE_GROUP, "coordinator_keys": (group_id,)},
+            timeout_s,
+            check=check,
+        )
+        entries = getattr(response, "coordinators", None)
+        entry = entries[0] if entries else response
+        node = int(entry.node_id)
+        if node not in self._client.cluster.brokers:
+            # A coordinator our metadata does not list yet: learn its address first.
+            self._client.refresh(timeout_s=timeout_s)
+            if node not in self._client.cluster.brokers:
+                raise KafkaConnectionError(
+                    f"coordinator {node} ({entry.host}:{entry.port}) of group {group_id!r} "
+                    "is not in the cluster metadata"
+                )
+        self._coordinators[group_id] = node
+        return node
+
+    def _group_call(
+        self,
+        group_id: str,
+        api_key: int,
+        body: Any,
+        timeout_s: float,
+        *,
+        check: Callable[[Any], int] | None = None,
+    ) -> Any:
+        """``_call`` to the group's coordinator. Each retry forgets the cached coordinator
+        (it may have moved or died), and so does an answer whose ``check`` code is
+        NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE."""
+        deadline = time.monotonic() + timeout_s
+        attempts = 0
+
+        def target() -> int:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:
+                self._coordinators.pop(group_id, None)
+            return self._find_coordinator(group_id, max(0.001, deadline - time.monotonic()))
+
+        def checked(response: Any) -> int:
+            code = check(response) if check is not None else 0
+            if code in _COORDINATOR_MOVED:
+                self._coordinators.pop(group_id, None)
+            return code
+
+        return self._call(target, api_key, body, timeout_s, check=checked)
+
+    def list_consumer_groups(
+        self, *, states: Iterable[str] = (), timeout_ms: int | None = None
+    ) -> list[ConsumerGroupListing]:
+        """Groups of every broker (ListGroups to each), sorted by id; ``states`` filters
+        (e.g. ``["Stable", "Empty"]``; brokers before ListGroups v4 ignore the filter,
+        so it is applied here too when they report a state)."""
+        timeout_s = self._timeout_s(timeout_ms)
+        wanted = tuple(states)
+        cluster = self._client.refresh(timeout_s=timeout_s)
+        listings: dict[str, ConsumerGroupListing] = {}
+        for node in sorted(cluster.brokers):
+            response = self._call(
+                functools.partial(int, node),
+                ApiKey.LIST_GROUPS,
+                {"states_filter": wanted, "types_filter": ()},
+                timeout_s,
+                check=lambda r: int(r.error_code),
+            )
+            for g in response.groups:
+                state = str(getattr(g, "group_state", "") or "")
+                if wanted and state and state.lower() not in {s.lower() for s in wanted}:
+                    continue
+                listings[g.group_id] = ConsumerGroupListing(
+                    g.group_id, g.protocol_type or "", state, node
+                )
+        return [listings[gid] for gid in sorted(listings)]
+
+    def describe_consumer_groups(
+        self, group_ids: Iterable[str], *, timeout_ms: int | None = None
+    ) -> dict[str, ConsumerGroupDescription]:
+        """FindCoordinator + DescribeGroups for each group. A group the coordinator does not
+        know comes back as state "Dead" with no members (``.exists`` is False), as
+        DescribeGroups v0-5 answers; any other group error raises."""
+        timeout_s = self._timeout_s(timeout_ms)
+        out: dict[str, ConsumerGroupDescription] = {}
+        for gid in dict.fromkeys(group_ids):
+
+            def check(response: Any) -> int:
+                code = int(response.groups[0].error_code) if response.groups else 0
+                return code if make_error(code).retriable else 0
+
+            response = self._group_call(
+                gid,
+                ApiKey.DESCRIBE_GROUPS,
+                {"groups": (gid,), "include_authorized_operations": False},
+                timeout_s,
+                check=check,
+            )
+            if not response.groups:
+                raise make_error(-1, f"DescribeGroups answered nothing for group {gid!r}")
+            g = response.groups[0]
+            code = int(g.error_code)
+            if code == 69:  # GROUP_ID_NOT_FOUND (DescribeGroups v6+)
+                g_state, g_type, g_protocol, g_members = "Dead", "", "", ()
+            elif code:
+                raise make_error(code, f"group {gid!r}")
+            else:
+                g_state, g_type = str(g.group_state), g.protocol_type or ""
+                g_protocol, g_members = g.protocol_data or "", g.members
+            members = []
+            for m in g_members:
+                assigned, topics = _decode_member(g_type, m.member_metadata, m.member_assignment)
+                members.append(
+                    MemberDescription(
+                        m.member_id,
+                        getattr(m, "group_instance_id", None),
+                        m.client_id,
+                        m.client_host,
+                        assigned,
+                        topics,
+                    )
+                )
+            node = self._coordinators.get(gid)
+            out[gid] = ConsumerGroupDescription(
+                gid,
+                g_state,
+                g_type,
+                g_protocol,
+                tuple(members),
+                self._client.cluster.brokers.get(node) if node is not None else None,
+            )
+        return out
+
+    def delete_consumer_groups(
+        self, group_ids: Iterable[str], *, timeout_ms: int | None = None
+    ) -> dict[str, Future[None]]:
+        """DeleteGroups; one future per group. Only Empty groups can be deleted
+        (NonEmptyGroupError otherwise; GroupIdNotFoundError for an unknown group)."""
+        timeout_s = self._timeout_s(timeout_ms)
+
+        def send(names: list[str], remaining: float) -> dict[str, tuple[int, str | None]]:
+            answers: dict[str, tuple[int, str | None]] = {}
+            for gid in names:
+                try:
+                    response = self._group_call(
+                        gid, ApiKey.DELETE_GROUPS, {"groups_names": (gid,)}, remaining
+                    )
+                except KafkaError as exc:
+                    answers[gid] = (exc.code if exc.code > 0 else -1, str(exc))
+                    continue
+                for r in response.results:
+                    code = int(r.error_code)
+                    if code in _COORDINATOR_MOVED:
+                        self._coordinators.pop(r.group_id, None)
+                    answers[r.group_id] = (code, f"group {r.group_id!r}")
+            return answers
+
+        return self._per_item_futures(list(group_ids), send, timeout_s)
+
+    def list_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """OffsetFetch: the group's committed offsets (every committed partition when
+        ``partitions`` is None). Partitions without a committed offset are left out."""
+        timeout_s = self._timeout_s(timeout_ms)
+        topics: list[dict[str, Any]] | None = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            topics = [{"name": t, "partition_indexes": tuple(ps)} for t, ps in by_topic.items()]
+            if not topics:
+                return {}
+
+        def answer(response: Any) -> tuple[int, Any]:
+            groups = getattr(response, "groups", None)
+            if groups is not None:  # v8+
+                if not groups:
+                    return 0, ()
+                return int(groups[0].error_code), groups[0].topics
+            return int(getattr(response, "error_code", 0)), response.topics
+
+        def check(response: Any) -> int:
+            code, fetched = answer(response)
+            if code:
+                return code
+            for t in fetched:
+                for p in t.partitions:
+                    if int(p.error_code) and make_error(int(p.error_code)).retriable:
+                        return int(p.error_code)
+            return 0
+
+        body = {
+            "group_id": group_id,
+            "topics": topics,
+            "groups": [{"group_id": group_id, "topics": topics}],
+            "require_stable": False,
+        }
+        response = self._group_call(group_id, ApiKey.OFFSET_FETCH, body, timeout_s, check=check)
+        out: dict[TopicPartition, OffsetAndMetadata] = {}
+        for t in answer(response)[1]:
+            for p in t.partitions:
+                code = int(p.error_code)
+                tp = TopicPartition(t.name, int(p.partition_index))
+                if code:
+                    raise make_error(code, f"committed offset of {tp} in group {group_id!r}")
+                offset = int(p.committed_offset)
+                if offset < 0:
+                    continue
+                epoch = int(getattr(p, "committed_leader_epoch", -1))
+                out[tp] = OffsetAndMetadata(offset, p.metadata or "", epoch if epoch >= 0 else None)
+        return dict(sorted(out.items()))
+
+    def alter_consumer_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, Future[None]]:
+        """Commit ``offsets`` for the group as a simple group (generation -1, no member);
+        one future per partition. The group must have no members: a live group answers
+        UnknownMemberIdError, as Kafka does."""
+        timeout_s = self._timeout_s(timeout_ms)
+        wanted = {
+            tp: o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(int(o))
+            for tp, o in offsets.items()
+        }
+        if not wanted:
+            return {}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, o in wanted.items():
+            by_topic.setdefault(tp.topic, []).append(
+                {
+                    "partition_index": tp.partition,
+                    "committed_offset": o.offset,
+                    "committed_leader_epoch": -1 if o.leader_epoch is None else o.leader_epoch,
+                    "committed_metadata": o.metadata,
+                    "commit_timestamp": -1,
+                }
+            )
+        body = {
+            "group_id": group_id,
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "retention_time": -1,
+            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        }
+
+        def check(response: Any) -> int:
+            for t in response.topics:
+                for p in t.partitions:
+                    code = int(p.error_code)
+                    if code in _COORDINATOR_MOVED or code == _COORDINATOR_LOAD_IN_PROGRESS:
+                        return code
+            return 0
+
+        try:
+            response = self._group_call(
+                group_id, ApiKey.OFFSET_COMMIT, body, timeout_s, check=check
+            )
+        except KafkaError as exc:
+            return {tp: _done(exc) for tp in wanted}
+        codes = {
+            TopicPartition(t.name, int(p.partition_index)): int(p.error_code)
+            for t in response.topics
+            for p in t.partitions
+        }
+        return {
+            tp: _done(
+                make_error(codes[tp], f"commit {tp} for group {group_id!r}")
+                if codes.get(tp, 0)
+                else None
+            )
+            for tp in wanted
+        }
+
+    def delete_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, Future[None]]:
+        """OffsetDelete: forget committed offsets; one future per partition. A group that
+        is subscribed to the topic refuses (GroupSubscribedToTopicError)."""
+        timeout_s = self._timeout_s(timeout_ms)
+        tps = list(dict.fromkeys(partitions))
+        if not tps:
+            return {}
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition})
+        body = {
+            "group_id": group_id,
+            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        }
+        try:
+            response = self._group_call(
+                group_id,
+                ApiKey.OFFSET_DELETE,
+                body,
+                timeout_s,
+                check=lambda r: int(r.error_code),
+            )
+        except KafkaError as exc:
+            return {tp: _done(exc) for tp in tps}
+        codes = {
+            TopicPartition(t.name, int(p.partition_index)): int(p.error_code)
+            for t in response.topics
+            for p in t.partitions
+        }
+        return {
+            tp: _done(
+                make_error(codes[tp], f"delete offset of {tp} in group {group_id!r}")
+                if codes.get(tp, 0)
+                else None
+            )
+            for tp in tps
+        }

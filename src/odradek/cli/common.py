@@ -1,0 +1,214 @@
+"""What every client command shares: the connection options, opening clients with a short
+connect timeout, and turning client errors into one-line messages.
+
+Exit codes: 2 for bad arguments (as argparse), 1 when the broker cannot be reached or
+refuses the operation, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from odradek.cli.errors import CliError
+
+if TYPE_CHECKING:
+    from odradek.client import AdminClient
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+BOOTSTRAP_ENV = "ODRADEK_BOOTSTRAP"
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+API_TIMEOUT_S = 30.0
+EXIT_FAILED = 1
+
+_ADDRESS = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[^\s:,\[\]]+):(\d{1,5})$")
+
+
+class Failed(CliError):
+    """The broker could not be reached or refused the operation (exit code 1)."""
+
+    exit_code = EXIT_FAILED
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("connection")
+    group.add_argument(
+        "--bootstrap",
+        "-b",
+        default=os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP,
+        metavar="HOST:PORT",
+        help=f"broker(s) to talk to, comma-separated (default ${BOOTSTRAP_ENV}, "
+        f"else {DEFAULT_BOOTSTRAP}); any Kafka-compatible broker works",
+    )
+    group.add_argument(
+        "--connect-timeout",
+        type=positive_float,
+        default=DEFAULT_CONNECT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"give up on an unreachable broker after this long (default "
+        f"{DEFAULT_CONNECT_TIMEOUT_S:g})",
+    )
+
+
+def add_format_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format",
+        "-o",
+        choices=("table", "json"),
+        default="table",
+        help="table for people (default), json for scripts",
+    )
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int_arg(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int_arg(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {text!r}")
+    return value
+
+
+def int_arg(text: str) -> int:
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def bootstrap_of(args: argparse.Namespace) -> str:
+    """The --bootstrap list, checked: HOST:PORT[,HOST:PORT...]."""
+    items = [item.strip() for item in str(args.bootstrap).split(",") if item.strip()]
+    if not items:
+        raise CliError("--bootstrap expects HOST:PORT")
+    for item in items:
+        match = _ADDRESS.match(item)
+        if match is None or not 0 < int(match.group(2)) <= 65535:
+            raise CliError(f"--bootstrap expects HOST:PORT[,HOST:PORT...], got {item!r}")
+    return ",".join(items)
+
+
+def client_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Settings every client of a command gets: short connects, bounded calls."""
+    connect_ms = int(args.connect_timeout * 1000)
+    return {
+        "bootstrap_servers": bootstrap_of(args),
+        "client_id": "odradek-cli",
+        "socket_connection_setup_timeout_ms": connect_ms,
+        "request_timeout_ms": int(max(API_TIMEOUT_S, args.connect_timeout) * 1000),
+        "reconnect_backoff_max_ms": 1_000,
+    }
+
+
+def _reason(exc: BaseException) -> str:
+    """A short cause for a connection failure."""
+    text = str(exc)
+    for marker, reason in (
+        ("Connection refused", "connection refused"),
+        ("Name or service not known", "unknown host"),
+        ("nodename nor servname", "unknown host"),
+        ("No route to host", "no route to host"),
+        ("Network is unreachable", "network unreachable"),
+        ("timed out", "no answer"),
+    ):
+        if marker in text:
+            return reason
+    return re.sub(r"^\[Error -?\d+\] \w+: ", "", text)
+
+
+def unreachable(args: argparse.Namespace, exc: BaseException) -> Failed:
+    return Failed(
+        f"cannot reach a broker at {args.bootstrap} within {args.connect_timeout:g}s: "
+        f"{_reason(exc)}"
+    )
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is emitted."""
+
+    odradek_cli = True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def client_logs_to_stderr() -> None:
+    """The client library's warnings (a failed commit, a lost connection) as one
+    ``odradek: ...`` line each on stderr; its debug chatter stays quiet."""
+    logger = logging.getLogger("odradek.client")
+    if any(getattr(h, "odradek_cli", False) for h in logger.handlers):
+        return
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("odradek: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+
+
+@contextmanager
+def admin_client(args: argparse.Namespace) -> Iterator[AdminClient]:
+    """An AdminClient whose broker answered within --connect-timeout (else exit 1)."""
+    from odradek.client import AdminClient
+    from odradek.client.errors import KafkaError
+
+    client_logs_to_stderr()
+    settings = client_settings(args)
+    admin = AdminClient(default_api_timeout_ms=int(API_TIMEOUT_S * 1000), **settings)
+    try:
+        try:
+            admin.describe_cluster(timeout_ms=int(args.connect_timeout * 1000))
+        except KafkaError as exc:
+            raise unreachable(args, exc) from None
+        yield admin
+    finally:
+        admin.close()
+
+
+def describe_error(exc: BaseException) -> str:
+    """A client error as words: the Kafka name stays, the bracketed code goes."""
+    text = str(exc)
+    match = re.match(r"^\[Error (-?\d+)\] (\w+)(?:: (.*))?$", text, re.S)
+    if match is None:
+        return text
+    name = re.sub(r"(?<!^)(?=[A-Z])", " ", match.group(2).removesuffix("Error")).lower()
+    return f"{match.group(3)}: {name}" if match.group(3) else name
+
+
+@contextmanager
+def failures_as_messages(action: str) -> Iterator[None]:
+    """Client errors raised inside become ``Failed("<action>: <reason>")``."""
+    from odradek.client.errors import KafkaError
+
+    try:
+        yield
+    except KafkaError as exc:
+        raise Failed(f"{action}: {describe_error(exc)}") from None

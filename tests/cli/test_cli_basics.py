@@ -1,0 +1,146 @@
+"""Help for every command; one-line errors and exit codes for bad arguments and an
+unreachable broker (as a separate process, so nothing is hidden by pytest)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from odradek.testing import free_port
+
+pytestmark = pytest.mark.timeout(60)
+
+COMMANDS = [
+    ["topics", "create"],
+    ["topics", "list"],
+    ["topics", "describe"],
+    ["topics", "delete"],
+    ["topics", "alter"],
+    ["produce"],
+    ["consume"],
+    ["groups", "list"],
+    ["groups", "describe"],
+    ["groups", "delete"],
+    ["groups", "reset-offsets"],
+    ["groups", "delete-offsets"],
+    ["groups", "history"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_command_explains_itself(cli, command: list[str]) -> None:
+    result = cli(*command, "--help", connect=False)
+    assert result.code == 0
+    assert "--bootstrap" in result.out
+    assert "usage: odradek " + " ".join(command) in result.out
+    assert len(result.out.splitlines()) > 8  # a description, not just the usage line
+
+
+def test_describe_help_says_where_the_generation_comes_from(cli) -> None:
+    result = cli("groups", "describe", "--help", connect=False)
+    assert "__odradek_group_events" in result.out and "unknown" in result.out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["topics"], "required: ACTION"),
+        (["topics", "create"], "required: TOPIC"),
+        (["topics", "create", "t", "--partitions", "zero"], "expected a whole number"),
+        (["topics", "create", "t", "--partitions", "0"], "expected a positive whole number"),
+        (["topics", "create", "t", "--config", "novalue"], "expected KEY=VALUE"),
+        (["topics", "list", "--bootstrap", "nowhere"], "--bootstrap expects HOST:PORT"),
+        (["topics", "list", "--bootstrap", "host:99999"], "--bootstrap expects HOST:PORT"),
+        (["topics", "alter", "t"], "nothing to change"),
+        (["produce", "t", "--acks", "2"], "invalid choice: '2'"),
+        (["produce", "t", "--key-separator", ""], "--key-separator must not be empty"),
+        (["consume", "t", "--group", "g", "--partition", "0"], "not allowed with argument"),
+        (["consume", "t", "--format", "xml"], "invalid choice: 'xml'"),
+        (["consume", "t", "--timeout", "-1"], "expected a positive number"),
+        (["groups", "reset-offsets", "g"], "one of the arguments --to-earliest"),
+        (["groups", "reset-offsets", "g", "--to-latest", "--to-offset", "1"], "not allowed"),
+        (["groups", "reset-offsets", "g", "--to-datetime", "yesterday"], "ISO 8601"),
+        (["groups", "reset-offsets", "g", "--to-earliest", "--topic", ":1"], "--topic expects"),
+        (["groups", "reset-offsets", "g", "--to-earliest", "--topic", "t:x"], "--topic expects"),
+        (["groups", "list", "--state", "Sleeping"], "invalid choice"),
+        (["groups", "describe", "g", "--format", "yaml"], "invalid choice"),
+        (["nonsense"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(run_process, args: list[str], message: str) -> None:
+    port = free_port()  # nothing listens: bad arguments must fail before connecting
+    if "--bootstrap" not in args:
+        args = [*args, "--bootstrap", f"127.0.0.1:{port}"] if len(args) > 1 else args
+    result = run_process(*args)
+    assert result.code == 2, result
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1, result.err
+    assert message in lines[0]
+    assert "Traceback" not in result.err
+    assert lines[0].startswith("odradek")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["topics", "list"],
+        ["topics", "create", "t"],
+        ["produce", "t"],
+        ["consume", "t"],
+        ["groups", "list"],
+        ["groups", "describe", "g"],
+        ["groups", "history", "g"],
+    ],
+    ids=" ".join,
+)
+def test_unreachable_broker_is_one_line_exit_1_within_seconds(run_process, args) -> None:
+    port = free_port()
+    started = time.monotonic()
+    result = run_process(*args, "--bootstrap", f"127.0.0.1:{port}", "--connect-timeout", "2")
+    assert time.monotonic() - started < 15
+    assert result.code == 1, result
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1, result.err
+    assert f"cannot reach a broker at 127.0.0.1:{port}" in lines[0]
+    assert "connection refused" in lines[0]
+
+
+def test_unknown_host_is_one_line(run_process) -> None:
+    result = run_process(
+        "topics", "list", "--bootstrap", "no-such-host.invalid:9092", "--connect-timeout", "2"
+    )
+    assert result.code == 1
+    assert len(result.err.strip().splitlines()) == 1
+    assert "cannot reach a broker" in result.err
+
+
+def test_bootstrap_from_the_environment(cli, monkeypatch, bootstrap) -> None:
+    from odradek.cli.common import BOOTSTRAP_ENV
+
+    monkeypatch.setenv(BOOTSTRAP_ENV, bootstrap)
+    result = cli("topics", "list", "--internal", connect=False)
+    assert result.code == 0, result.err
+    assert "__consumer_offsets" in result.out
+
+
+def test_docs_list_every_command() -> None:
+    import argparse
+    from pathlib import Path
+
+    from odradek.cli.main import build_parser
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+
+    def commands(parser: argparse.ArgumentParser, prefix: str) -> list[str]:
+        found = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for word, sub in action.choices.items():
+                    found += commands(sub, f"{prefix} {word}") or [f"{prefix} {word}"]
+        return found
+
+    listed = [c for c in commands(build_parser(), "odradek") if c != "odradek serve"]
+    assert len(listed) == len(COMMANDS)
+    missing = [c for c in listed if f"`{c} " not in doc]
+    assert not missing, f"docs/cli.md does not list {missing}"
