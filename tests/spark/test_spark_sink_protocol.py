@@ -1,0 +1,110 @@
+"""The staged sink's commit protocol, driven by hand (no SparkSession) against a broker.
+
+Spark calls ``write`` in tasks and ``commit``/``abort`` on the driver; these
+tests make those calls directly, to cover the cases that are hard to time in a
+real query: a failed task, an aborted batch, a repeated commit of a batchId, and
+a commit that died half-way through publishing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+import odradek.spark.writer as writer_mod
+from odradek.spark.options import WriteOptions
+from odradek.spark.writer import OdradekStreamWriter
+
+from .conftest import consume_all, create_topic
+
+pytestmark = pytest.mark.timeout(90)
+
+SCHEMA = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+
+
+def _writer(bootstrap: str, topic: str, ck: str) -> OdradekStreamWriter:
+    opts = WriteOptions.parse(
+        {"kafka.bootstrap.servers": bootstrap, "topic": topic, "checkpointLocation": ck}
+    )
+    return OdradekStreamWriter(opts, SCHEMA)
+
+
+def _batches(rows: list[int], keyed: bool = True) -> list[pa.RecordBatch]:
+    return [
+        pa.RecordBatch.from_pydict(
+            {
+                "key": [f"k{i}" if keyed else None for i in rows],
+                "value": [f"v{i}".encode() for i in rows],
+            }
+        )
+    ]
+
+
+def _values(bootstrap: str, topic: str) -> Counter:
+    return Counter(r.value for r in consume_all(bootstrap, topic))
+
+
+def test_failed_task_and_aborted_batch_publish_nothing(bootstrap, topic, tmp_path):
+    create_topic(bootstrap, topic, 2)
+    w = _writer(bootstrap, topic, str(tmp_path / "ck"))
+    ok = w.write(iter(_batches(list(range(50)))))
+    assert ok.rows == 50
+    # Task 2 failed: Spark passes None for it, and aborts the batch.
+    w.abort([ok, None], 0)
+    assert _values(bootstrap, topic) == Counter()
+    assert not list((tmp_path / "ck" / "odradek-sink" / "staged").glob("*/*.arrow"))
+    # The replayed batch 0 commits: only its own rows appear.
+    again = [w.write(iter(_batches(list(range(25))))), w.write(iter(_batches(list(range(25, 50)))))]
+    w.commit(again, 0)
+    assert _values(bootstrap, topic) == Counter(f"v{i}".encode() for i in range(50))
+
+
+def test_repeated_commit_of_a_batch_publishes_once(bootstrap, topic, tmp_path):
+    create_topic(bootstrap, topic, 3)
+    ck = str(tmp_path / "ck")
+    w = _writer(bootstrap, topic, ck)
+    w.commit([w.write(iter(_batches(list(range(30)), keyed=False)))], 7)
+    # After a crash Spark replays batch 7 and calls commit(…, 7) again, from a new writer.
+    w2 = _writer(bootstrap, topic, ck)
+    w2.commit([w2.write(iter(_batches(list(range(30)), keyed=False)))], 7)
+    assert _values(bootstrap, topic) == Counter(f"v{i}".encode() for i in range(30))
+
+
+def test_commit_interrupted_mid_publish_resumes_without_duplicates(
+    bootstrap, topic, tmp_path, monkeypatch
+):
+    create_topic(bootstrap, topic, 2)
+    ck = str(tmp_path / "ck")
+    real = writer_mod._producer
+
+    class Crashing:
+        """A producer that dies after 40 records (flushed), like a driver killed mid-publish."""
+
+        def __init__(self, *a, **kw):
+            self.inner = real(*a, **kw)
+            self.sent = 0
+
+        def send(self, *a, **kw):
+            if self.sent == 40:
+                self.inner.flush()
+                raise RuntimeError("driver died")
+            self.sent += 1
+            return self.inner.send(*a, **kw)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    monkeypatch.setattr(writer_mod, "_producer", Crashing)
+    w = _writer(bootstrap, topic, ck)
+    with pytest.raises(RuntimeError, match="driver died"):
+        w.commit([w.write(iter(_batches(list(range(100)))))], 3)
+    assert sum(_values(bootstrap, topic).values()) == 40
+    monkeypatch.setattr(writer_mod, "_producer", real)
+    # The replayed batch stages the same rows in another order (e.g. after a shuffle).
+    w2 = _writer(bootstrap, topic, ck)
+    rows = list(range(100))[::-1]
+    w2.commit([w2.write(iter(_batches(rows[:60]))), w2.write(iter(_batches(rows[60:])))], 3)
+    assert _values(bootstrap, topic) == Counter(f"v{i}".encode() for i in range(100))
