@@ -7,7 +7,7 @@ from odradek.broker import apis  # noqa: F401  (fills the registry)
 from odradek.broker.registry import REGISTRY
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
-ROW = re.compile(r"^\| (\w+) \| (\d+) \| (\d+)–(\d+) \| (\d+) \|")
+ROW = re.compile(r"^\| (\w+) \| (\d+) \| (\d+)\u2013(\d+) \| (\d+) \|")  # en dash, as in the doc
 
 
 def test_matrix_matches_registry() -> None:
