@@ -1,0 +1,893 @@
+"""Consumer-group rebalance latency (Odradek next to a reference broker) and coordinator capacity.
+
+Latency, with confluent-kafka: 3 consumer processes (real OS processes, so SIGKILL
+is a crash) on a 6-partition topic, the same client settings for both brokers:
+
+- join: the 3 processes are spawned -> they hold a 2/2/2 split (also shown from
+  the last ``subscribe()`` call, which leaves out interpreter start-up);
+- kill: SIGKILL one member -> the 2 survivors hold all 6 partitions (dominated by
+  session.timeout.ms, as with Kafka);
+- leave: clean close (LeaveGroup) of one survivor -> the last member holds all 6.
+
+Each is repeated ``--repeat`` times per broker, alternating brokers; the median is
+reported. Then coordinator capacity, Odradek only:
+
+- heartbeats/s over the network: a stable group built with real JoinGroup v5 /
+  SyncGroup v3 requests (kio via ``odradek.protocol.codec``), then pipelined
+  Heartbeat v3 requests for its members over several connections;
+- join storm through the pure core (``GroupCoordinatorShard``, manual timer and
+  ids, no network, records replayed as the runtime does): N groups x M members
+  form (KIP-394 two-step joins, initial delayed join, SyncGroup), then every group
+  rebalances again when one more member joins (no delay: the join completes when
+  all known members have rejoined). Plus heartbeats/s through the core, for scale.
+
+    python bench/rebalance.py --reference tansu
+    python bench/rebalance.py --reference-bootstrap 127.0.0.1:9093 --repeat 5
+    python bench/rebalance.py --skip-capacity --reference tansu
+    python bench/rebalance.py --json out.json
+
+Odradek is started with ``odradek.testing.start_broker`` on a temporary data
+directory (``group.initial.rebalance.delay.ms`` from ``--initial-delay-ms``,
+default 0, printed) unless ``--bootstrap`` names a running one. The heartbeat
+benchmark always starts its own Odradek (initial delay 1000 ms, so that each
+group forms in one generation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import selectors
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+PARTITIONS = 6
+MEMBERS = 3
+CLIENT_SETTINGS: dict[str, Any] = {
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 1000,
+    "partition.assignment.strategy": "range",
+    "enable.auto.commit": False,
+    "auto.offset.reset": "earliest",
+    "topic.metadata.refresh.interval.ms": 2000,
+}
+STEP_TIMEOUT_S = 40.0
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# =============================================================== member process
+
+
+def member_main(spec_json: str) -> int:
+    """Run by ``--member``: one confluent-kafka group member printing JSON events."""
+    from confluent_kafka import Consumer
+
+    spec = json.loads(spec_json)
+    out_lock = threading.Lock()
+
+    def emit(ev: str, **fields: Any) -> None:
+        with out_lock:
+            sys.stdout.write(json.dumps({"ev": ev, "t": time.monotonic(), **fields}) + "\n")
+            sys.stdout.flush()
+
+    stop = threading.Event()
+
+    def watch_stdin() -> None:
+        for line in sys.stdin:
+            if line.strip() == "close":
+                break
+        stop.set()
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    current: set[int] = set()
+
+    def on_assign(_c: Any, parts: list) -> None:
+        current.update(p.partition for p in parts)
+        emit("assigned", current=sorted(current))
+
+    def on_revoke(_c: Any, parts: list) -> None:
+        current.difference_update(p.partition for p in parts)
+        emit("revoked", current=sorted(current))
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": spec["bootstrap"],
+            "group.id": spec["group"],
+            "client.id": spec["name"],
+            **spec["settings"],
+        }
+    )
+    consumer.subscribe([spec["topic"]], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+    emit("subscribed")
+    deadline = time.monotonic() + spec["max_seconds"]
+    try:
+        while not stop.is_set() and time.monotonic() < deadline:
+            consumer.poll(0.1)
+    finally:
+        consumer.close()
+        emit("closed")
+    return 0
+
+
+class MemberProc:
+    def __init__(self, bootstrap: str, topic: str, group: str, name: str) -> None:
+        spec = {
+            "bootstrap": bootstrap,
+            "topic": topic,
+            "group": group,
+            "name": name,
+            "settings": CLIENT_SETTINGS,
+            "max_seconds": 300,
+        }
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--member", json.dumps(spec)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                with self._lock:
+                    self.events.append(event)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.events)
+
+    def kill(self) -> float:
+        t = time.monotonic()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        return t
+
+    def close(self) -> float:
+        t = time.monotonic()
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.write("close\n")
+            self.proc.stdin.flush()
+        return t
+
+    def cleanup(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+
+def covered_at(members: list[MemberProc], since: float, *, even: bool) -> float | None:
+    """First event time >= since at which the members hold every partition exactly once."""
+    state: list[set[int]] = []
+    timeline: list[tuple[float, int, set[int]]] = []
+    for i, m in enumerate(members):
+        before: set[int] = set()
+        for e in m.snapshot():
+            if "current" not in e:
+                continue
+            if e["t"] < since:
+                before = set(e["current"])
+            else:
+                timeline.append((e["t"], i, set(e["current"])))
+        state.append(before)
+    timeline.sort(key=lambda x: x[0])
+    for t, i, current in timeline:
+        state[i] = current
+        sizes = [len(s) for s in state]
+        covered = sum(sizes) == PARTITIONS and set().union(*state) == set(range(PARTITIONS))
+        if covered and (not even or len(set(sizes)) == 1):
+            return t
+    return None
+
+
+def wait_covered(members: list[MemberProc], since: float, *, even: bool) -> float:
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        t = covered_at(members, since, even=even)
+        if t is not None:
+            return t
+        time.sleep(0.05)
+    raise TimeoutError(
+        f"no {'even ' if even else ''}split in {STEP_TIMEOUT_S}s: "
+        f"{[[e for e in m.snapshot() if 'current' in e][-1:] for m in members]}"
+    )
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)], operation_timeout=15)[topic].result(30)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic, timeout=5).topics.get(topic)
+        if md is not None and md.error is None and len(md.partitions) == PARTITIONS:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"topic {topic} not in metadata")
+
+
+def latency_round(bootstrap: str, tag: str) -> dict[str, float]:
+    """One join / kill / leave round on a fresh topic and group."""
+    topic = f"bench-rebalance-{tag}-{uuid.uuid4().hex[:8]}"
+    group = f"{topic}-group"
+    create_topic(bootstrap, topic)
+    spawned_at = time.monotonic()
+    members = [MemberProc(bootstrap, topic, group, f"bench-m{i}") for i in range(MEMBERS)]
+    try:
+        joined = wait_covered(members, spawned_at, even=True)
+        subscribed = max(
+            next(e["t"] for e in m.snapshot() if e["ev"] == "subscribed") for m in members
+        )
+        time.sleep(0.5)
+        killed_at = members[0].kill()
+        after_kill = wait_covered(members[1:], killed_at, even=True)
+        time.sleep(0.5)
+        closed_at = members[1].close()
+        after_leave = wait_covered(members[2:], closed_at, even=True)
+        members[2].close()
+        return {
+            "join_from_spawn": joined - spawned_at,
+            "join_from_subscribe": joined - subscribed,
+            "kill_to_reassigned": after_kill - killed_at,
+            "leave_to_reassigned": after_leave - closed_at,
+        }
+    finally:
+        for m in members:
+            m.cleanup()
+
+
+LATENCY_ROWS = [
+    ("join_from_spawn", "join: spawn 3 -> 2/2/2"),
+    ("join_from_subscribe", "join: last subscribe() -> 2/2/2"),
+    ("kill_to_reassigned", "SIGKILL 1 -> survivors hold 6"),
+    ("leave_to_reassigned", "clean close 1 -> survivor holds 6"),
+]
+
+
+def run_latency(targets: list[tuple[str, str]], repeat: int) -> dict[str, dict[str, Any]]:
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in targets}
+    failures: dict[str, list[str]] = {name: [] for name, _ in targets}
+    for rep in range(repeat):
+        for name, bootstrap in targets:
+            try:
+                r = latency_round(bootstrap, f"{name}-{rep}")
+            except Exception as exc:  # reported in the table, the run goes on
+                failures[name].append(f"{type(exc).__name__}: {exc}")
+                log(f"  round {rep + 1} {name:<8} FAILED {exc}")
+                continue
+            runs[name].append(r)
+            log(
+                f"  round {rep + 1} {name:<8} "
+                + " ".join(f"{k}={v * 1000:.0f}ms" for k, v in r.items())
+            )
+    out: dict[str, dict[str, Any]] = {}
+    for name, results in runs.items():
+        out[name] = {
+            key: statistics.median(r[key] for r in results) if results else None
+            for key, _ in LATENCY_ROWS
+        }
+        out[name]["runs"] = results
+        out[name]["failures"] = failures[name]
+    return out
+
+
+# =============================================================== heartbeats over the network
+
+
+def subscription_v0(topic: str) -> bytes:
+    t = topic.encode()
+    return struct.pack(">hih", 0, 1, len(t)) + t + struct.pack(">i", -1)
+
+
+def assignment_v0(topic: str, partitions: list[int]) -> bytes:
+    t = topic.encode()
+    body = struct.pack(">hih", 0, 1, len(t)) + t + struct.pack(">i", len(partitions))
+    body += b"".join(struct.pack(">i", p) for p in partitions)
+    return body + struct.pack(">i", -1)
+
+
+class RawConn:
+    """One asyncio connection issuing requests one at a time (kio via odradek's codec)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.correlation = 0
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> RawConn:
+        reader, writer = await asyncio.open_connection(host, port)
+        return cls(reader, writer)
+
+    async def call(self, api_key: int, version: int, values: dict[str, Any]) -> Any:
+        from odradek.protocol.codec import (
+            RequestHeader,
+            build,
+            decode_response,
+            encode_request,
+            request_type,
+        )
+
+        self.correlation += 1
+        body = build(request_type(api_key, version), values)
+        header = RequestHeader(api_key, version, self.correlation, "bench-raw")
+        self.writer.write(encode_request(header, body))
+        await self.writer.drain()
+        (size,) = struct.unpack(">i", await self.reader.readexactly(4))
+        payload = await self.reader.readexactly(size)
+        corr, response = decode_response(api_key, version, payload)
+        assert corr == self.correlation
+        return response
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+JOIN_GROUP, SYNC_GROUP, HEARTBEAT = 11, 14, 12
+
+
+async def form_group(
+    host: str, port: int, group: str, topic: str, members: int, session_ms: int
+) -> tuple[int, list[str]]:
+    """``members`` members join (KIP-394 two steps) and sync; returns (generation, member ids)."""
+
+    async def one(i: int) -> tuple[int, str]:
+        conn = await RawConn.open(host, port)
+        try:
+            join = {
+                "group_id": group,
+                "session_timeout": session_ms,
+                "rebalance_timeout": session_ms,
+                "member_id": "",
+                "group_instance_id": None,
+                "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": subscription_v0(topic)}],
+            }
+            first = await conn.call(JOIN_GROUP, 5, join)
+            assert int(first.error_code) == 79, first.error_code  # MEMBER_ID_REQUIRED
+            joined = await conn.call(JOIN_GROUP, 5, join | {"member_id": first.member_id})
+            assert int(joined.error_code) == 0, joined.error_code
+            assignments = []
+            if joined.leader == joined.member_id:
+                ids = sorted(m.member_id for m in joined.members)
+                assignments = [
+                    {"member_id": mid, "assignment": assignment_v0(topic, [k])}
+                    for k, mid in enumerate(ids)
+                ]
+            synced = await conn.call(
+                SYNC_GROUP,
+                3,
+                {
+                    "group_id": group,
+                    "generation_id": joined.generation_id,
+                    "member_id": joined.member_id,
+                    "group_instance_id": None,
+                    "assignments": assignments,
+                },
+            )
+            assert int(synced.error_code) == 0, synced.error_code
+            return joined.generation_id, joined.member_id
+        finally:
+            conn.close()
+
+    results = await asyncio.gather(*(one(i) for i in range(members)))
+    generations = {g for g, _ in results}
+    assert len(generations) == 1, f"group {group} formed over generations {generations}"
+    return generations.pop(), [m for _, m in results]
+
+
+def heartbeat_frames(group: str, generation: int, member_ids: list[str], start: int) -> list[bytes]:
+    from odradek.protocol.codec import RequestHeader, build, encode_request, request_type
+
+    cls = request_type(HEARTBEAT, 3)
+    frames = []
+    for k, mid in enumerate(member_ids):
+        body = build(
+            cls,
+            {
+                "group_id": group,
+                "generation_id": generation,
+                "member_id": mid,
+                "group_instance_id": None,
+            },
+        )
+        frames.append(encode_request(RequestHeader(HEARTBEAT, 3, start + k, "bench-hb"), body))
+    return frames
+
+
+def pump_heartbeats(
+    host: str, port: int, frames_per_conn: list[list[bytes]], window: int, seconds: float
+) -> dict[str, Any]:
+    """Keep ``window`` heartbeats in flight on each connection for ``seconds``; count replies.
+
+    A Heartbeat v3 reply is 14 bytes: size, correlation id, throttle time, error code.
+    """
+    sel = selectors.DefaultSelector()
+    conns = []
+    for frames in frames_per_conn:
+        sock = socket.create_connection((host, port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        state = {"sock": sock, "frames": frames, "next": 0, "out": bytearray(), "in": bytearray(),
+                 "inflight": 0, "done": 0, "errors": 0}  # fmt: skip
+        conns.append(state)
+        sel.register(sock, selectors.EVENT_READ, state)
+
+    def top_up(st: dict[str, Any], sending: bool) -> None:
+        if sending:
+            while st["inflight"] < window:
+                st["out"] += st["frames"][st["next"]]
+                st["next"] = (st["next"] + 1) % len(st["frames"])
+                st["inflight"] += 1
+        if st["out"]:
+            try:
+                n = st["sock"].send(st["out"])
+            except BlockingIOError:
+                n = 0
+            del st["out"][:n]
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if st["out"] else 0)
+        sel.modify(st["sock"], events, st)
+
+    started = time.monotonic()
+    stop_at = started + seconds
+    for st in conns:
+        top_up(st, True)
+    sending = True
+    drain_deadline = stop_at + 10
+    while True:
+        now = time.monotonic()
+        if sending and now >= stop_at:
+            sending = False
+        if not sending and all(st["inflight"] == 0 for st in conns):
+            break
+        if now > drain_deadline:
+            break
+        for key, mask in sel.select(timeout=0.2):
+            st = key.data
+            if mask & selectors.EVENT_READ:
+                chunk = st["sock"].recv(1 << 16)
+                if not chunk:
+                    raise ConnectionError("broker closed a heartbeat connection")
+                buf = st["in"]
+                buf += chunk
+                pos = 0
+                while len(buf) - pos >= 4:
+                    (size,) = struct.unpack_from(">i", buf, pos)
+                    if len(buf) - pos - 4 < size:
+                        break
+                    (err,) = struct.unpack_from(">h", buf, pos + 12)
+                    if err:
+                        st["errors"] += 1
+                    st["done"] += 1
+                    st["inflight"] -= 1
+                    pos += 4 + size
+                del buf[:pos]
+            top_up(st, sending)
+    elapsed = time.monotonic() - started
+    for st in conns:
+        sel.unregister(st["sock"])
+        st["sock"].close()
+    done = sum(st["done"] for st in conns)
+    return {
+        "heartbeats": done,
+        "errors": sum(st["errors"] for st in conns),
+        "seconds": elapsed,
+        "per_s": done / elapsed if elapsed > 0 else 0.0,
+    }
+
+
+def run_heartbeats(args: argparse.Namespace) -> dict[str, Any]:
+    from odradek.testing import start_broker
+
+    session_ms = 60_000
+    with tempfile.TemporaryDirectory(prefix="odradek-bench-hb-") as tmp:
+        broker = start_broker(
+            Path(tmp) / "data", settings={"group.initial.rebalance.delay.ms": "1000"}
+        )
+        try:
+            host, port = broker.host, broker.port
+            topic = f"bench-hb-{uuid.uuid4().hex[:8]}"
+            groups = [f"{topic}-g{i}" for i in range(args.hb_groups)]
+
+            async def form_all() -> list[tuple[int, list[str]]]:
+                return await asyncio.gather(
+                    *(form_group(host, port, g, topic, args.hb_members, session_ms) for g in groups)
+                )
+
+            t0 = time.monotonic()
+            formed = asyncio.run(form_all())
+            form_s = time.monotonic() - t0
+            frames: list[list[bytes]] = [[] for _ in range(args.hb_connections)]
+            k = 0
+            for group, (generation, member_ids) in zip(groups, formed, strict=True):
+                for mid in member_ids:
+                    frames[k % args.hb_connections] += heartbeat_frames(
+                        group, generation, [mid], start=k
+                    )
+                    k += 1
+            result = pump_heartbeats(host, port, frames, args.hb_window, args.hb_seconds)
+            result |= {
+                "groups": args.hb_groups,
+                "members_per_group": args.hb_members,
+                "connections": args.hb_connections,
+                "window": args.hb_window,
+                "form_seconds": form_s,
+            }
+            return result
+        finally:
+            broker.stop()
+
+
+# =============================================================== join storm (pure core)
+
+
+class StormTimer:
+    def __init__(self) -> None:
+        self.deadlines: dict[str, int] = {}
+
+    def schedule(self, key: str, deadline_ms: int) -> None:
+        self.deadlines[key] = deadline_ms
+
+    def cancel(self, key: str) -> None:
+        self.deadlines.pop(key, None)
+
+    def pop_due(self, now_ms: int) -> list[str]:
+        due = sorted((d, k) for k, d in self.deadlines.items() if d <= now_ms)
+        for _, k in due:
+            del self.deadlines[k]
+        return [k for _, k in due]
+
+
+class StormIds:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def new_uuid(self) -> str:
+        self.n += 1
+        return f"{self.n:012x}"
+
+
+def run_storm(groups: int, members: int) -> dict[str, Any]:
+    from odradek.coordinator import CoordinatorConfig, GroupCoordinatorShard
+    from odradek.coordinator.types import (
+        HeartbeatRequest,
+        JoinGroupRequest,
+        SyncGroupRequest,
+    )
+
+    config = CoordinatorConfig()  # initial delay 3000 ms, as Kafka
+    timer, ids = StormTimer(), StormIds()
+    shard = GroupCoordinatorShard(config, timer=timer, ids=ids)
+    records = 0
+    responses: dict[int, Any] = {}
+    token = 0
+    now = 1_000_000
+
+    def apply(result: Any) -> None:
+        nonlocal records
+        for record in result.records:  # the runtime appends, then replays, then answers
+            shard.replay(record)
+            records += 1
+        for tok, resp in result.responses:
+            responses[tok] = resp
+
+    def send(request: Any) -> int:
+        nonlocal token
+        token += 1
+        apply(shard.handle(now, token, request))
+        return token
+
+    def fire_due() -> None:
+        for key in timer.pop_due(now):
+            apply(shard.on_timer(now, key))
+
+    sub = subscription_v0("storm")
+
+    def join_req(group: str, member_id: str) -> JoinGroupRequest:
+        return JoinGroupRequest(
+            group_id=group,
+            member_id=member_id,
+            group_instance_id=None,
+            client_id="storm",
+            client_host="/127.0.0.1",
+            session_timeout_ms=45_000,
+            rebalance_timeout_ms=60_000,
+            protocol_type="consumer",
+            protocols=(("range", sub),),
+        )
+
+    def sync_all(joins: dict[str, list[int]]) -> int:
+        """Every member syncs (leader with assignments); returns failed syncs."""
+        sync_tokens = []
+        for group, toks in joins.items():
+            resps = [responses.pop(t) for t in toks]
+            for r in resps:
+                assert r.error_code == 0, (group, r)
+            leader = next(r for r in resps if r.member_id == r.leader)
+            assignments = tuple(
+                (m.member_id, assignment_v0("storm", [k])) for k, m in enumerate(leader.members)
+            )
+            for r in resps:
+                sync_tokens.append(
+                    send(
+                        SyncGroupRequest(
+                            group,
+                            r.generation_id,
+                            r.member_id,
+                            None,
+                            assignments=assignments if r is leader else (),
+                        )
+                    )
+                )
+        return sum(1 for t in sync_tokens if responses.pop(t).error_code != 0)
+
+    apply(shard.on_loaded(now))
+    names = [f"storm-{g}" for g in range(groups)]
+
+    # Phase 1: every group forms (two-step joins, initial delayed join, sync).
+    t0 = time.perf_counter()
+    member_ids: dict[str, list[str]] = {}
+    joins: dict[str, list[int]] = {}
+    join_calls = 0
+    for group in names:
+        member_ids[group], joins[group] = [], []
+        for _ in range(members):
+            first = responses.pop(send(join_req(group, "")))
+            assert first.error_code == 79, first
+            member_ids[group].append(first.member_id)
+            joins[group].append(send(join_req(group, first.member_id)))
+            join_calls += 2
+    # The initial delayed join is extended while members keep arriving (Kafka's
+    # InitialDelayedJoin): advance the clock delay by delay until every join is answered.
+    for _ in range(100):
+        if all(t in responses for toks in joins.values() for t in toks):
+            break
+        now += config.group_initial_rebalance_delay_ms
+        fire_due()
+    failed = sync_all(joins)
+    form_s = time.perf_counter() - t0
+
+    # Phase 2: one more member joins each group; the others rejoin; no delay.
+    t1 = time.perf_counter()
+    joins = {}
+    rejoin_calls = 0
+    for group in names:
+        first = responses.pop(send(join_req(group, "")))
+        joins[group] = [send(join_req(group, first.member_id))]
+        joins[group] += [send(join_req(group, mid)) for mid in member_ids[group]]
+        rejoin_calls += 2 + members
+    failed += sync_all(joins)
+    storm_s = time.perf_counter() - t1
+
+    # Heartbeats through the core, for comparison with the network figure.
+    hb_n = 0
+    t2 = time.perf_counter()
+    gens = {}
+    for group in names[: min(groups, 100)]:
+        desc = shard.groups[group]
+        gens[group] = (desc.generation_id, list(desc.members))
+    hb_failed = 0
+    for _ in range(10):
+        for group, (generation, mids) in gens.items():
+            for mid in mids:
+                resp = responses.pop(send(HeartbeatRequest(group, generation, mid)))
+                hb_failed += resp.error_code != 0
+                hb_n += 1
+    hb_s = time.perf_counter() - t2
+    return {
+        "groups": groups,
+        "members_per_group": members,
+        "form_join_calls": join_calls,
+        "form_seconds": form_s,
+        "form_joins_per_s": join_calls / form_s,
+        "rebalance_join_calls": rejoin_calls,
+        "rebalance_seconds": storm_s,
+        "rebalance_joins_per_s": rejoin_calls / storm_s,
+        "records": records,
+        "failed_syncs": failed,
+        "core_heartbeats": hb_n,
+        "core_heartbeats_per_s": hb_n / hb_s,
+        "core_heartbeat_errors": hb_failed,
+    }
+
+
+# =============================================================== output
+
+
+def table(lines: list[list[str]]) -> str:
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    out = []
+    for i, line in enumerate(lines):
+        cells = [line[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(line[1:], widths[1:], strict=True)
+        ]
+        out.append("| " + " | ".join(cells) + " |")
+        if i == 0:
+            out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(out)
+
+
+def latency_table(lat: dict[str, dict[str, Any]], repeat: int) -> str:
+    names = list(lat)
+    head = [f"median of {repeat} (seconds)", *names]
+    if len(names) == 2:
+        head.append(f"{names[0]}/{names[1]}")
+    lines = [head]
+    for key, label in LATENCY_ROWS:
+        row = [label]
+        vals = [lat[n][key] for n in names]
+        row += ["-" if v is None else f"{v:.3f}" for v in vals]
+        if len(names) == 2:
+            a, b = vals
+            row.append(f"{a / b:.2f}x" if a is not None and b else "-")
+        lines.append(row)
+    return table(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--member", help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap", help="use a running Odradek at HOST:PORT")
+    parser.add_argument("--skip-odradek", action="store_true", help="latency: reference only")
+    parser.add_argument("--reference", choices=["tansu"], help="start a reference broker")
+    parser.add_argument("--reference-bootstrap", help="use a running reference at HOST:PORT")
+    parser.add_argument("--repeat", type=int, default=3, help="latency rounds per broker")
+    parser.add_argument(
+        "--initial-delay-ms",
+        type=int,
+        default=0,
+        help="group.initial.rebalance.delay.ms of the Odradek this script starts (default 0)",
+    )
+    parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--skip-capacity", action="store_true")
+    parser.add_argument("--hb-groups", type=int, default=20)
+    parser.add_argument("--hb-members", type=int, default=10)
+    parser.add_argument("--hb-connections", type=int, default=4)
+    parser.add_argument("--hb-window", type=int, default=64, help="heartbeats in flight per conn")
+    parser.add_argument("--hb-seconds", type=float, default=5.0)
+    parser.add_argument("--storm-groups", type=int, default=1000)
+    parser.add_argument("--storm-members", type=int, default=10)
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+    if args.member:
+        return member_main(args.member)
+    if args.reference and args.reference_bootstrap:
+        parser.error("--reference and --reference-bootstrap are exclusive")
+
+    from confluent_kafka import libversion, version
+
+    results: dict[str, Any] = {"client_settings": CLIENT_SETTINGS}
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        targets: list[tuple[str, str]] = []
+        if not args.skip_latency:
+            if not args.skip_odradek:
+                if args.bootstrap:
+                    targets.append(("odradek", args.bootstrap))
+                else:
+                    from odradek.testing import start_broker
+
+                    tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="odradek-rb-"))
+                    settings = {"group.initial.rebalance.delay.ms": str(args.initial_delay_ms)}
+                    broker = start_broker(Path(tmp) / "data", settings=settings)
+                    stack.callback(broker.stop)
+                    targets.append(("odradek", broker.bootstrap))
+            if args.reference_bootstrap:
+                targets.append(("reference", args.reference_bootstrap))
+            elif args.reference == "tansu":
+                from odradek.testing_reference import start_reference_broker
+
+                ref = start_reference_broker()
+                stack.callback(ref.stop)
+                targets.append(("tansu", ref.bootstrap))
+        log("settings:")
+        log(f"  confluent-kafka {version()}, librdkafka {libversion()[0]}")
+        log(f"  python {platform.python_version()}, {os.cpu_count()} cpus, {platform.platform()}")
+        log(f"  {MEMBERS} consumer processes, 1 topic of {PARTITIONS} partitions, no records")
+        log(f"  client settings (every broker): {json.dumps(CLIENT_SETTINGS)}")
+        if not args.bootstrap and not args.skip_odradek:
+            log(f"  odradek: group.initial.rebalance.delay.ms={args.initial_delay_ms}")
+        for name, bootstrap in targets:
+            log(f"  {name}: {bootstrap}")
+        if targets:
+            log(f"latency ({args.repeat} rounds per broker, alternating):")
+            lat = run_latency(targets, args.repeat)
+            results["latency"] = lat
+        if not args.skip_capacity:
+            log(
+                f"heartbeats over the network: {args.hb_groups} groups x {args.hb_members} "
+                f"members, {args.hb_connections} connections x {args.hb_window} in flight, "
+                f"{args.hb_seconds:.0f} s"
+            )
+            results["heartbeats"] = run_heartbeats(args)
+            log(f"join storm through the core: {args.storm_groups} x {args.storm_members}")
+            results["storm"] = run_storm(args.storm_groups, args.storm_members)
+    results["total_seconds"] = time.monotonic() - started
+
+    print()
+    print(
+        "client settings: "
+        + ", ".join(f"{k}={v}" for k, v in CLIENT_SETTINGS.items())
+        + f"; {MEMBERS} confluent-kafka consumer processes, {PARTITIONS} partitions"
+    )
+    if "latency" in results:
+        print(latency_table(results["latency"], args.repeat))
+        for name, data in results["latency"].items():
+            if data["failures"]:
+                print(f"{name}: {len(data['failures'])} failed rounds: {data['failures']}")
+    if "heartbeats" in results:
+        hb = results["heartbeats"]
+        st = results["storm"]
+        print()
+        print(
+            table(
+                [
+                    ["coordinator capacity (odradek)", "value"],
+                    [
+                        f"heartbeats/s over the network ({hb['groups']}x{hb['members_per_group']}"
+                        f" members, {hb['connections']} conns x {hb['window']} pipelined)",
+                        f"{hb['per_s']:,.0f}",
+                    ],
+                    [
+                        "  heartbeats answered / with an error",
+                        f"{hb['heartbeats']:,} / {hb['errors']}",
+                    ],
+                    [
+                        "  groups formed over the network (JoinGroup+SyncGroup), seconds",
+                        f"{hb['form_seconds']:.2f}",
+                    ],
+                    [
+                        f"core join storm: {st['groups']:,} groups x {st['members_per_group']} form"
+                        f" ({st['form_join_calls']:,} JoinGroup calls + syncs), seconds",
+                        f"{st['form_seconds']:.2f}",
+                    ],
+                    ["  JoinGroup calls/s (forming)", f"{st['form_joins_per_s']:,.0f}"],
+                    [
+                        f"core rebalance storm: +1 member per group ({st['rebalance_join_calls']:,}"
+                        " joins + syncs), seconds",
+                        f"{st['rebalance_seconds']:.2f}",
+                    ],
+                    ["  JoinGroup calls/s (rebalancing)", f"{st['rebalance_joins_per_s']:,.0f}"],
+                    [
+                        "  records written / failed syncs",
+                        f"{st['records']:,} / {st['failed_syncs']}",
+                    ],
+                    ["core heartbeats/s (no network)", f"{st['core_heartbeats_per_s']:,.0f}"],
+                ]
+            )
+        )
+    print(f"total {results['total_seconds']:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,321 @@
+"""One consumer-group member in its own OS process (run by group_members.py, not by pytest).
+
+    python group_driver.py SPEC_JSON
+
+SPEC: {"client": "confluent" | "kafka-python" | "aiokafka", "bootstrap", "topic", "group",
+       "name", "session_ms", "heartbeat_ms", "strategy": "range" | "cooperative-sticky",
+       "instance_id": str | null, "max_records": int | null, "max_seconds": float}
+
+The member subscribes to the topic, and after every poll that returned records
+commits exactly those records synchronously (offset + 1), so nothing it has
+handed out is left uncommitted when a rebalance comes. It writes one JSON line
+per event to stdout, each stamped with ``time.monotonic()`` (CLOCK_MONOTONIC,
+the same clock in every process of the machine):
+
+    {"ev": "started", "t", "client"}
+    {"ev": "assigned" | "revoked" | "lost", "t", "parts": [...], "current": [...]}
+                                               # parts: what the callback was given
+    {"ev": "records", "t", "items": [[partition, offset], ...]}
+    {"ev": "committed", "t", "offsets": {partition: next_offset}}
+    {"ev": "commit_error", "t", "error": str}
+    {"ev": "closing" | "closed", "t"}
+    {"ev": "fatal", "t", "error": str}
+
+A line "close" on stdin (or end of input) closes the consumer cleanly (a
+dynamic member sends LeaveGroup) and exits; ``max_records`` does the same
+after that many records were consumed and committed. ``max_seconds`` bounds
+the whole run. Only the standard library and the client under test are
+imported here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import traceback
+
+_out_lock = threading.Lock()
+
+
+def emit(ev: str, **fields) -> None:
+    line = json.dumps({"ev": ev, "t": time.monotonic(), **fields})
+    with _out_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+class Control:
+    """Watches stdin for "close" (or EOF) on a daemon thread."""
+
+    def __init__(self) -> None:
+        self.close_requested = threading.Event()
+        threading.Thread(target=self._watch, name="stdin", daemon=True).start()
+
+    def _watch(self) -> None:
+        for line in sys.stdin:
+            if line.strip() == "close":
+                break
+        self.close_requested.set()
+
+
+class Tracker:
+    """The member's current assignment, fed by the rebalance callbacks."""
+
+    def __init__(self) -> None:
+        self.current: set[int] = set()
+        self.consumed = 0
+
+    def assigned(self, parts) -> None:
+        parts = list(parts)
+        self.current |= set(parts)
+        emit("assigned", parts=sorted(parts), current=sorted(self.current))
+
+    def revoked(self, parts, ev: str = "revoked") -> None:
+        parts = list(parts)
+        self.current -= set(parts)
+        emit(ev, parts=sorted(parts), current=sorted(self.current))
+
+
+def run_confluent(spec: dict, ctl: Control, deadline: float) -> None:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    conf = {
+        "bootstrap.servers": spec["bootstrap"],
+        "group.id": spec["group"],
+        "client.id": spec["name"],
+        "session.timeout.ms": spec["session_ms"],
+        "heartbeat.interval.ms": spec["heartbeat_ms"],
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "partition.assignment.strategy": spec["strategy"],
+        "topic.metadata.refresh.interval.ms": 2000,
+        "reconnect.backoff.max.ms": 500,
+    }
+    if spec.get("instance_id"):
+        conf["group.instance.id"] = spec["instance_id"]
+    tracker = Tracker()
+    consumer = Consumer(conf)
+
+    def on_assign(_c, parts):
+        tracker.assigned(p.partition for p in parts)
+
+    def on_revoke(_c, parts):
+        tracker.revoked(p.partition for p in parts)
+
+    def on_lost(_c, parts):
+        tracker.revoked((p.partition for p in parts), ev="lost")
+
+    consumer.subscribe([spec["topic"]], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    emit("started", client="confluent")
+    try:
+        while time.monotonic() < deadline and not ctl.close_requested.is_set():
+            msgs = consumer.consume(num_messages=500, timeout=0.2)
+            batch, nexts = [], {}
+            for m in msgs:
+                if m.error() is not None:
+                    emit("consume_error", error=str(m.error()))
+                    continue
+                batch.append([m.partition(), m.offset()])
+                nexts[m.partition()] = m.offset() + 1
+            if not batch:
+                continue
+            emit("records", items=batch)
+            tps = [TopicPartition(spec["topic"], p, o) for p, o in nexts.items()]
+            try:
+                consumer.commit(offsets=tps, asynchronous=False)
+                emit("committed", offsets=nexts)
+            except KafkaException as exc:
+                emit("commit_error", error=str(exc))
+            tracker.consumed += len(batch)
+            if spec.get("max_records") and tracker.consumed >= spec["max_records"]:
+                break
+    finally:
+        emit("closing")
+        consumer.close()
+        emit("closed")
+
+
+def run_kafka_python(spec: dict, ctl: Control, deadline: float) -> None:
+    from kafka import ConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata, TopicPartition
+    from kafka.errors import KafkaError
+
+    if spec["strategy"] == "cooperative-sticky":
+        from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+
+        strategy = [CooperativeStickyAssignor]
+    else:
+        from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+        strategy = [RangePartitionAssignor]
+    tracker = Tracker()
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked):
+            tracker.revoked(tp.partition for tp in revoked)
+
+        def on_partitions_assigned(self, assigned):
+            tracker.assigned(tp.partition for tp in assigned)
+
+        def on_partitions_lost(self, lost):
+            tracker.revoked((tp.partition for tp in lost), ev="lost")
+
+    kwargs = {}
+    if spec.get("instance_id"):
+        kwargs["group_instance_id"] = spec["instance_id"]
+    consumer = KafkaConsumer(
+        bootstrap_servers=spec["bootstrap"],
+        group_id=spec["group"],
+        client_id=spec["name"],
+        session_timeout_ms=spec["session_ms"],
+        heartbeat_interval_ms=spec["heartbeat_ms"],
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        partition_assignment_strategy=strategy,
+        metadata_max_age_ms=2000,
+        reconnect_backoff_max_ms=500,
+        **kwargs,
+    )
+    consumer.subscribe([spec["topic"]], listener=Listener())
+    # Works around a kafka-python 3.0.12 bug. A leader that joins before its coordinator
+    # has a metadata snapshot of the subscription assigns nothing, then rejoins when the
+    # metadata arrives (need_rejoin() only because assignment_snapshot != metadata_snapshot).
+    # If that JoinGroup outlasts a poll() timeout, the snapshots agree by the next poll,
+    # need_rejoin() is False, and the finished JoinGroup/SyncGroup task is never collected
+    # (base.join_group_async): the assignment is dropped, heartbeats stay disabled and the
+    # member spins until the broker expires its session. Fetching the topic's metadata
+    # after subscribe() and before the first poll() gives the leader a full snapshot.
+    for _ in range(50):
+        if consumer.partitions_for_topic(spec["topic"]):
+            break
+        time.sleep(0.1)
+    emit("started", client="kafka-python")
+    try:
+        while time.monotonic() < deadline and not ctl.close_requested.is_set():
+            polled = consumer.poll(timeout_ms=200, max_records=500)
+            batch, nexts = [], {}
+            for tp, msgs in polled.items():
+                for m in msgs:
+                    batch.append([tp.partition, m.offset])
+                    nexts[tp.partition] = m.offset + 1
+            if not batch:
+                continue
+            emit("records", items=batch)
+            offsets = {
+                TopicPartition(spec["topic"], p): OffsetAndMetadata(o, "", -1)
+                for p, o in nexts.items()
+            }
+            try:
+                consumer.commit(offsets)
+                emit("committed", offsets=nexts)
+            except KafkaError as exc:
+                emit("commit_error", error=repr(exc))
+            tracker.consumed += len(batch)
+            if spec.get("max_records") and tracker.consumed >= spec["max_records"]:
+                break
+    finally:
+        emit("closing")
+        consumer.close()
+        emit("closed")
+
+
+def run_aiokafka(spec: dict, ctl: Control, deadline: float) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+    from aiokafka.errors import KafkaError
+
+    tracker = Tracker()
+
+    class Listener(ConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked):
+            tracker.revoked(tp.partition for tp in revoked)
+
+        async def on_partitions_assigned(self, assigned):
+            tracker.assigned(tp.partition for tp in assigned)
+
+    async def main() -> None:
+        kwargs = {}
+        if spec.get("instance_id"):
+            kwargs["group_instance_id"] = spec["instance_id"]
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=spec["bootstrap"],
+            group_id=spec["group"],
+            client_id=spec["name"],
+            session_timeout_ms=spec["session_ms"],
+            heartbeat_interval_ms=spec["heartbeat_ms"],
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            metadata_max_age_ms=2000,
+            **kwargs,
+        )
+        consumer.subscribe([spec["topic"]], listener=Listener())
+        await consumer.start()
+        emit("started", client="aiokafka")
+        try:
+            while time.monotonic() < deadline and not ctl.close_requested.is_set():
+                polled = await consumer.getmany(timeout_ms=200, max_records=500)
+                batch, nexts = [], {}
+                for tp, msgs in polled.items():
+                    for m in msgs:
+                        batch.append([tp.partition, m.offset])
+                        nexts[tp.partition] = m.offset + 1
+                if not batch:
+                    continue
+                emit("records", items=batch)
+                try:
+                    await consumer.commit(
+                        {TopicPartition(spec["topic"], p): o for p, o in nexts.items()}
+                    )
+                    emit("committed", offsets=nexts)
+                except KafkaError as exc:
+                    emit("commit_error", error=repr(exc))
+                tracker.consumed += len(batch)
+                if spec.get("max_records") and tracker.consumed >= spec["max_records"]:
+                    break
+        finally:
+            emit("closing")
+            await consumer.stop()
+            emit("closed")
+
+    asyncio.run(main())
+
+
+RUNNERS = {
+    "confluent": run_confluent,
+    "kafka-python": run_kafka_python,
+    "aiokafka": run_aiokafka,
+}
+
+
+def main(spec_json: str) -> int:
+    spec = json.loads(spec_json)
+    # Client logs go to stderr (the test shows their tail when something fails): the
+    # group coordinators of the Python clients at INFO, everything at DEBUG if asked.
+    import logging
+
+    # "debug" is "1" (everything at DEBUG) or a comma-separated list of loggers.
+    debug = str(spec.get("debug") or "")
+    logging.basicConfig(
+        level=logging.DEBUG if debug == "1" else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    for name in ("kafka.coordinator", "aiokafka.consumer.group_coordinator"):
+        logging.getLogger(name).setLevel(logging.DEBUG if debug == "1" else logging.INFO)
+    for name in filter(None, debug.split(",") if debug != "1" else []):
+        logging.getLogger(name).setLevel(logging.DEBUG)
+    deadline = time.monotonic() + float(spec.get("max_seconds", 120))
+    ctl = Control()
+    try:
+        RUNNERS[spec["client"]](spec, ctl, deadline)
+    except BaseException as exc:
+        emit("fatal", error=f"{exc!r}\n{traceback.format_exc()}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
