@@ -462,8 +462,7 @@ def test_static_membership_restart_without_rebalance(cluster: Cluster) -> None:
 # ---------------------------------------------------------------------------- Odradek only
 
 
-def test_kill_member_rebalances_after_session_timeout(odradek_cluster: Cluster) -> None:
-    cluster = odradek_cluster
+def test_kill_member_rebalances_after_session_timeout(cluster: Cluster) -> None:
     topic = create_topic(cluster.bootstrap, unique("g-kill"), 6)
     group = unique("g")
     members = [
