@@ -12,8 +12,6 @@ import pytest
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from odradek.client import Consumer
-
 pytestmark = pytest.mark.timeout(90)
 
 
@@ -142,7 +140,6 @@ def test_produce_and_consume_errors(cli, name, topic) -> None:
     )
 
 
-@pytest.mark.skipif(not hasattr(Consumer, "subscribe"), reason="no group consumer yet")
 def test_consume_in_a_group_commits_its_progress(cli, bootstrap, name, topic) -> None:
     group = name("g")
     cli("produce", topic, stdin="".join(f"{i}\n" for i in range(10)))
@@ -167,7 +164,6 @@ def test_consume_in_a_group_commits_its_progress(cli, bootstrap, name, topic) ->
     assert described["totals"]["committed_offset"] == 10
 
 
-@pytest.mark.skipif(not hasattr(Consumer, "subscribe"), reason="no group consumer yet")
 @pytest.mark.timeout(120)
 def test_two_terminals_share_a_group(cli, bootstrap, name) -> None:
     """The README tour: two `consume --group` processes split the partitions; describe

@@ -572,6 +572,11 @@ def test_select_rebalance_protocol() -> None:
         name = "coop-only"
         supported_protocols = (RebalanceProtocol.COOPERATIVE,)
 
+        def assign_partitions(
+            self, cluster: Mapping[str, int], subscriptions: Mapping[str, Subscription]
+        ) -> Plan:
+            return {member: [] for member in subscriptions}
+
     with pytest.raises(ValueError):
         select_rebalance_protocol([CoopOnly(), get_assignor("range")])
     with pytest.raises(ValueError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
 _M = 0x5BD1E995
@@ -58,9 +59,10 @@ def key_partition(key: bytes, num_partitions: int) -> int:
     return to_positive(murmur2(key)) % num_partitions
 
 
-class Partitioner:
+class Partitioner(ABC):
     """Chooses a partition for a record without one. Subclass for custom logic."""
 
+    @abstractmethod
     def partition(
         self,
         topic: str,
@@ -69,12 +71,13 @@ class Partitioner:
         partitions: Sequence[int],
         available: Sequence[int],
     ) -> int:
-        raise NotImplementedError
+        """The partition for this record, from `partitions` (prefer `available`)."""
 
     def on_new_batch(
         self, topic: str, partitions: Sequence[int], available: Sequence[int], prev_partition: int
     ) -> None:
         """Called when a keyless record would open a new batch in ``prev_partition``."""
+        return None  # optional hook: stateless partitioners need nothing here
 
     @property
     def sticky(self) -> bool:

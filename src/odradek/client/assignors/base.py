@@ -10,6 +10,7 @@ assignment, which it may put into its next subscription's user data.
 from __future__ import annotations
 
 import enum
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -59,7 +60,7 @@ class Assignor(Protocol):
         ...
 
 
-class AbstractAssignor:
+class AbstractAssignor(ABC):
     """Convenience base: implement :meth:`assign_partitions` on flat (topic, partition) pairs.
 
     Like Java's ``AbstractPartitionAssignor``, topics a member subscribes to that are not in
@@ -77,10 +78,11 @@ class AbstractAssignor:
     def on_assignment(self, assignment: Assignment, generation: int) -> None:
         return None
 
+    @abstractmethod
     def assign_partitions(
         self, cluster: Cluster, subscriptions: Mapping[str, Subscription]
     ) -> dict[str, list[TopicPartitionPair]]:
-        raise NotImplementedError
+        """Member id -> the (topic, partition) pairs it gets."""
 
     def assign(
         self, cluster: Cluster, subscriptions: Mapping[str, Subscription]
