@@ -4,10 +4,22 @@ Spark starts in 5-30 s on this machine, so every Spark test shares the
 session-scoped ``spark`` fixture (local[2], UI off, two shuffle partitions).
 Tests talk to the session broker (``odradek_session_broker``), or to
 ``ODRADEK_TEST_BOOTSTRAP`` when that is set.
+
+Against such an external broker, tests that need a broker feature are
+deselected when the broker lacks it, and the summary says which and why:
+
+- ``requires_create_partitions``: the broker must offer CreatePartitions in
+  its ApiVersions (tansu does not).
+- ``requires_timestamp_lookup``: ListOffsets by timestamp must find the first
+  offset at or after a time. Checked by producing three records with known
+  timestamps and looking one up (tansu answers offset 0 for any time).
+
+Against the embedded Odradek broker every test runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -20,6 +32,110 @@ import pytest
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+EXTERNAL_BOOTSTRAP_ENV = "ODRADEK_TEST_BOOTSTRAP"
+FEATURE_MARKERS = {
+    "requires_create_partitions": "needs CreatePartitions (adds a partition to a live topic)",
+    "requires_timestamp_lookup": "needs ListOffsets by timestamp (starting offsets by time)",
+}
+_deselected_for_features: list[tuple[str, str]] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, meaning in FEATURE_MARKERS.items():
+        config.addinivalue_line(
+            "markers",
+            f"{name}(reason): {meaning}; deselected against an "
+            f"external broker ({EXTERNAL_BOOTSTRAP_ENV}) that lacks it",
+        )
+
+
+def _supports_create_partitions(bootstrap: str) -> tuple[bool, str]:
+    from odradek.client.cluster import KafkaClient
+    from odradek.client.config import AdminConfig
+    from odradek.protocol.apikeys import ApiKey
+
+    client = KafkaClient(AdminConfig.from_settings(bootstrap_servers=bootstrap))
+    try:
+        meta = client.bootstrap(timeout_s=20)
+        node = next(iter(meta.brokers))
+        if client.connection(node, 20).supports(ApiKey.CREATE_PARTITIONS):
+            return True, ""
+        return False, "the broker's ApiVersions has no CreatePartitions"
+    finally:
+        client.close()
+
+
+def _supports_timestamp_lookup(bootstrap: str) -> tuple[bool, str]:
+    from odradek.client import AdminClient, Consumer, Producer, TopicPartition
+
+    name = f"spark-probe-timestamps-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, name, 1)
+    try:
+        with Producer(bootstrap_servers=bootstrap, linger_ms=5) as producer:
+            sent = [
+                producer.send(name, b"probe", partition=0, timestamp_ms=ts)
+                for ts in (1_000_000, 2_000_000, 3_000_000)
+            ]
+            producer.flush(30)
+            for future in sent:
+                future.result(timeout=30)
+        tp = TopicPartition(name, 0)
+        with Consumer(bootstrap_servers=bootstrap) as consumer:
+            found = consumer.offsets_for_times({tp: 1_500_000})[tp]
+        got = None if found is None else found.offset
+        if got == 1:
+            return True, ""
+        return False, (
+            f"ListOffsets for a time between the 1st and 2nd record answers offset {got}, not 1"
+        )
+    finally:
+        with contextlib.suppress(Exception), AdminClient(bootstrap_servers=bootstrap) as admin:
+            admin.delete_topics([name])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Against an external broker, deselect the tests needing a feature it lacks."""
+    bootstrap = os.environ.get(EXTERNAL_BOOTSTRAP_ENV)
+    if not bootstrap:
+        return
+    wanted = {m for item in items for m in FEATURE_MARKERS if item.get_closest_marker(m)}
+    probes = {
+        "requires_create_partitions": _supports_create_partitions,
+        "requires_timestamp_lookup": _supports_timestamp_lookup,
+    }
+    missing: dict[str, str] = {}
+    for marker in sorted(wanted):
+        try:
+            ok, why = probes[marker](bootstrap)
+        except Exception as exc:  # a failed probe counts as the feature missing
+            ok, why = False, f"probe failed: {exc!r}"
+        if not ok:
+            missing[marker] = why
+    if not missing:
+        return
+    kept, deselected = [], []
+    for item in items:
+        hit = next((m for m in missing if item.get_closest_marker(m)), None)
+        if hit is None:
+            kept.append(item)
+            continue
+        deselected.append(item)
+        reason = item.get_closest_marker(hit).kwargs.get("reason", FEATURE_MARKERS[hit])
+        _deselected_for_features.append(
+            (item.nodeid, f"{hit}: {reason} ({bootstrap}: {missing[hit]})")
+        )
+    config.hook.pytest_deselected(items=deselected)
+    items[:] = kept
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _deselected_for_features:
+        return
+    terminalreporter.section("deselected: the external broker lacks a feature")
+    for nodeid, why in _deselected_for_features:
+        terminalreporter.write_line(f"{nodeid}\n    {why}")
 
 
 @pytest.fixture(scope="session")
@@ -113,12 +229,17 @@ def produce(
 def consume_all(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[Any]:
     """Every record of every partition of ``topic`` (from the start to the current end)."""
     from odradek.client import Consumer, TopicPartition
+    from odradek.spark.cluster import ClusterView
 
     with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
         parts = consumer.partitions_for_topic(topic)
         tps = [TopicPartition(topic, p) for p in parts]
         consumer.assign(tps)
-        ends = consumer.end_offsets(tps)
+        view = ClusterView(bootstrap)  # end_offsets (ListOffsets) is low on some brokers
+        try:
+            ends = view.latest(tps)
+        finally:
+            view.close()
         out: list[Any] = []
         deadline = time.monotonic() + timeout_s
         while any(consumer.position(tp) < ends[tp] for tp in tps):

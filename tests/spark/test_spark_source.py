@@ -64,6 +64,17 @@ def test_batch_read_equals_what_was_produced(spark, bootstrap, topic):
     )
     counts = dict(Counter(r.partition for r in ranged.select("partition").collect()))
     assert counts == {0: 10, 1: 5, 2: 210}
+    assert _reader(spark, bootstrap, subscribePattern=topic[:-8] + ".*").count() >= 630
+
+
+@pytest.mark.requires_timestamp_lookup(
+    reason="startingTimestamp / startingOffsetsByTimestamp resolve through ListOffsets by "
+    "timestamp, which must answer the first offset at or after the time"
+)
+def test_batch_read_from_starting_timestamps(spark, bootstrap, topic):
+    create_topic(bootstrap, topic, 3)
+    produce(bootstrap, topic, 600, partitions=3, timestamp_ms=1_000_000)
+    produce(bootstrap, topic, 30, partitions=3, start=600, timestamp_ms=2_000_000)
     late = _reader(spark, bootstrap, subscribe=topic, startingTimestamp="1500000")
     assert sorted(r.value for r in late.select("value").collect()) == sorted(
         f"value-{i}".encode() for i in range(600, 630)
@@ -75,7 +86,6 @@ def test_batch_read_equals_what_was_produced(spark, bootstrap, topic):
         startingOffsetsByTimestamp=json.dumps({topic: {"1": 1500000}}),
     )
     assert by_ts.count() == 10
-    assert _reader(spark, bootstrap, subscribePattern=topic[:-8] + ".*").count() >= 630
 
 
 def test_available_now_exactly_once_into_parquet_in_max_offsets_batches(
@@ -128,9 +138,24 @@ def test_available_now_exactly_once_into_parquet_in_max_offsets_batches(
     assert sum(committed.values()) >= 3500
 
 
-def test_new_partition_is_picked_up_and_group_lag_is_right(spark, bootstrap, topic):
-    create_topic(bootstrap, topic, 1)
-    produce(bootstrap, topic, 100)
+def _memory_query(spark, df, name):
+    return (
+        df.selectExpr("partition", "offset")
+        .writeStream.format("memory")
+        .queryName(name)
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+
+
+def _latest_offset(q) -> dict:
+    latest = q.lastProgress["sources"][0]["latestOffset"]
+    return json.loads(latest) if isinstance(latest, str) else latest
+
+
+def test_group_commits_show_the_right_lag(spark, bootstrap, topic):
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, 100, partition=0)
     group = f"g-{topic}"
     name = "q_" + topic.replace("-", "_")
     df = _stream(
@@ -140,13 +165,7 @@ def test_new_partition_is_picked_up_and_group_lag_is_right(spark, bootstrap, top
         startingOffsets="earliest",
         **{"kafka.group.id": group, "commitOffsetsToGroup": "true"},
     )
-    q = (
-        df.selectExpr("partition", "offset")
-        .writeStream.format("memory")
-        .queryName(name)
-        .trigger(processingTime="500 milliseconds")
-        .start()
-    )
+    q = _memory_query(spark, df, name)
 
     def count() -> int:
         return spark.sql(f"select count(*) as n from {name}").collect()[0].n
@@ -154,11 +173,8 @@ def test_new_partition_is_picked_up_and_group_lag_is_right(spark, bootstrap, top
     view = ClusterView(bootstrap)
     try:
         wait_for(lambda: count() == 100, 90, "the first 100 rows")
-        add_partitions(bootstrap, topic, 2)
         produce(bootstrap, topic, 50, partition=1, start=100)
-        wait_for(lambda: count() == 150, 60, "rows of the new partition")
-        parts = Counter(r.partition for r in spark.sql(f"select partition from {name}").collect())
-        assert parts == {0: 100, 1: 50}
+        wait_for(lambda: count() == 150, 60, "the rows of partition 1")
         # Lag: the group catches up with the log end while the query runs...
         tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
         wait_for(
@@ -166,10 +182,7 @@ def test_new_partition_is_picked_up_and_group_lag_is_right(spark, bootstrap, top
             30,
             "the group's committed offsets to reach the log end",
         )
-        progress = q.lastProgress["sources"][0]
-        latest = progress["latestOffset"]
-        latest = json.loads(latest) if isinstance(latest, str) else latest
-        assert latest == {topic: {"0": 100, "1": 50}}
+        assert _latest_offset(q) == {topic: {"0": 100, "1": 50}}
     finally:
         q.stop()
     try:
@@ -177,9 +190,39 @@ def test_new_partition_is_picked_up_and_group_lag_is_right(spark, bootstrap, top
         produce(bootstrap, topic, 30, partitions=2, start=150)
         committed = view.fetch_group_offsets(group)
         ends = view.latest([tp0, tp1])
+        assert ends == {tp0: 115, tp1: 65}
         assert sum(ends[tp] - committed[tp] for tp in ends) == 30
     finally:
         view.close()
+
+
+@pytest.mark.requires_create_partitions(
+    reason="adds a partition to the subscribed topic while the query runs (CreatePartitions)"
+)
+def test_new_partition_is_picked_up(spark, bootstrap, topic):
+    create_topic(bootstrap, topic, 1)
+    produce(bootstrap, topic, 100)
+    name = "q_" + topic.replace("-", "_")
+    df = _stream(spark, bootstrap, subscribe=topic, startingOffsets="earliest")
+    q = _memory_query(spark, df, name)
+
+    def count() -> int:
+        return spark.sql(f"select count(*) as n from {name}").collect()[0].n
+
+    try:
+        wait_for(lambda: count() == 100, 90, "the first 100 rows")
+        add_partitions(bootstrap, topic, 2)
+        produce(bootstrap, topic, 50, partition=1, start=100)
+        wait_for(lambda: count() == 150, 60, "rows of the new partition")
+        parts = Counter(r.partition for r in spark.sql(f"select partition from {name}").collect())
+        assert parts == {0: 100, 1: 50}
+        wait_for(
+            lambda: _latest_offset(q) == {topic: {"0": 100, "1": 50}},
+            30,
+            "latestOffset to include the new partition",
+        )
+    finally:
+        q.stop()
 
 
 def test_query_failing_mid_batch_then_restarted_yields_each_record_once(

@@ -1,9 +1,15 @@
-"""ListOffsets against partition leaders, shared by the consumer and the admin client."""
+"""ListOffsets against partition leaders, shared by the consumer and the admin client.
+
+``log_end_offsets`` also asks each leader for its high watermark with one tiny
+Fetch: the log end a consumer can read to, which every Fetch response carries.
+Some Kafka-compatible brokers under-report ListOffsets(latest) (tansu counts
+record batches, not records); the high watermark is right on all of them.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
@@ -17,6 +23,11 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3  # ListOffsets v7+
 
 _LEADER_ERRORS = {3, 5, 6, 74, 75}  # unknown topic, no leader, not leader, epoch errors
+_OFFSET_OUT_OF_RANGE = 1
+# The probe Fetch waits at most this long at the log end. Not 0: tansu answers a Fetch
+# with max_wait 0 with no partitions at all. Kafka answers at once (min_bytes 0).
+PROBE_MAX_WAIT_MS = 1
+PROBE_RETRY_MAX_WAIT_MS = 100  # for partitions a broker left out of the first answer
 
 
 def list_offsets(
@@ -121,4 +132,157 @@ def _body(parts: Mapping[TopicPartition, int], isolation_level: int) -> Any:
         "replica_id": -1,
         "isolation_level": isolation_level,
         "topics": [{"name": name, "partitions": ps} for name, ps in topics.items()],
+    }
+
+
+def log_end_offsets(
+    client: KafkaClient,
+    partitions: Iterable[TopicPartition],
+    *,
+    timeout_s: float,
+    isolation_level: int = 0,
+) -> dict[TopicPartition, int]:
+    """The offset after the last readable record of each partition (the last stable offset
+    with ``isolation_level=1``): the larger of ListOffsets(latest) and the high watermark
+    (last stable offset) of one small Fetch per leader, sent at the ListOffsets answer.
+    Both are exact on Kafka; the Fetch guards against brokers whose ListOffsets lags."""
+    deadline = time.monotonic() + timeout_s
+    listed = list_offsets(
+        client,
+        dict.fromkeys(partitions, LATEST_TIMESTAMP),
+        timeout_s=timeout_s,
+        isolation_level=isolation_level,
+    )
+    ends = {tp: (o.offset if o is not None else 0) for tp, o in listed.items()}
+    marks = high_watermarks(
+        client,
+        ends,
+        timeout_s=max(0.001, deadline - time.monotonic()),
+        isolation_level=isolation_level,
+    )
+    return {tp: max(end, marks.get(tp, -1)) for tp, end in ends.items()}
+
+
+def high_watermarks(
+    client: KafkaClient,
+    positions: Mapping[TopicPartition, int],
+    *,
+    timeout_s: float,
+    isolation_level: int = 0,
+) -> dict[TopicPartition, int]:
+    """High watermarks (last stable offsets with ``isolation_level=1``) from one Fetch per
+    leader at ``positions`` (clamped to >= 0), asking for almost no data. A partition whose
+    fetch offset is out of range keeps the watermark only if the broker sent one. Leader
+    errors are retried with metadata refreshes until ``timeout_s``; other errors raise."""
+    deadline = time.monotonic() + timeout_s
+    pending = {tp: max(0, int(off)) for tp, off in positions.items()}
+    result: dict[TopicPartition, int] = {}
+    delay = client.config.retry_backoff_ms / 1000
+    max_wait_ms = PROBE_MAX_WAIT_MS
+    last_error: BaseException | None = None
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise KafkaTimeoutError(
+                f"high watermarks of {sorted(map(str, pending))} timed out"
+                + (f" (last error: {last_error})" if last_error else "")
+            )
+        by_leader: dict[int, dict[TopicPartition, int]] = {}
+        missing = False
+        for tp, offset in pending.items():
+            leader = client.cluster.leader_for(tp)
+            if leader < 0:
+                missing = True
+                continue
+            by_leader.setdefault(leader, {})[tp] = offset
+        if missing:
+            client.request_update()
+        sent: list[tuple[dict[TopicPartition, int], Future[Any]]] = []
+        for leader, parts in by_leader.items():
+            body = _probe_body(parts, isolation_level, max_wait_ms)
+            future = client.send(
+                leader, ApiKey.FETCH, body, timeout_ms=max(1, int(remaining * 1000))
+            )
+            sent.append((parts, future))
+        retry = missing
+        for parts, future in sent:
+            try:
+                response = future.result(timeout=max(0.001, deadline - time.monotonic()) + 1.0)
+            except (KafkaError, TimeoutError) as exc:
+                last_error = exc
+                retry = True
+                if isinstance(exc, KafkaError) and not exc.retriable:
+                    raise
+                client.request_update()
+                continue
+            top_error = int(getattr(response, "error_code", 0))
+            if top_error:
+                error = make_error(top_error, "Fetch (high watermark)")
+                if not error.retriable:
+                    raise error
+                last_error = error
+                retry = True
+                continue
+            answered = set()
+            for t in response.responses:
+                for p in t.partitions:
+                    tp = TopicPartition(t.topic, int(p.partition_index))
+                    if tp not in parts:
+                        continue
+                    answered.add(tp)
+                    code = int(p.error_code)
+                    mark = int(p.high_watermark)
+                    if isolation_level == 1 and int(getattr(p, "last_stable_offset", -1)) >= 0:
+                        mark = int(p.last_stable_offset)
+                    if code == 0 or code == _OFFSET_OUT_OF_RANGE:
+                        pending.pop(tp, None)
+                        if mark >= 0:
+                            result[tp] = mark
+                    elif code in _LEADER_ERRORS:
+                        last_error = make_error(code, str(tp))
+                        retry = True
+                        client.request_update()
+                    else:
+                        raise make_error(code, f"Fetch (high watermark) {tp}")
+            if answered != set(parts):
+                # Left out of the answer (tansu does that when max_wait is too short):
+                # ask again, waiting longer.
+                retry = True
+                max_wait_ms = PROBE_RETRY_MAX_WAIT_MS
+        if pending and retry:
+            client.maybe_refresh(timeout_s=max(0.001, deadline - time.monotonic()))
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, client.config.retry_backoff_max_ms / 1000)
+    return result
+
+
+def _probe_body(
+    parts: Mapping[TopicPartition, int], isolation_level: int, max_wait_ms: int
+) -> dict[str, Any]:
+    """A Fetch that returns at once with (almost) no records: min_bytes 0, 1 byte caps."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp, offset in parts.items():
+        topics.setdefault(tp.topic, []).append(
+            {
+                "partition": tp.partition,
+                "current_leader_epoch": -1,
+                "fetch_offset": offset,
+                "last_fetched_epoch": -1,
+                "log_start_offset": -1,
+                "partition_max_bytes": 1,
+            }
+        )
+    return {
+        "cluster_id": None,
+        "replica_id": -1,
+        "replica_state": {"replica_id": -1, "replica_epoch": -1},
+        "max_wait": max_wait_ms,
+        "min_bytes": 0,
+        "max_bytes": 1,
+        "isolation_level": isolation_level,
+        "session_id": 0,
+        "session_epoch": -1,  # no fetch session
+        "topics": [{"topic": name, "partitions": ps} for name, ps in topics.items()],
+        "forgotten_topics_data": [],
+        "rack_id": "",
     }

@@ -2,9 +2,9 @@
 
 One ``ClusterView`` lives in the driver process that plans a query (for a
 stream, Spark's long-lived ``python_streaming_source_runner``). It holds one
-``KafkaClient`` of Odradek's client and uses its Metadata and ListOffsets
-calls, and the admin client's group-offset calls for consumer-group progress.
-It is never pickled: readers drop it in ``__getstate__``.
+``KafkaClient`` of Odradek's client and uses its Metadata, ListOffsets and
+(for the log end) Fetch calls, and the admin client's group-offset calls for
+consumer-group progress. It is never pickled: readers drop it in ``__getstate__``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from odradek.client.cluster import KafkaClient
 from odradek.client.config import AdminConfig
 from odradek.client.coordinator import OffsetAndMetadata
 from odradek.client.errors import KafkaError, KafkaTimeoutError
-from odradek.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
+from odradek.client.offsets import EARLIEST_TIMESTAMP, list_offsets, log_end_offsets
 from odradek.client.structs import TopicPartition
 
 from .options import Subscription
@@ -99,8 +99,15 @@ class ClusterView:
         return {tp: (o.offset if o is not None else 0) for tp, o in found.items()}
 
     def latest(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        found = self._list(dict.fromkeys(tps, LATEST_TIMESTAMP))
-        return {tp: (o.offset if o is not None else 0) for tp, o in found.items()}
+        """Log end offsets (last stable offsets with read_committed): ListOffsets(latest),
+        raised to the high watermark of one small Fetch per leader when that is larger
+        (see ``log_end_offsets``; some brokers' ListOffsets under-reports)."""
+        tps = list(tps)
+        if not tps:
+            return {}
+        return log_end_offsets(
+            self.client, tps, timeout_s=self.timeout_s, isolation_level=self.isolation_level
+        )
 
     def for_times(self, request: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
         """First offset with a timestamp >= the given one; None when there is none."""

@@ -23,7 +23,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from odradek.client import Consumer, TopicPartition
-from odradek.client.errors import KafkaError
+from odradek.client.errors import KafkaError, OffsetOutOfRangeError
 
 from .arrow import BatchBuilder
 from .cluster import ClusterView, retry
@@ -100,20 +100,25 @@ def read_partition(part: OdradekPartition) -> Iterator[Any]:
                 f"(log start offset is {begin})",
             )
             start = begin
-        if start >= rng.until_offset:
+        until = rng.until_offset
+        if start >= until:
             return
-        end = consumer.end_offsets([tp])[tp]
-        if end < rng.until_offset:
-            _data_loss(
-                part.fail_on_data_loss,
-                f"{tp}: the log ends at {end}, before the planned end offset {rng.until_offset}",
-            )
-        until = min(rng.until_offset, max(end, start))
+        # No ListOffsets(latest) here: some brokers under-report it. The log end is the high
+        # watermark of this consumer's own fetches, all sent after the driver planned
+        # ``until``; a watermark at or below the position means the log ends too early.
         consumer.seek(tp, start)
         last_progress = time.monotonic()
         position = start
         while position < until:
-            batch = consumer.poll(timeout=min(1.0, part.poll_timeout_s))
+            try:
+                batch = consumer.poll(timeout=min(1.0, part.poll_timeout_s))
+            except OffsetOutOfRangeError:
+                _data_loss(
+                    part.fail_on_data_loss,
+                    f"{tp}: offset {position} is out of range, the log ends before the planned "
+                    f"end offset {until}",
+                )
+                break
             records = batch.records(tp)
             if records:
                 last_progress = time.monotonic()
@@ -123,6 +128,13 @@ def read_partition(part: OdradekPartition) -> Iterator[Any]:
                 if len(builder) >= ROWS_PER_ARROW_BATCH:
                     yield builder.build()
             position = consumer.position(tp)
+            end = consumer.highwater(tp)
+            if not records and end is not None and end <= position < until:
+                _data_loss(
+                    part.fail_on_data_loss,
+                    f"{tp}: the log ends at {end}, before the planned end offset {until}",
+                )
+                break
             idle = time.monotonic() - last_progress
             if not records and position < until and idle > part.poll_timeout_s:
                 raise TimeoutError(

@@ -378,7 +378,7 @@ class _WriterBase:
             else:
                 counts = {t: int(n) for t, n in intent["partitions"].items()}
                 before = {TopicPartition(t, int(p)): int(o) for t, p, o in intent["before"]}
-                skip = self._already_published(before)
+                skip = self._already_published(before, view.latest(list(before)))
                 log.warning(
                     "resuming an interrupted sink commit; %d rows were already published",
                     sum(c.total() for c in skip.values()),
@@ -442,7 +442,7 @@ class _WriterBase:
         return sent
 
     def _already_published(
-        self, before: Mapping[TopicPartition, int]
+        self, before: Mapping[TopicPartition, int], ends: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, Counter[bytes]]:
         """Fingerprints of the records written to each target partition since the intent.
 
@@ -460,7 +460,6 @@ class _WriterBase:
             }
         )
         try:
-            ends = consumer.end_offsets(list(before))
             for tp, start in before.items():
                 end = ends.get(tp, start)
                 seen: Counter[bytes] = Counter()
