@@ -9,7 +9,7 @@ record batches, not records); the high watermark is right on all of them.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
@@ -40,80 +40,101 @@ def list_offsets(
     """Offsets for ``{tp: timestamp}`` (-2 earliest, -1 latest, else the first offset whose
     timestamp is >= it). None for a timestamp after the last record. Retries leader
     errors with metadata refreshes until ``timeout_s``; other errors raise."""
-    deadline = time.monotonic() + timeout_s
     pending = dict(timestamps)
     result: dict[TopicPartition, OffsetAndTimestamp | None] = {}
     client.add_topics({tp.topic for tp in pending})
+
+    def request(parts: Mapping[TopicPartition, int]) -> tuple[int, Any]:
+        return ApiKey.LIST_OFFSETS, _body(parts, isolation_level)
+
+    def absorb(response: Any, parts: Mapping[TopicPartition, int]) -> list[KafkaError]:
+        retriable: list[KafkaError] = []
+        for t in response.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, int(p.partition_index))
+                if tp not in parts:
+                    continue
+                code = int(p.error_code)
+                if code == 0:
+                    offset = int(p.offset)
+                    pending.pop(tp, None)
+                    if offset < 0:
+                        result[tp] = None
+                    else:
+                        epoch = int(getattr(p, "leader_epoch", -1))
+                        result[tp] = OffsetAndTimestamp(
+                            offset, int(p.timestamp), epoch if epoch >= 0 else None
+                        )
+                elif code in _LEADER_ERRORS:
+                    retriable.append(make_error(code, str(tp)))
+                else:
+                    raise make_error(code, f"ListOffsets {tp}")
+        return retriable
+
+    _ask_leaders(client, pending, timeout_s, "ListOffsets", request, absorb)
+    return result
+
+
+def _ask_leaders(
+    client: KafkaClient,
+    pending: dict[TopicPartition, int],
+    timeout_s: float,
+    what: str,
+    request: Callable[[Mapping[TopicPartition, int]], tuple[int, Any]],
+    absorb: Callable[[Any, Mapping[TopicPartition, int]], list[KafkaError]],
+) -> None:
+    """Send one request per partition leader until ``pending`` is empty.
+
+    ``absorb`` reads a leader's answer: it removes the partitions it settled from
+    ``pending``, raises on a fatal error, and returns the retriable ones. Leader errors
+    and lost connections are retried with metadata refreshes and backoff until
+    ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
     delay = client.config.retry_backoff_ms / 1000
     last_error: BaseException | None = None
     while pending:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise KafkaTimeoutError(
-                f"ListOffsets for {sorted(map(str, pending))} timed out"
+                f"{what} for {sorted(map(str, pending))} timed out"
                 + (f" (last error: {last_error})" if last_error else "")
             )
         by_leader: dict[int, dict[TopicPartition, int]] = {}
         missing = False
-        for tp, ts in pending.items():
+        for tp, value in pending.items():
             leader = client.cluster.leader_for(tp)
             if leader < 0:
                 missing = True
                 continue
-            by_leader.setdefault(leader, {})[tp] = ts
+            by_leader.setdefault(leader, {})[tp] = value
         if missing:
             client.request_update()
         sent: list[tuple[dict[TopicPartition, int], Future[Any]]] = []
         for leader, parts in by_leader.items():
-            sent.append(
-                (
-                    parts,
-                    client.send(
-                        leader,
-                        ApiKey.LIST_OFFSETS,
-                        _body(parts, isolation_level),
-                        timeout_ms=max(1, int(remaining * 1000)),
-                    ),
-                )
-            )
+            api_key, body = request(parts)
+            timeout_ms = max(1, int(remaining * 1000))
+            sent.append((parts, client.send(leader, api_key, body, timeout_ms=timeout_ms)))
         retry = missing
         for parts, future in sent:
             try:
                 response = future.result(timeout=max(0.001, deadline - time.monotonic()) + 1.0)
             except (KafkaError, TimeoutError) as exc:
-                last_error = exc
-                retry = True
                 if isinstance(exc, KafkaError) and not exc.retriable:
                     raise
+                last_error = exc
+                retry = True
                 client.request_update()
                 continue
-            for t in response.topics:
-                for p in t.partitions:
-                    tp = TopicPartition(t.name, int(p.partition_index))
-                    if tp not in parts:
-                        continue
-                    code = int(p.error_code)
-                    if code == 0:
-                        offset = int(p.offset)
-                        pending.pop(tp, None)
-                        if offset < 0:
-                            result[tp] = None
-                        else:
-                            epoch = int(getattr(p, "leader_epoch", -1))
-                            result[tp] = OffsetAndTimestamp(
-                                offset, int(p.timestamp), epoch if epoch >= 0 else None
-                            )
-                    elif code in _LEADER_ERRORS:
-                        last_error = make_error(code, str(tp))
-                        retry = True
-                        client.request_update()
-                    else:
-                        raise make_error(code, f"ListOffsets {tp}")
+            retriable = absorb(response, parts)
+            if retriable:
+                last_error = retriable[-1]
+                retry = True
+                client.request_update()
         if pending and retry:
             client.maybe_refresh(timeout_s=max(0.001, deadline - time.monotonic()))
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, client.config.retry_backoff_max_ms / 1000)
-    return result
 
 
 def _body(parts: Mapping[TopicPartition, int], isolation_level: int) -> Any:
@@ -174,85 +195,49 @@ def high_watermarks(
     leader at ``positions`` (clamped to >= 0), asking for almost no data. A partition whose
     fetch offset is out of range keeps the watermark only if the broker sent one. Leader
     errors are retried with metadata refreshes until ``timeout_s``; other errors raise."""
-    deadline = time.monotonic() + timeout_s
     pending = {tp: max(0, int(off)) for tp, off in positions.items()}
     result: dict[TopicPartition, int] = {}
-    delay = client.config.retry_backoff_ms / 1000
     max_wait_ms = PROBE_MAX_WAIT_MS
-    last_error: BaseException | None = None
-    while pending:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise KafkaTimeoutError(
-                f"high watermarks of {sorted(map(str, pending))} timed out"
-                + (f" (last error: {last_error})" if last_error else "")
-            )
-        by_leader: dict[int, dict[TopicPartition, int]] = {}
-        missing = False
-        for tp, offset in pending.items():
-            leader = client.cluster.leader_for(tp)
-            if leader < 0:
-                missing = True
-                continue
-            by_leader.setdefault(leader, {})[tp] = offset
-        if missing:
-            client.request_update()
-        sent: list[tuple[dict[TopicPartition, int], Future[Any]]] = []
-        for leader, parts in by_leader.items():
-            body = _probe_body(parts, isolation_level, max_wait_ms)
-            future = client.send(
-                leader, ApiKey.FETCH, body, timeout_ms=max(1, int(remaining * 1000))
-            )
-            sent.append((parts, future))
-        retry = missing
-        for parts, future in sent:
-            try:
-                response = future.result(timeout=max(0.001, deadline - time.monotonic()) + 1.0)
-            except (KafkaError, TimeoutError) as exc:
-                last_error = exc
-                retry = True
-                if isinstance(exc, KafkaError) and not exc.retriable:
-                    raise
-                client.request_update()
-                continue
-            top_error = int(getattr(response, "error_code", 0))
-            if top_error:
-                error = make_error(top_error, "Fetch (high watermark)")
-                if not error.retriable:
-                    raise error
-                last_error = error
-                retry = True
-                continue
-            answered = set()
-            for t in response.responses:
-                for p in t.partitions:
-                    tp = TopicPartition(t.topic, int(p.partition_index))
-                    if tp not in parts:
-                        continue
-                    answered.add(tp)
-                    code = int(p.error_code)
-                    mark = int(p.high_watermark)
-                    if isolation_level == 1 and int(getattr(p, "last_stable_offset", -1)) >= 0:
-                        mark = int(p.last_stable_offset)
-                    if code == 0 or code == _OFFSET_OUT_OF_RANGE:
-                        pending.pop(tp, None)
-                        if mark >= 0:
-                            result[tp] = mark
-                    elif code in _LEADER_ERRORS:
-                        last_error = make_error(code, str(tp))
-                        retry = True
-                        client.request_update()
-                    else:
-                        raise make_error(code, f"Fetch (high watermark) {tp}")
-            if answered != set(parts):
-                # Left out of the answer (tansu does that when max_wait is too short):
-                # ask again, waiting longer.
-                retry = True
-                max_wait_ms = PROBE_RETRY_MAX_WAIT_MS
-        if pending and retry:
-            client.maybe_refresh(timeout_s=max(0.001, deadline - time.monotonic()))
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, client.config.retry_backoff_max_ms / 1000)
+
+    def request(parts: Mapping[TopicPartition, int]) -> tuple[int, Any]:
+        return ApiKey.FETCH, _probe_body(parts, isolation_level, max_wait_ms)
+
+    def absorb(response: Any, parts: Mapping[TopicPartition, int]) -> list[KafkaError]:
+        nonlocal max_wait_ms
+        top_error = int(getattr(response, "error_code", 0))
+        if top_error:
+            error = make_error(top_error, "Fetch (high watermark)")
+            if not error.retriable:
+                raise error
+            return [error]
+        retriable: list[KafkaError] = []
+        answered = set()
+        for t in response.responses:
+            for p in t.partitions:
+                tp = TopicPartition(t.topic, int(p.partition_index))
+                if tp not in parts:
+                    continue
+                answered.add(tp)
+                code = int(p.error_code)
+                mark = int(p.high_watermark)
+                if isolation_level == 1 and int(getattr(p, "last_stable_offset", -1)) >= 0:
+                    mark = int(p.last_stable_offset)
+                if code == 0 or code == _OFFSET_OUT_OF_RANGE:
+                    pending.pop(tp, None)
+                    if mark >= 0:
+                        result[tp] = mark
+                elif code in _LEADER_ERRORS:
+                    retriable.append(make_error(code, str(tp)))
+                else:
+                    raise make_error(code, f"Fetch (high watermark) {tp}")
+        if answered != set(parts):
+            # Left out of the answer (tansu does that when max_wait is too short):
+            # ask again, waiting longer.
+            max_wait_ms = PROBE_RETRY_MAX_WAIT_MS
+            retriable.append(KafkaTimeoutError("partitions missing from the Fetch answer"))
+        return retriable
+
+    _ask_leaders(client, pending, timeout_s, "high watermarks", request, absorb)
     return result
 
 
