@@ -55,6 +55,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from report import markdown_table  # bench/report.py (scripts run from bench/)
+
 PARTITIONS = 6
 MEMBERS = 3
 CLIENT_SETTINGS: dict[str, Any] = {
@@ -721,19 +723,6 @@ def run_storm(groups: int, members: int) -> dict[str, Any]:
 # =============================================================== output
 
 
-def table(lines: list[list[str]]) -> str:
-    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
-    out = []
-    for i, line in enumerate(lines):
-        cells = [line[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(line[1:], widths[1:], strict=True)
-        ]
-        out.append("| " + " | ".join(cells) + " |")
-        if i == 0:
-            out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(out)
-
-
 def latency_table(lat: dict[str, dict[str, Any]], repeat: int) -> str:
     names = list(lat)
     head = [f"median of {repeat} (seconds)", *names]
@@ -748,7 +737,7 @@ def latency_table(lat: dict[str, dict[str, Any]], repeat: int) -> str:
             a, b = vals
             row.append(f"{a / b:.2f}x" if a is not None and b else "-")
         lines.append(row)
-    return table(lines)
+    return markdown_table(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -847,7 +836,7 @@ def main(argv: list[str] | None = None) -> int:
         st = results["storm"]
         print()
         print(
-            table(
+            markdown_table(
                 [
                     ["coordinator capacity (odradek)", "value"],
                     [

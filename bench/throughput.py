@@ -34,6 +34,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka import libversion as rdkafka_version
 from confluent_kafka import version as ck_version
 from confluent_kafka.admin import AdminClient, NewTopic
+from report import markdown_table  # bench/report.py (scripts run from bench/)
 
 SIZES = {"100B": 100, "1KiB": 1024}
 ACKS = ("1", "all")
@@ -260,16 +261,7 @@ def table(rows: list[dict[str, Any]], first: str | None, second: str | None) -> 
             a, b = row[first].msgs_per_s, row[second].msgs_per_s
             line.append(f"{a / b:.2f}x" if b > 0 else "-")
         lines.append(line)
-    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    out = []
-    for i, line in enumerate(lines):
-        cells = [line[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(line[1:], widths[1:], strict=True)
-        ]
-        out.append("| " + " | ".join(cells) + " |")
-        if i == 0:
-            out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(out)
+    return markdown_table(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
