@@ -92,6 +92,30 @@ def assert_partitions_exact(
             assert rec == exp, f"partition {p} offset {offset}: {rec!r} != {exp!r}"
 
 
+def read_with_kafka_python(
+    bootstrap: str, topic: str, partitions: int, count: int, *, timeout_s: float = 60
+) -> dict[int, list[tuple[int, Rec]]]:
+    """Read `count` records from offset 0 of every partition with kafka-python (assign mode)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, 0)
+    got: dict[int, list[tuple[int, Rec]]] = {p: [] for p in range(partitions)}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while sum(map(len, got.values())) < count and time.monotonic() < deadline:
+            for tp, msgs in consumer.poll(timeout_ms=500, max_records=5000).items():
+                for m in msgs:
+                    p = tp.partition
+                    got[p].append((m.offset, Rec(p, m.key, m.value, norm_headers(m.headers))))
+    finally:
+        consumer.close()
+    return got
+
+
 def wait_until(predicate, timeout_s: float, interval_s: float = 0.1, what: str = "") -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

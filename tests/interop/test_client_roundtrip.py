@@ -19,6 +19,7 @@ from interop_helpers import (
     by_partition,
     make_records,
     norm_headers,
+    read_with_kafka_python,
     unique_topic,
 )
 
@@ -88,7 +89,7 @@ def test_confluent_kafka_roundtrip(bootstrap: str) -> None:
 
 def test_kafka_python_3_roundtrip(bootstrap: str) -> None:
     import kafka
-    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka import KafkaAdminClient, KafkaProducer
     from kafka.admin import NewTopic
 
     assert kafka.__version__.startswith("3."), kafka.__version__
@@ -118,21 +119,7 @@ def test_kafka_python_3_roundtrip(bootstrap: str) -> None:
         producer.close(timeout=10)
     _assert_acks(records, acks)
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
-    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    consumer.assign(tps)
-    for tp in tps:
-        consumer.seek(tp, 0)
-    got: dict[int, list[tuple[int, Rec]]] = {p: [] for p in range(PARTITIONS)}
-    deadline = time.monotonic() + 60
-    try:
-        while sum(map(len, got.values())) < N and time.monotonic() < deadline:
-            for tp, msgs in consumer.poll(timeout_ms=500, max_records=5000).items():
-                for m in msgs:
-                    p = tp.partition
-                    got[p].append((m.offset, Rec(p, m.key, m.value, norm_headers(m.headers))))
-    finally:
-        consumer.close()
+    got = read_with_kafka_python(bootstrap, topic, PARTITIONS, N)
     assert_partitions_exact(by_partition(records, PARTITIONS), got)
 
 

@@ -17,6 +17,7 @@ from interop_helpers import (
     by_partition,
     make_records,
     norm_headers,
+    read_with_kafka_python,
     unique_topic,
 )
 
@@ -96,27 +97,6 @@ def _confluent_read(bootstrap: str, topic: str, count: int) -> dict[int, list[tu
     return got
 
 
-def _kafka_python_read(bootstrap: str, topic: str, count: int) -> dict[int, list[tuple[int, Rec]]]:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
-    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    consumer.assign(tps)
-    for tp in tps:
-        consumer.seek(tp, 0)
-    got: dict[int, list[tuple[int, Rec]]] = {p: [] for p in range(PARTITIONS)}
-    deadline = time.monotonic() + 45
-    try:
-        while sum(map(len, got.values())) < count and time.monotonic() < deadline:
-            for tp, msgs in consumer.poll(timeout_ms=500, max_records=5000).items():
-                for m in msgs:
-                    p = tp.partition
-                    got[p].append((m.offset, Rec(p, m.key, m.value, norm_headers(m.headers))))
-    finally:
-        consumer.close()
-    return got
-
-
 def _expected_acks(records: list[Rec]) -> list[tuple[int, int]]:
     next_offset: dict[int, int] = {}
     out = []
@@ -149,7 +129,9 @@ def test_confluent_compression_roundtrip(bootstrap: str, codec: str) -> None:
     assert acks == _expected_acks(records)
     expected = by_partition(records, PARTITIONS)
     assert_partitions_exact(expected, _confluent_read(bootstrap, topic, len(records)))
-    assert_partitions_exact(expected, _kafka_python_read(bootstrap, topic, len(records)))
+    assert_partitions_exact(
+        expected, read_with_kafka_python(bootstrap, topic, PARTITIONS, len(records), timeout_s=45)
+    )
 
 
 def test_kafka_python_idempotent_producer(bootstrap: str) -> None:
