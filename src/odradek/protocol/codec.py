@@ -13,7 +13,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from functools import cache
-from typing import Any, get_args, get_origin
+from typing import Any, cast, get_args, get_origin
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -224,10 +224,10 @@ def _plan(cls: type) -> tuple[_FieldPlan, ...]:
                 is_tuple = True
                 args = get_args(candidate)
                 if args and is_dataclass(args[0]):
-                    element = args[0]
+                    element = cast(type, args[0])
                 break
             if is_dataclass(candidate):
-                element = candidate  # type: ignore[assignment]
+                element = cast(type, candidate)
                 break
         required = f.default is MISSING and f.default_factory is MISSING
         convert = _CONVERTERS.get(f.metadata.get("kafka_type", ""))
