@@ -3,7 +3,9 @@
 acks=all and acks=1 are the same on one node: the reply is sent after the
 batch is written to the partition's segment file (in the OS page cache, so a
 killed broker process loses nothing acknowledged; see docs/operations.md for
-the fsync policy). acks=0 gets no reply at all, as in Kafka.
+the fsync policy). acks=0 gets no reply at all, as in Kafka. From v13 topics
+are named by topic id (KIP-516): an unknown id gets UNKNOWN_TOPIC_ID and is
+never auto-created.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17
 INVALID_REQUIRED_ACKS = 21
 INVALID_RECORD = 87
+UNKNOWN_TOPIC_ID = 100
+TOPIC_IDS_FROM = 13
 TRANSACTIONS_UNSUPPORTED = 42  # INVALID_REQUEST: Odradek has no transaction coordinator yet
 
 
@@ -77,7 +81,17 @@ def _append(
     )
 
 
-@handles(ApiKey.PRODUCE, 0, 9, parse_from=3)
+def _topic_name(ctx: RequestContext, topic_data: Any) -> tuple[str, tuple[int, str] | None]:
+    """The topic's name (v13+: from its id), or the error every partition gets."""
+    if ctx.version < TOPIC_IDS_FROM:
+        return topic_data.name, None
+    found = ctx.broker.topics.topics_by_id.get(topic_data.topic_id)
+    if found is None:
+        return "", (UNKNOWN_TOPIC_ID, f"no topic with id {topic_data.topic_id}")
+    return found.name, None
+
+
+@handles(ApiKey.PRODUCE, 0, 13, parse_from=3)
 def produce(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     if acks not in (-1, 0, 1):
@@ -91,13 +105,21 @@ def produce(ctx: RequestContext, request: Any) -> Any:
         error = None
     responses = []
     for topic_data in request.topic_data:
+        name, topic_error = _topic_name(ctx, topic_data)
+        failure = error or topic_error
         results = []
         for part in topic_data.partition_data:
-            if error is not None:
-                results.append(_partition_result(part.index, *error))
+            if failure is not None:
+                results.append(_partition_result(part.index, *failure))
             else:
-                results.append(_append(ctx, topic_data.name, part.index, part.records))
-        responses.append({"name": topic_data.name, "partition_responses": results})
+                results.append(_append(ctx, name, part.index, part.records))
+        responses.append(
+            {
+                "name": name,
+                "topic_id": getattr(topic_data, "topic_id", None),
+                "partition_responses": results,
+            }
+        )
     if acks == 0:
         return None
     return respond(ctx, {"responses": responses, "throttle_time": NO_THROTTLE})
