@@ -25,10 +25,88 @@ from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.records import iter_batches
 from odradek.testing import Broker
 
-from .test_config_validation import KAFKA_TOPIC_CONFIGS, VALID
 from .wire import WireClient
 
 pytestmark = pytest.mark.timeout(90)
+
+LONG_MAX = str(2**63 - 1)
+
+# Kafka 4.x LogConfig: every topic config, its type and its default (from the broker
+# synonym's default where there is one), as kafka-configs --describe --all shows them.
+KAFKA_TOPIC_CONFIGS = {
+    "cleanup.policy": ("list", "delete"),
+    "compression.gzip.level": ("int", "-1"),
+    "compression.lz4.level": ("int", "9"),
+    "compression.type": ("string", "producer"),
+    "compression.zstd.level": ("int", "3"),
+    "delete.retention.ms": ("long", "86400000"),
+    "file.delete.delay.ms": ("long", "60000"),
+    "flush.messages": ("long", LONG_MAX),
+    "flush.ms": ("long", LONG_MAX),
+    "follower.replication.throttled.replicas": ("list", ""),
+    "index.interval.bytes": ("int", "4096"),
+    "leader.replication.throttled.replicas": ("list", ""),
+    "local.retention.bytes": ("long", "-2"),
+    "local.retention.ms": ("long", "-2"),
+    "max.compaction.lag.ms": ("long", LONG_MAX),
+    "max.message.bytes": ("int", "1048588"),
+    "message.downconversion.enable": ("boolean", "true"),
+    "message.timestamp.after.max.ms": ("long", "3600000"),
+    "message.timestamp.before.max.ms": ("long", LONG_MAX),
+    "message.timestamp.type": ("string", "CreateTime"),
+    "min.cleanable.dirty.ratio": ("double", "0.5"),
+    "min.compaction.lag.ms": ("long", "0"),
+    "min.insync.replicas": ("int", "1"),
+    "preallocate": ("boolean", "false"),
+    "remote.log.copy.disable": ("boolean", "false"),
+    "remote.log.delete.on.disable": ("boolean", "false"),
+    "remote.storage.enable": ("boolean", "false"),
+    "retention.bytes": ("long", "-1"),
+    "retention.ms": ("long", "604800000"),
+    "segment.bytes": ("int", "1073741824"),
+    "segment.index.bytes": ("int", "10485760"),
+    "segment.jitter.ms": ("long", "0"),
+    "segment.ms": ("long", "604800000"),
+    "unclean.leader.election.enable": ("boolean", "false"),
+}
+
+# One valid, non-default value per config.
+VALID = {
+    "cleanup.policy": "compact,delete",
+    "compression.gzip.level": "9",
+    "compression.lz4.level": "17",
+    "compression.type": "zstd",
+    "compression.zstd.level": "-5",
+    "delete.retention.ms": "0",
+    "file.delete.delay.ms": "0",
+    "flush.messages": "1",
+    "flush.ms": "0",
+    "follower.replication.throttled.replicas": "0:0,1:0",
+    "index.interval.bytes": "0",
+    "leader.replication.throttled.replicas": "*",
+    "local.retention.bytes": "100",
+    "local.retention.ms": "-1",
+    "max.compaction.lag.ms": "60000",
+    "max.message.bytes": "0",
+    "message.downconversion.enable": "false",
+    "message.timestamp.after.max.ms": "0",
+    "message.timestamp.before.max.ms": "0",
+    "message.timestamp.type": "LogAppendTime",
+    "min.cleanable.dirty.ratio": "1.0",
+    "min.compaction.lag.ms": "60000",
+    "min.insync.replicas": "2",
+    "preallocate": "true",
+    "remote.log.copy.disable": "true",
+    "remote.log.delete.on.disable": "true",
+    "remote.storage.enable": "false",
+    "retention.bytes": "-5",
+    "retention.ms": "-1",
+    "segment.bytes": "1048576",
+    "segment.index.bytes": "4",
+    "segment.jitter.ms": "10",
+    "segment.ms": "1",
+    "unclean.leader.election.enable": "true",
+}
 
 # DescribeConfigs config_type ids (Kafka's DescribeConfigsResponse.ConfigType)
 CONFIG_TYPE_IDS = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}

@@ -605,7 +605,6 @@ STORED_ONLY_TOPIC_CONFIGS = frozenset(
 _INTERNAL_TOPIC_VALIDATORS: dict[str, Validator] = {"segment.bytes": at_least(1)}
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in _SETTINGS}
-TOPIC_SETTINGS: dict[str, Setting] = {s.topic_name: s for s in _SETTINGS if s.topic_name}
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
     **{
         s.topic_name: TopicConfigDef(s.topic_name, s.type, s.doc, s.validator, s.name)

@@ -17,6 +17,7 @@ from odradek.broker.config import (
     INT,
     LIST,
     LONG,
+    SETTINGS,
     STRING,
     TOPIC_CONFIGS,
     format_value,
@@ -126,7 +127,8 @@ class _Describer:
             (s.name, format_value(value), self.broker_source(s.name), s.type, s.doc)
             for s, value in config.items()
         ]
-        rows += self._runtime_rows()
+        # A setting of the same name (e.g. listeners given with --set) wins.
+        rows += [row for row in self._runtime_rows() if row[0] not in SETTINGS]
         out = []
         for name, value, source, type_name, doc in sorted(rows):
             if keys is not None and name not in keys:
