@@ -225,6 +225,7 @@ def test_compression_type_is_accepted_and_recompresses_on_produce(
             {
                 "bootstrap.servers": odradek_session_broker.bootstrap,
                 "compression.type": codec,
+                "enable.idempotence": True,  # sequences must survive recompression
                 "linger.ms": 50,
             }
         )
