@@ -213,9 +213,8 @@ class TopicManager:
         """A topic's stored overrides; any that fails today's checks is reported and ignored,
         so no stored value can stop start-up (the default applies until it is set again)."""
         stored = dict(entry.get("configs", {}))
-        clean, problems = usable_stored_topic_configs(
-            stored, self.config, internal=name in INTERNAL_TOPICS
-        )
+        internal = name in INTERNAL_TOPICS
+        clean, problems = usable_stored_topic_configs(stored, self.config, internal=internal)
         for problem in problems:
             log.error(
                 "%s: topic %r: ignoring a stored config, its default is used: %s",
@@ -224,7 +223,6 @@ class TopicManager:
                 problem,
             )
         try:
-            internal = name in INTERNAL_TOPICS
             self._build_log_config(resolve_topic_configs(clean, self.config, internal=internal))
         except ValueError as exc:  # a check the log layer makes and config.py does not
             log.error(
