@@ -43,7 +43,18 @@ def test_sigterm_stops_cleanly_and_leaves_clean_logs(tmp_path: Path) -> None:
     [
         (["serve", "--listen", "nowhere"], "--listen expects HOST:PORT"),
         (["serve", "--set", "no.such.setting=1"], "unknown broker setting 'no.such.setting'"),
-        (["serve", "--set", "num.partitions=many"], "num.partitions expects a int"),
+        (
+            ["serve", "--set", "num.partitions=many"],
+            "Invalid value many for configuration num.partitions: Not a number of type INT",
+        ),
+        (
+            ["serve", "--set", "log.segment.bytes=0"],
+            "Invalid value 0 for configuration log.segment.bytes: Value must be at least 1048576",
+        ),
+        (
+            ["serve", "--set", "log.cleaner.min.cleanable.ratio=2"],
+            "log.cleaner.min.cleanable.ratio: Value must be between 0 and 1",
+        ),
         (["serve", "--set", "justakey"], "--set expects key=value"),
         (["serve", "--log-level", "LOUD"], "--log-level expects"),
     ],

@@ -17,6 +17,7 @@ COMMANDS = [
     ["topics", "describe"],
     ["topics", "delete"],
     ["topics", "alter"],
+    ["topics", "delete-records"],
     ["produce"],
     ["consume"],
     ["groups", "list"],

@@ -136,3 +136,51 @@ def test_several_failures_are_one_line_each(cli, name) -> None:
         f"odradek: topic '{a}' does not exist",
         f"odradek: topic '{b}' does not exist",
     ]
+
+
+def test_delete_records_and_log_dir_sizes(cli, name) -> None:
+    topic = name("t")
+    assert cli("topics", "create", topic, "--partitions", "2").code == 0
+    assert cli("produce", topic, "--partition", "0", stdin="a\nb\nc\n").code == 0
+    assert cli("produce", topic, "--partition", "1", stdin="d\n").code == 0
+
+    some = cli("topics", "delete-records", topic, "--offset", "2", "--partition", "0")
+    assert some.code == 0, some.err
+    assert some.out.strip() == f"Partition 0 of '{topic}' now starts at offset 2."
+    [info] = cli("topics", "describe", topic, "--format", "json").json()
+    starts = {p["partition"]: p["log_start_offset"] for p in info["partitions"]}
+    assert starts == {0: 2, 1: 0}
+
+    everything = cli("topics", "delete-records", topic, "--offset", "end")
+    assert everything.code == 0, everything.err
+    assert everything.lines == [
+        f"Partition 0 of '{topic}' now starts at offset 3.",
+        f"Partition 1 of '{topic}' now starts at offset 1.",
+    ]
+
+    [sized] = cli("topics", "describe", topic, "--log-dirs", "--format", "json").json()
+    for partition in sized["partitions"]:
+        assert partition["log_dir"] and partition["size_bytes"] >= 0
+        assert partition["records"] == 0
+    table = cli("topics", "describe", topic, "--log-dirs")
+    header = next(line for line in table.lines if line.startswith("PARTITION"))
+    assert header.split()[-1] == "BYTES"
+    assert any(line.startswith("Log dirs") for line in table.lines)
+
+
+def test_delete_records_errors_are_one_line(cli, name) -> None:
+    topic = name("t")
+    assert cli("topics", "create", topic).code == 0
+    past = cli("topics", "delete-records", topic, "--offset", "5")
+    assert past.code == 1 and len(past.err.strip().splitlines()) == 1
+    assert "offset out of range" in past.err
+    internal = cli(
+        "topics", "delete-records", "__consumer_offsets", "--offset", "0", "--partition", "0"
+    )
+    assert internal.code == 1
+    assert internal.err.strip().endswith(": invalid topic"), internal.err
+    no_partition = cli("topics", "delete-records", topic, "--offset", "0", "--partition", "9")
+    assert no_partition.code == 1
+    assert no_partition.err.strip().startswith(f"odradek: topic '{topic}' has no partition 9")
+    bad_offset = cli("topics", "delete-records", topic, "--offset", "soon")
+    assert bad_offset.code == 2

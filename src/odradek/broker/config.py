@@ -1,13 +1,26 @@
-"""Broker settings, by their Kafka names.
+"""Broker settings and topic configs, by their Kafka names, validated as Kafka's ConfigDef does.
 
-Every setting has Kafka's name and (where it makes sense for one node) Kafka's
-default. `odradek serve --set name=value` overrides any of them; an unknown
-name or a value of the wrong type is an error at start-up, not a surprise later.
+Every broker setting has Kafka's name and (where it makes sense for one node)
+Kafka's default; `odradek serve --set name=value` overrides any of them. Every
+topic config Kafka 4.x defines is accepted (Kafka's LogConfig): a topic config
+whose default comes from a broker setting names it as its synonym
+(`Setting.topic_name`); the few without one are in `_TOPIC_ONLY`.
+
+A value is checked for its type (int32, int64, boolean, double, list) and for
+its range or choices (`Setting.validator`) before it is used or stored: an
+unknown name or a bad value is a `ConfigError` naming both, at start-up for
+broker settings and as INVALID_CONFIG for topic configs. `validate_topic_configs`
+also runs Kafka's cross-config checks. Nothing invalid is ever written, and a
+stored topic config that no longer passes is reported and ignored when the
+broker loads it (`odradek.broker.topics`), so no value can stop start-up.
+
+Some topic configs are stored and described but not acted on by Odradek
+(`STORED_ONLY_TOPIC_CONFIGS`, listed in docs/operations.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +31,152 @@ STRING = "string"
 LIST = "list"
 DOUBLE = "double"
 
+_TYPE_BOUNDS = {INT: (-(2**31), 2**31 - 1), LONG: (-(2**63), 2**63 - 1)}
+_LONG_MAX = 2**63 - 1
+MIB = 1024 * 1024
+
+# --- validators: the range / choice part of Kafka's ConfigDef -----------------------------
+
+
+class ConfigError(ValueError):
+    """A setting name or value that cannot be used; `names` are the configs at fault."""
+
+    def __init__(self, message: str, names: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.names = names
+
+
+Validator = Callable[[Any], str | None]
+"""Takes a typed value; returns why it is invalid, or None."""
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Kafka's `Range.atLeast` / `Range.between`."""
+
+    low: float | None = None
+    high: float | None = None
+
+    def __call__(self, value: Any) -> str | None:
+        if self.low is not None and value < self.low:
+            if self.high is None:
+                return f"Value must be at least {_num(self.low)}"
+            return f"Value must be between {_num(self.low)} and {_num(self.high)}"
+        if self.high is not None and value > self.high:
+            if self.low is None:
+                return f"Value must be no more than {_num(self.high)}"
+            return f"Value must be between {_num(self.low)} and {_num(self.high)}"
+        return None
+
+    def __str__(self) -> str:
+        low = "..." if self.low is None else _num(self.low)
+        high = "..." if self.high is None else _num(self.high)
+        return f"[{low},...,{high}]" if self.high is not None else f"[{low},...]"
+
+
+@dataclass(frozen=True, slots=True)
+class OneOf:
+    """Kafka's `ValidString.in` (case-sensitive, as Kafka's is)."""
+
+    choices: tuple[str, ...]
+
+    def __call__(self, value: Any) -> str | None:
+        if value not in self.choices:
+            return f"String must be one of: {', '.join(self.choices)}"
+        return None
+
+    def __str__(self) -> str:
+        return "[" + ", ".join(self.choices) + "]"
+
+
+@dataclass(frozen=True, slots=True)
+class ListOf:
+    """Kafka's `ValidList.in`: a non-empty list whose items are all allowed."""
+
+    choices: tuple[str, ...]
+
+    def __call__(self, value: Any) -> str | None:
+        if not value:
+            return "Empty list is not allowed"
+        bad = [v for v in value if v not in self.choices]
+        if bad:
+            return f"Invalid value {bad[0]}: must be one of {', '.join(self.choices)}"
+        return None
+
+    def __str__(self) -> str:
+        return "[" + ", ".join(self.choices) + "]"
+
+
+@dataclass(frozen=True, slots=True)
+class LevelOrDefault:
+    """A compression level: `default` (the codec's own choice) or within [low, high]."""
+
+    default: int
+    low: int
+    high: int
+
+    def __call__(self, value: Any) -> str | None:
+        if value != self.default and not self.low <= value <= self.high:
+            return f"Value must be {self.default} or between {self.low} and {self.high}"
+        return None
+
+    def __str__(self) -> str:
+        return f"[{self.low},...,{self.high}] or {self.default}"
+
+
+@dataclass(frozen=True, slots=True)
+class Only:
+    """The one value a single Odradek node supports, and why."""
+
+    value: Any
+    why: str
+
+    def __call__(self, value: Any) -> str | None:
+        if value != self.value:
+            return f"Value must be {format_value(self.value)}: {self.why}"
+        return None
+
+    def __str__(self) -> str:
+        return format_value(self.value)
+
+
+class ThrottledReplicas:
+    """`*`, or a list of `partition:broker` pairs (Kafka's ThrottledReplicaListValidator)."""
+
+    def __call__(self, value: Any) -> str | None:
+        if list(value) == ["*"]:
+            return None
+        for item in value:
+            partition, sep, broker = item.partition(":")
+            if not sep or not partition.strip().isdigit() or not broker.strip().isdigit():
+                return (
+                    "must be the literal '*' or a list of replicas in the form partitionId:brokerId"
+                )
+        return None
+
+    def __str__(self) -> str:
+        return "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+
+
+def _num(n: float) -> str:
+    return str(int(n)) if float(n).is_integer() else str(n)
+
+
+def at_least(low: float) -> Range:
+    return Range(low=low)
+
+
+def between(low: float, high: float) -> Range:
+    return Range(low=low, high=high)
+
+
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+CLEANUP_POLICIES = ("compact", "delete")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+# --- the settings table -------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class Setting:
@@ -26,32 +185,73 @@ class Setting:
     default: Any
     doc: str
     topic_name: str | None = None  # the per-topic override of this broker default
+    validator: Validator | None = None  # range or choices, beyond the type
 
 
 _SETTINGS = (
-    Setting("node.id", INT, 0, "Id of this broker in Metadata responses."),
+    Setting("node.id", INT, 0, "Id of this broker in Metadata responses.", None, at_least(0)),
     Setting("cluster.id", STRING, "", "Cluster id; generated once and kept in the data dir."),
     Setting(
-        "num.partitions", INT, 1, "Partitions of an auto-created topic, or of CreateTopics with -1."
+        "num.partitions",
+        INT,
+        1,
+        "Partitions of an auto-created topic, or of CreateTopics with -1.",
+        None,
+        at_least(1),
     ),
     Setting(
         "auto.create.topics.enable", BOOL, True, "Create a topic on first Metadata/Produce use."
     ),
-    Setting("default.replication.factor", INT, 1, "Replication factor reported (one node: 1)."),
     Setting(
-        "message.max.bytes", INT, 1048588, "Largest record batch accepted.", "max.message.bytes"
+        "default.replication.factor",
+        INT,
+        1,
+        "Replication factor reported (one node: 1).",
+        None,
+        Only(1, "a single node holds one replica of each partition"),
     ),
-    Setting("socket.request.max.bytes", INT, 104857600, "Largest request frame accepted."),
     Setting(
-        "log.segment.bytes", INT, 1073741824, "Segment file size before a roll.", "segment.bytes"
+        "message.max.bytes",
+        INT,
+        1048588,
+        "Largest record batch accepted.",
+        "max.message.bytes",
+        at_least(0),
     ),
-    Setting("log.roll.ms", LONG, 604800000, "Segment age before a roll.", "segment.ms"),
+    Setting(
+        "socket.request.max.bytes",
+        INT,
+        104857600,
+        "Largest request frame accepted.",
+        None,
+        at_least(1),
+    ),
+    Setting(
+        "log.segment.bytes",
+        INT,
+        1073741824,
+        "Segment file size before a roll.",
+        "segment.bytes",
+        at_least(MIB),
+    ),
+    Setting(
+        "log.roll.ms", LONG, 604800000, "Segment age before a roll.", "segment.ms", at_least(1)
+    ),
+    Setting(
+        "log.roll.jitter.ms",
+        LONG,
+        0,
+        "Random jitter subtracted from the roll time (stored, not acted on).",
+        "segment.jitter.ms",
+        at_least(0),
+    ),
     Setting(
         "log.retention.ms",
         LONG,
         604800000,
         "Delete segments older than this (-1: never).",
         "retention.ms",
+        at_least(-1),
     ),
     Setting(
         "log.retention.bytes",
@@ -60,36 +260,108 @@ _SETTINGS = (
         "Delete oldest segments past this size (-1: never).",
         "retention.bytes",
     ),
-    Setting("log.retention.check.interval.ms", LONG, 300000, "How often retention runs."),
+    Setting(
+        "log.retention.check.interval.ms",
+        LONG,
+        300000,
+        "How often retention runs.",
+        None,
+        at_least(1),
+    ),
     Setting(
         "log.index.interval.bytes",
         INT,
         4096,
         "Bytes between offset index entries.",
         "index.interval.bytes",
+        at_least(0),
+    ),
+    Setting(
+        "log.index.size.max.bytes",
+        INT,
+        10485760,
+        "Largest offset index file (stored, not acted on: Odradek's indexes grow as needed).",
+        "segment.index.bytes",
+        at_least(4),
     ),
     Setting(
         "log.flush.interval.messages",
         LONG,
-        2**63 - 1,
+        _LONG_MAX,
         "fsync after this many messages (acknowledged writes are in the page cache already).",
         "flush.messages",
+        at_least(1),
     ),
-    Setting("log.flush.interval.ms", LONG, 2**63 - 1, "fsync after this long.", "flush.ms"),
+    Setting(
+        "log.flush.interval.ms",
+        LONG,
+        _LONG_MAX,
+        "fsync after this long.",
+        "flush.ms",
+        at_least(0),
+    ),
+    Setting(
+        "log.segment.delete.delay.ms",
+        LONG,
+        60000,
+        "Wait before deleting a removed segment's file (stored, not acted on: deleted at once).",
+        "file.delete.delay.ms",
+        at_least(0),
+    ),
+    Setting(
+        "log.preallocate",
+        BOOL,
+        False,
+        "Preallocate segment files (stored, not acted on).",
+        "preallocate",
+    ),
     Setting(
         "log.message.timestamp.type",
         STRING,
         "CreateTime",
         "CreateTime or LogAppendTime.",
         "message.timestamp.type",
+        OneOf(TIMESTAMP_TYPES),
     ),
-    Setting("log.cleanup.policy", LIST, "delete", "delete, compact, or both.", "cleanup.policy"),
+    Setting(
+        "log.message.timestamp.before.max.ms",
+        LONG,
+        _LONG_MAX,
+        "Largest allowed age of a record's CreateTime (stored, not enforced).",
+        "message.timestamp.before.max.ms",
+        at_least(0),
+    ),
+    Setting(
+        "log.message.timestamp.after.max.ms",
+        LONG,
+        3600000,
+        "Largest allowed lead of a record's CreateTime over the broker clock (stored, not "
+        "enforced).",
+        "message.timestamp.after.max.ms",
+        at_least(0),
+    ),
+    Setting(
+        "log.message.downconversion.enable",
+        BOOL,
+        True,
+        "No-op since Kafka 4.0 (there is no down-conversion); kept for compatibility.",
+        "message.downconversion.enable",
+    ),
+    Setting(
+        "log.cleanup.policy",
+        LIST,
+        "delete",
+        "delete, compact, or both.",
+        "cleanup.policy",
+        ListOf(CLEANUP_POLICIES),
+    ),
     Setting(
         "log.cleaner.delete.retention.ms",
         LONG,
         86400000,
         "How long compaction keeps tombstones.",
         "delete.retention.ms",
+        at_least(0),
     ),
     Setting(
         "log.cleaner.min.cleanable.ratio",
@@ -97,72 +369,418 @@ _SETTINGS = (
         0.5,
         "Compact a log once this share of it is uncompacted.",
         "min.cleanable.dirty.ratio",
+        between(0, 1),
     ),
-    Setting("log.cleaner.backoff.ms", LONG, 15000, "How often compacted topics are checked."),
-    Setting("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets."),
-    Setting("offsets.topic.segment.bytes", INT, 104857600, "Segment size of __consumer_offsets."),
+    Setting(
+        "log.cleaner.min.compaction.lag.ms",
+        LONG,
+        0,
+        "Least time a record stays uncompacted (stored, not acted on).",
+        "min.compaction.lag.ms",
+        at_least(0),
+    ),
+    Setting(
+        "log.cleaner.max.compaction.lag.ms",
+        LONG,
+        _LONG_MAX,
+        "Most time a record may stay uncompacted (stored, not acted on).",
+        "max.compaction.lag.ms",
+        at_least(1),
+    ),
+    Setting(
+        "log.cleaner.backoff.ms",
+        LONG,
+        15000,
+        "How often compacted topics are checked.",
+        None,
+        at_least(0),
+    ),
+    Setting(
+        "log.local.retention.ms",
+        LONG,
+        -2,
+        "Local retention with tiered storage (-2: retention.ms); stored, not acted on.",
+        "local.retention.ms",
+        at_least(-2),
+    ),
+    Setting(
+        "log.local.retention.bytes",
+        LONG,
+        -2,
+        "Local retention with tiered storage (-2: retention.bytes); stored, not acted on.",
+        "local.retention.bytes",
+        at_least(-2),
+    ),
+    Setting(
+        "remote.log.storage.system.enable",
+        BOOL,
+        False,
+        "Tiered storage; Odradek has none, so topics cannot enable remote.storage.enable.",
+        None,
+        Only(False, "Odradek has no tiered storage"),
+    ),
+    Setting(
+        "compression.type",
+        STRING,
+        "producer",
+        "Codec batches are stored with: producer (as sent), uncompressed, gzip, snappy, lz4 "
+        "or zstd (batches are recompressed on produce).",
+        "compression.type",
+        OneOf(COMPRESSION_TYPES),
+    ),
+    Setting(
+        "compression.gzip.level",
+        INT,
+        -1,
+        "gzip level when the broker compresses (-1: the codec's default).",
+        "compression.gzip.level",
+        LevelOrDefault(-1, 1, 9),
+    ),
+    Setting(
+        "compression.lz4.level",
+        INT,
+        9,
+        "lz4 level when the broker compresses.",
+        "compression.lz4.level",
+        between(1, 17),
+    ),
+    Setting(
+        "compression.zstd.level",
+        INT,
+        3,
+        "zstd level when the broker compresses.",
+        "compression.zstd.level",
+        between(-131072, 22),
+    ),
+    Setting(
+        "min.insync.replicas",
+        INT,
+        1,
+        "Replicas that must acknowledge acks=all (one node: always met); stored, not acted on.",
+        "min.insync.replicas",
+        at_least(1),
+    ),
+    Setting(
+        "unclean.leader.election.enable",
+        BOOL,
+        False,
+        "Elect an out-of-sync leader (one node: meaningless); stored, not acted on.",
+        "unclean.leader.election.enable",
+    ),
+    Setting(
+        "offsets.topic.num.partitions",
+        INT,
+        50,
+        "Partitions of __consumer_offsets.",
+        None,
+        at_least(1),
+    ),
+    Setting(
+        "offsets.topic.segment.bytes",
+        INT,
+        104857600,
+        "Segment size of __consumer_offsets.",
+        None,
+        at_least(1),
+    ),
     Setting(
         "offsets.retention.minutes",
         INT,
         10080,
         "Committed offsets of empty groups expire after this.",
+        None,
+        at_least(1),
     ),
     Setting(
         "group.initial.rebalance.delay.ms",
         INT,
         3000,
         "Wait for more members before the first rebalance.",
+        None,
+        at_least(0),
     ),
     Setting(
-        "group.min.session.timeout.ms", INT, 6000, "Smallest session timeout a member may ask for."
+        "group.min.session.timeout.ms",
+        INT,
+        6000,
+        "Smallest session timeout a member may ask for.",
+        None,
+        at_least(0),
     ),
     Setting(
         "group.max.session.timeout.ms",
         INT,
         1800000,
         "Largest session timeout a member may ask for.",
+        None,
+        at_least(0),
     ),
-    Setting("group.max.size", INT, 2**31 - 1, "Most members in one group."),
-    Setting("fetch.max.bytes", INT, 57671680, "Largest Fetch response."),
-    Setting("connections.max.idle.ms", LONG, 600000, "Close connections idle this long."),
+    Setting("group.max.size", INT, 2**31 - 1, "Most members in one group.", None, at_least(1)),
+    Setting("fetch.max.bytes", INT, 57671680, "Largest Fetch response.", None, at_least(1024)),
+    Setting("connections.max.idle.ms", LONG, 600000, "Close connections idle this long.", None),
 )
 
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigDef:
+    """A topic config: its type and checks, and where its default comes from."""
+
+    name: str
+    type: str
+    doc: str
+    validator: Validator | None
+    synonym: str | None  # the broker setting holding the default, if any
+    default: Any = None  # the default when there is no broker synonym
+
+
+# Topic configs with no broker-wide default (Kafka's CONFIGS_WITH_NO_SERVER_DEFAULTS).
+_TOPIC_ONLY = (
+    TopicConfigDef(
+        "remote.storage.enable",
+        BOOL,
+        "Tiered storage for this topic. Odradek has none: true is refused.",
+        None,
+        None,
+        False,
+    ),
+    TopicConfigDef(
+        "remote.log.copy.disable",
+        BOOL,
+        "Stop copying to tiered storage (stored, not acted on).",
+        None,
+        None,
+        False,
+    ),
+    TopicConfigDef(
+        "remote.log.delete.on.disable",
+        BOOL,
+        "Delete tiered data when tiered storage is disabled (stored, not acted on).",
+        None,
+        None,
+        False,
+    ),
+    TopicConfigDef(
+        "leader.replication.throttled.replicas",
+        LIST,
+        "Replicas throttled on the leader side (one node: stored, not acted on).",
+        ThrottledReplicas(),
+        None,
+        "",
+    ),
+    TopicConfigDef(
+        "follower.replication.throttled.replicas",
+        LIST,
+        "Replicas throttled on the follower side (one node: stored, not acted on).",
+        ThrottledReplicas(),
+        None,
+        "",
+    ),
+)
+
+# Topic configs Odradek keeps and describes but does not act on (docs/operations.md).
+STORED_ONLY_TOPIC_CONFIGS = frozenset(
+    {
+        "segment.jitter.ms",
+        "segment.index.bytes",
+        "file.delete.delay.ms",
+        "preallocate",
+        "message.timestamp.before.max.ms",
+        "message.timestamp.after.max.ms",
+        "message.downconversion.enable",
+        "min.compaction.lag.ms",
+        "max.compaction.lag.ms",
+        "local.retention.ms",
+        "local.retention.bytes",
+        "min.insync.replicas",
+        "unclean.leader.election.enable",
+        "remote.log.copy.disable",
+        "remote.log.delete.on.disable",
+        "leader.replication.throttled.replicas",
+        "follower.replication.throttled.replicas",
+    }
+)
+
+# Kafka 4's 1 MiB floor for segment.bytes applies to what clients ask for; the broker's own
+# internal topics take offsets.topic.segment.bytes, which Kafka bounds at 1.
+_INTERNAL_TOPIC_VALIDATORS: dict[str, Validator] = {"segment.bytes": at_least(1)}
+
 SETTINGS: dict[str, Setting] = {s.name: s for s in _SETTINGS}
-TOPIC_SETTINGS: dict[str, Setting] = {s.topic_name: s for s in _SETTINGS if s.topic_name}
+TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
+    **{
+        s.topic_name: TopicConfigDef(s.topic_name, s.type, s.doc, s.validator, s.name)
+        for s in _SETTINGS
+        if s.topic_name
+    },
+    **{d.name: d for d in _TOPIC_ONLY},
+}
+
+# Settings given in other units, as Kafka accepts them: (name, unit in ms, target).
+_UNIT_ALIASES = {
+    "log.retention.hours": (3600000, "log.retention.ms"),
+    "log.retention.minutes": (60000, "log.retention.ms"),
+    "log.roll.hours": (3600000, "log.roll.ms"),
+    "log.roll.jitter.hours": (3600000, "log.roll.jitter.ms"),
+}
 
 
-class ConfigError(ValueError):
-    """A setting name or value that cannot be used."""
+# --- parsing and formatting ----------------------------------------------------------------
 
 
-def parse_value(setting: Setting, raw: str) -> Any:
-    raw = raw.strip()
-    try:
-        if setting.type in (INT, LONG):
-            return int(raw)
-        if setting.type == DOUBLE:
-            return float(raw)
-        if setting.type == BOOL:
-            lowered = raw.lower()
-            if lowered not in ("true", "false"):
-                raise ValueError(raw)
-            return lowered == "true"
-    except ValueError:
-        raise ConfigError(f"{setting.name} expects a {setting.type}, got {raw!r}") from None
-    if setting.name.endswith("timestamp.type") and raw not in ("CreateTime", "LogAppendTime"):
-        raise ConfigError(f"{setting.name} must be CreateTime or LogAppendTime, got {raw!r}")
-    if setting.name.endswith("cleanup.policy"):
-        parts = [p.strip() for p in raw.split(",") if p.strip()]
-        if not parts or any(p not in ("delete", "compact") for p in parts):
-            raise ConfigError(f"{setting.name} must be delete, compact or both, got {raw!r}")
-        return ",".join(parts)
-    return raw
+def _invalid(name: str, raw: Any, reason: str) -> ConfigError:
+    return ConfigError(f"Invalid value {raw} for configuration {name}: {reason}", (name,))
+
+
+def parse_typed(name: str, type_name: str, raw: str) -> Any:
+    """A value of `type_name` from its string form, as Kafka's ConfigDef parses it."""
+    text = raw.strip()
+    if type_name in (INT, LONG):
+        try:
+            value = int(text)
+        except ValueError:
+            raise _invalid(name, raw, f"Not a number of type {type_name.upper()}") from None
+        low, high = _TYPE_BOUNDS[type_name]
+        if not low <= value <= high:
+            raise _invalid(name, raw, f"Not a number of type {type_name.upper()}")
+        return value
+    if type_name == DOUBLE:
+        try:
+            number = float(text)
+        except ValueError:
+            raise _invalid(name, raw, "Not a number of type DOUBLE") from None
+        if number != number or number in (float("inf"), float("-inf")):
+            raise _invalid(name, raw, "Not a finite number")
+        return number
+    if type_name == BOOL:
+        lowered = text.lower()
+        if lowered not in ("true", "false"):
+            raise _invalid(name, raw, "Expected value to be either true or false")
+        return lowered == "true"
+    if type_name == LIST:
+        return [] if not text else [item.strip() for item in text.split(",")]
+    return text
 
 
 def format_value(value: Any) -> str:
+    """The string Kafka shows for a typed value."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(value)
     return str(value)
+
+
+def check_value(name: str, type_name: str, validator: Validator | None, raw: str) -> Any:
+    """Type and range check of one value; the typed value, or a ConfigError."""
+    value = parse_typed(name, type_name, raw)
+    reason = validator(value) if validator is not None else None
+    if reason:
+        raise _invalid(name, raw.strip(), reason)
+    return value
+
+
+def parse_value(setting: Setting, raw: str) -> Any:
+    """A broker setting's typed value from its string form (type and range checked)."""
+    return check_value(setting.name, setting.type, setting.validator, raw)
+
+
+# --- topic configs -------------------------------------------------------------------------
+
+
+def topic_config_value(name: str, raw: str, *, internal: bool = False) -> Any:
+    """Check one topic config value; `internal` for values the broker sets on its own topics."""
+    definition = TOPIC_CONFIGS.get(name)
+    if definition is None:
+        raise ConfigError(f"Unknown topic config name: {name}", (name,))
+    validator = definition.validator
+    if internal:
+        validator = _INTERNAL_TOPIC_VALIDATORS.get(name, validator)
+    return check_value(name, definition.type, validator, raw)
+
+
+def topic_default(name: str, broker: BrokerConfig) -> Any:
+    definition = TOPIC_CONFIGS[name]
+    if definition.synonym is not None:
+        return broker[definition.synonym]
+    return parse_typed(name, definition.type, format_value(definition.default))
+
+
+def resolve_topic_configs(
+    overrides: Mapping[str, str], broker: BrokerConfig, *, internal: bool = False
+) -> dict[str, Any]:
+    """Every topic config's typed value: the override if any, else the broker default.
+
+    Raises ConfigError for the first invalid override or cross-config conflict.
+    """
+    values = {name: topic_default(name, broker) for name in TOPIC_CONFIGS}
+    for name, raw in overrides.items():
+        values[name] = topic_config_value(name, raw, internal=internal)
+    _check_topic_conflicts(values)
+    return values
+
+
+def validate_topic_configs(
+    overrides: Mapping[str, str | None], broker: BrokerConfig, *, internal: bool = False
+) -> dict[str, str]:
+    """Check a topic's complete set of overrides; return them in canonical form.
+
+    Every name must be a Kafka topic config and every value must pass its type and
+    range checks and Kafka's cross-config checks (`ConfigError` otherwise).
+    """
+    clean: dict[str, str] = {}
+    for name, raw in overrides.items():
+        if raw is None:
+            raise ConfigError(f"Null value not supported for topic config {name}", (name,))
+        clean[name] = format_value(topic_config_value(name, raw, internal=internal))
+    resolve_topic_configs(clean, broker, internal=internal)
+    return clean
+
+
+def usable_stored_topic_configs(
+    overrides: Mapping[str, Any], broker: BrokerConfig, *, internal: bool = False
+) -> tuple[dict[str, str], list[str]]:
+    """The stored overrides that still pass every check, and why each other one does not.
+
+    For loading: a value stored by an older version (or edited by hand) must never
+    stop the broker; the ones left out fall back to their defaults.
+    """
+    clean: dict[str, str] = {}
+    problems: list[str] = []
+    for name, raw in overrides.items():
+        try:
+            clean[name] = format_value(topic_config_value(name, str(raw), internal=internal))
+        except ConfigError as exc:
+            problems.append(str(exc))
+    while True:
+        try:
+            resolve_topic_configs(clean, broker, internal=internal)
+            return clean, problems
+        except ConfigError as exc:
+            culprits = [n for n in exc.names if n in clean]
+            if not culprits:
+                raise
+            problems.append(str(exc))
+            for name in culprits:
+                del clean[name]
+
+
+def _check_topic_conflicts(values: Mapping[str, Any]) -> None:
+    """Kafka's LogConfig.validateValues and its tiered-storage checks."""
+    min_lag, max_lag = values["min.compaction.lag.ms"], values["max.compaction.lag.ms"]
+    if min_lag > max_lag:
+        raise ConfigError(
+            f"conflict topic config setting min.compaction.lag.ms ({min_lag}) > "
+            f"max.compaction.lag.ms ({max_lag})",
+            ("min.compaction.lag.ms", "max.compaction.lag.ms"),
+        )
+    if values["remote.storage.enable"]:
+        raise ConfigError(
+            "Tiered Storage functionality is disabled in the broker. "
+            "Topic cannot be configured with remote log storage.",
+            ("remote.storage.enable",),
+        )
+
+
+# --- broker settings -----------------------------------------------------------------------
 
 
 class BrokerConfig:
@@ -172,21 +790,41 @@ class BrokerConfig:
         self._explicit: dict[str, Any] = {}
         for name, value in (overrides or {}).items():
             self.set(name, value)
+        self.check()
 
     def set(self, name: str, value: Any) -> None:
+        """Set one setting from its string form (or a typed value); type and range checked."""
+        raw = value if isinstance(value, str) else format_value(value)
+        alias = _UNIT_ALIASES.get(name)
+        if alias is not None:
+            unit_ms, target = alias
+            amount = check_value(name, LONG, None, raw)
+            scaled = amount * unit_ms if amount >= 0 else amount  # -1 stays "never"
+            self._explicit[target] = parse_value(SETTINGS[target], str(scaled))
+            return
         setting = SETTINGS.get(name)
         if setting is None:
-            if name == "log.retention.hours":
-                self._explicit["log.retention.ms"] = int(value) * 3600000
-                return
-            if name == "log.retention.minutes":
-                self._explicit["log.retention.ms"] = int(value) * 60000
-                return
             raise ConfigError(f"unknown broker setting {name!r}")
-        self._explicit[name] = parse_value(setting, value) if isinstance(value, str) else value
+        self._explicit[name] = parse_value(setting, raw)
+
+    def check(self) -> None:
+        """Cross-setting checks (Kafka's validateBrokerLogConfigValues)."""
+        min_lag = self["log.cleaner.min.compaction.lag.ms"]
+        max_lag = self["log.cleaner.max.compaction.lag.ms"]
+        if min_lag > max_lag:
+            raise ConfigError(
+                f"log.cleaner.min.compaction.lag.ms ({min_lag}) must not exceed "
+                f"log.cleaner.max.compaction.lag.ms ({max_lag})"
+            )
+        low, high = self["group.min.session.timeout.ms"], self["group.max.session.timeout.ms"]
+        if low > high:
+            raise ConfigError(
+                f"group.min.session.timeout.ms ({low}) must not exceed "
+                f"group.max.session.timeout.ms ({high})"
+            )
 
     @classmethod
-    def from_assignments(cls, assignments: list[str]) -> BrokerConfig:
+    def from_assignments(cls, assignments: Iterable[str]) -> BrokerConfig:
         """From `key=value` strings, as given to `--set`."""
         config = cls()
         for item in assignments:
@@ -194,12 +832,16 @@ class BrokerConfig:
             if not sep or not name.strip():
                 raise ConfigError(f"--set expects key=value, got {item!r}")
             config.set(name.strip(), value)
+        config.check()
         return config
 
     def __getitem__(self, name: str) -> Any:
         if name in self._explicit:
             return self._explicit[name]
-        return SETTINGS[name].default
+        setting = SETTINGS[name]
+        if setting.type == LIST:
+            return parse_typed(name, LIST, setting.default)
+        return setting.default
 
     def is_default(self, name: str) -> bool:
         return name not in self._explicit

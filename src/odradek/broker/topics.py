@@ -21,13 +21,48 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from odradek.broker.config import TOPIC_SETTINGS, BrokerConfig, ConfigError, parse_value
+from odradek.broker.config import (
+    BrokerConfig,
+    ConfigError,
+    format_value,
+    resolve_topic_configs,
+    topic_config_value,
+    usable_stored_topic_configs,
+    validate_topic_configs,
+)
 from odradek.log import LogConfig, PartitionLog
 
 log = logging.getLogger("odradek.topics")
 
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__odradek_group_events"})
+INVALID_CONFIG = 40
+POLICY_VIOLATION = 44
+# Configs of internal topics a client may change: housekeeping that changes neither what
+# the coordinator can append nor what it keeps. Anything else (cleanup.policy,
+# max.message.bytes, retention, timestamps, compression) could lose offsets or fail every
+# commit, so it is refused with POLICY_VIOLATION, the code of a broker policy refusal.
+INTERNAL_TOPIC_ALTERABLE_CONFIGS = frozenset(
+    {
+        "segment.bytes",
+        "segment.ms",
+        "segment.jitter.ms",
+        "segment.index.bytes",
+        "index.interval.bytes",
+        "flush.messages",
+        "flush.ms",
+        "file.delete.delay.ms",
+        "preallocate",
+        "min.cleanable.dirty.ratio",
+        "delete.retention.ms",
+        "min.compaction.lag.ms",
+        "max.compaction.lag.ms",
+    }
+)
+# The rebalance history is observational: its retention is the operator's choice.
+INTERNAL_TOPIC_EXTRA_ALTERABLE = {
+    "__odradek_group_events": frozenset({"retention.ms", "retention.bytes"})
+}
 PRODUCER_ID_BLOCK = 1000
 CLOSE_THREADS = 8
 
@@ -142,7 +177,7 @@ class TopicManager:
             return
         stored = json.loads(self._topics_path.read_text())
         for name, entry in stored.items():
-            topic = Topic(name, uuid.UUID(entry["id"]), dict(entry.get("configs", {})))
+            topic = Topic(name, uuid.UUID(entry["id"]), self._stored_configs(name, entry))
             log_config = self.log_config(topic)
             for index in range(int(entry["partitions"])):
                 topic.partitions.append(
@@ -174,12 +209,43 @@ class TopicManager:
     def _partition_dir(self, topic: str, partition: int) -> Path:
         return self.data_dir / f"{topic}-{partition}"
 
+    def _stored_configs(self, name: str, entry: dict[str, Any]) -> dict[str, str]:
+        """A topic's stored overrides; any that fails today's checks is reported and ignored,
+        so no stored value can stop start-up (the default applies until it is set again)."""
+        stored = dict(entry.get("configs", {}))
+        internal = name in INTERNAL_TOPICS
+        clean, problems = usable_stored_topic_configs(stored, self.config, internal=internal)
+        for problem in problems:
+            log.error(
+                "%s: topic %r: ignoring a stored config, its default is used: %s",
+                self._topics_path,
+                name,
+                problem,
+            )
+        try:
+            self._build_log_config(resolve_topic_configs(clean, self.config, internal=internal))
+        except ValueError as exc:  # a check the log layer makes and config.py does not
+            log.error(
+                "%s: topic %r: ignoring every stored config, defaults are used: %s",
+                self._topics_path,
+                name,
+                exc,
+            )
+            return {}
+        return clean
+
+    def resolved_configs(self, topic: Topic) -> dict[str, Any]:
+        """Every topic config's typed value for this topic (override, else broker default)."""
+        return resolve_topic_configs(topic.configs, self.config, internal=topic.internal)
+
     def log_config(self, topic: Topic) -> LogConfig:
+        return self._build_log_config(self.resolved_configs(topic))
+
+    @staticmethod
+    def _build_log_config(values: dict[str, Any]) -> LogConfig:
         def value(topic_name: str) -> Any:
-            setting = TOPIC_SETTINGS[topic_name]
-            if topic_name in topic.configs:
-                return parse_value(setting, topic.configs[topic_name])
-            return self.config[setting.name]
+            raw = values[topic_name]
+            return ",".join(raw) if isinstance(raw, list) else raw
 
         return LogConfig(
             segment_bytes=int(value("segment.bytes")),
@@ -197,32 +263,22 @@ class TopicManager:
         )
 
     def effective_topic_configs(self, topic: Topic) -> list[tuple[str, str, bool]]:
-        """(name, value, is_default) for every topic-level setting."""
-        out = []
-        for name, setting in sorted(TOPIC_SETTINGS.items()):
-            if name in topic.configs:
-                out.append((name, topic.configs[name], False))
-            else:
-                raw = self.config[setting.name]
-                out.append(
-                    (name, "true" if raw is True else "false" if raw is False else str(raw), True)
-                )
-        return out
+        """(name, value, is_default) for every topic config, sorted by name."""
+        values = self.resolved_configs(topic)
+        return [
+            (name, format_value(values[name]), name not in topic.configs) for name in sorted(values)
+        ]
 
-    @staticmethod
-    def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
-        clean: dict[str, str] = {}
-        for name, raw in configs.items():
-            setting = TOPIC_SETTINGS.get(name)
-            if setting is None:
-                raise TopicError(40, f"unknown topic config {name!r}")  # INVALID_CONFIG
-            if raw is None:
-                raise TopicError(40, f"topic config {name!r} needs a value")
-            try:
-                parse_value(setting, raw)
-            except ConfigError as exc:
-                raise TopicError(40, str(exc)) from None
-            clean[name] = raw.strip()
+    def validate_configs(
+        self, configs: dict[str, str | None], *, internal: bool = False
+    ) -> dict[str, str]:
+        """A complete set of overrides, checked in full (INVALID_CONFIG otherwise) and
+        known to make a valid log config; canonical values."""
+        try:
+            clean = validate_topic_configs(configs, self.config, internal=internal)
+            self._build_log_config(resolve_topic_configs(clean, self.config, internal=internal))
+        except (ConfigError, ValueError) as exc:
+            raise TopicError(INVALID_CONFIG, str(exc)) from None
         return clean
 
     def get(self, name: str) -> Topic | None:
@@ -242,7 +298,9 @@ class TopicManager:
         configs: dict[str, str | None] | None = None,
         *,
         validate_only: bool = False,
+        internal_configs: bool = False,
     ) -> Topic:
+        """Create a topic; `internal_configs` for configs the broker sets on its own topics."""
         validate_topic_name(name)
         if name in self.topics:
             raise TopicError(36, f"topic {name!r} already exists")  # TOPIC_ALREADY_EXISTS
@@ -257,7 +315,7 @@ class TopicManager:
                 38,  # INVALID_REPLICATION_FACTOR
                 f"replication factor {replication_factor} is larger than the 1 available broker",
             )
-        clean = self.validate_configs(configs or {})
+        clean = self.validate_configs(configs or {}, internal=internal_configs)
         topic = Topic(name, uuid.uuid4(), clean)
         if validate_only:
             topic.partitions = []
@@ -274,7 +332,9 @@ class TopicManager:
 
     def create_internal(self, name: str, num_partitions: int, configs: dict[str, str]) -> Topic:
         existing = self.topics.get(name)
-        return existing if existing else self.create(name, num_partitions, configs=dict(configs))
+        if existing:
+            return existing
+        return self.create(name, num_partitions, configs=dict(configs), internal_configs=True)
 
     def delete(self, name: str) -> None:
         topic = self.topics.get(name)
@@ -297,6 +357,12 @@ class TopicManager:
         topic = self.topics.get(name)
         if topic is None:
             raise TopicError(3, f"topic {name!r} does not exist")
+        if topic.internal:
+            # Group routing is hash % partition count: more partitions would move every
+            # group's coordinator state out of reach after the next restart.
+            raise TopicError(
+                POLICY_VIOLATION, f"the partition count of internal topic {name!r} is fixed"
+            )
         current = len(topic.partitions)
         if total <= current:
             raise TopicError(
@@ -314,9 +380,17 @@ class TopicManager:
         log.info("topic %s now has %d partitions", name, total)
 
     def alter_configs(
-        self, name: str, configs: dict[str, str | None], *, incremental: bool
-    ) -> None:
-        """Replace (AlterConfigs) or patch (IncrementalAlterConfigs; None deletes) topic configs."""
+        self,
+        name: str,
+        configs: dict[str, str | None],
+        *,
+        incremental: bool,
+        validate_only: bool = False,
+    ) -> dict[str, str]:
+        """Replace (AlterConfigs) or patch (IncrementalAlterConfigs; None deletes) topic
+        configs; returns the new overrides. Everything is checked before anything is
+        written: the new set in full, and for internal topics, that only
+        INTERNAL_TOPIC_ALTERABLE_CONFIGS change."""
         topic = self.topics.get(name)
         if topic is None:
             raise TopicError(3, f"topic {name!r} does not exist")
@@ -325,12 +399,40 @@ class TopicManager:
             if value is None:
                 updated.pop(key, None)
             else:
+                try:  # what a client sends gets Kafka's full checks, even on internal topics
+                    topic_config_value(key, value)
+                except ConfigError as exc:
+                    raise TopicError(INVALID_CONFIG, str(exc)) from None
                 updated[key] = value
-        topic.configs = self.validate_configs(dict(updated))
+        clean = self.validate_configs(updated, internal=topic.internal)
+        if topic.internal:
+            self._check_internal_change(topic, clean)
+        if validate_only:
+            return clean
+        log_config = self._build_log_config(
+            resolve_topic_configs(clean, self.config, internal=topic.internal)
+        )
+        topic.configs = clean
         self._save_topics()
-        log_config = self.log_config(topic)
         for plog in topic.partitions:
             plog.config = log_config
+        return clean
+
+    @staticmethod
+    def _check_internal_change(topic: Topic, new: dict[str, str]) -> None:
+        allowed = INTERNAL_TOPIC_ALTERABLE_CONFIGS | INTERNAL_TOPIC_EXTRA_ALTERABLE.get(
+            topic.name, frozenset()
+        )
+        changed = {
+            k for k in topic.configs.keys() | new.keys() if topic.configs.get(k) != new.get(k)
+        }
+        refused = sorted(changed - allowed)
+        if refused:
+            raise TopicError(
+                POLICY_VIOLATION,
+                f"configs {', '.join(refused)} of internal topic {topic.name!r} cannot be "
+                f"changed; these can: {', '.join(sorted(allowed))}",
+            )
 
     def __iter__(self) -> Iterator[Topic]:
         return iter(list(self.topics.values()))

@@ -1,4 +1,5 @@
-"""`odradek topics create|list|describe|delete|alter`: topics, partitions and configs."""
+"""`odradek topics create|list|describe|delete|alter|delete-records`: topics, partitions,
+configs, and the records a partition keeps."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from odradek.cli.common import (
     describe_error,
     failures_as_messages,
     key_value,
+    non_negative_int,
     positive_int,
 )
 from odradek.cli.errors import CliError
@@ -91,6 +93,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     describe.add_argument(
         "--all-configs", action="store_true", help="show every config, defaults included"
     )
+    describe.add_argument(
+        "--log-dirs",
+        action="store_true",
+        help="also show each partition's size on disk and its log directory (DescribeLogDirs)",
+    )
     add_format_option(describe)
     add_connection_options(describe)
     describe.set_defaults(run=run_describe)
@@ -137,6 +144,40 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_connection_options(alter)
     alter.set_defaults(run=run_alter)
+
+    delete_records = sub.add_parser(
+        "delete-records",
+        help="delete a topic's oldest records (advance the log start offset)",
+        description="Delete every record below OFFSET in the topic's partitions (all of "
+        "them, or those given with --partition), as kafka-delete-records.sh does. The "
+        "log start offset moves up; consumers that were further back restart from it.",
+        epilog="Example: odradek topics delete-records orders --partition 0 --offset 1000",
+    )
+    delete_records.add_argument("topic", metavar="TOPIC")
+    delete_records.add_argument(
+        "--offset",
+        required=True,
+        type=_record_offset,
+        metavar="OFFSET",
+        help="delete the records below this offset; 'end' deletes them all",
+    )
+    delete_records.add_argument(
+        "--partition",
+        action="append",
+        type=non_negative_int,
+        default=[],
+        metavar="N",
+        help="only this partition (repeatable; default: every partition)",
+    )
+    add_connection_options(delete_records)
+    delete_records.set_defaults(run=run_delete_records)
+
+
+def _record_offset(text: str) -> int:
+    """An offset for delete-records: a number, or 'end' (the high watermark)."""
+    if text.strip().lower() == "end":
+        return -1
+    return non_negative_int(text)
 
 
 # --------------------------------------------------------------------- helpers
@@ -281,26 +322,35 @@ def run_describe(args: argparse.Namespace) -> int:
                 if described
                 else {}
             )
+        sizes: dict[Any, tuple[str, int]] = {}
+        if args.log_dirs and described:
+            with failures_as_messages("cannot read log directories"):
+                sizes = _replica_sizes(admin, list(described))
     topics = []
     for name, d in described.items():
         entries = configs.get(ConfigResource.topic(name), {})
+        partitions = []
+        for p in d.partitions:
+            partition: dict[str, Any] = {
+                "partition": p.partition,
+                "leader": p.leader,
+                "replicas": list(p.replicas),
+                "isr": list(p.isr),
+                "log_start_offset": p.log_start_offset,
+                "log_end_offset": p.log_end_offset,
+                "records": _records(p.log_start_offset, p.log_end_offset),
+            }
+            if args.log_dirs:
+                log_dir, size = sizes.get((name, p.partition), (None, None))
+                partition["log_dir"] = log_dir
+                partition["size_bytes"] = size
+            partitions.append(partition)
         topics.append(
             {
                 "name": name,
                 "topic_id": None if d.topic_id is None else str(d.topic_id),
                 "internal": d.internal,
-                "partitions": [
-                    {
-                        "partition": p.partition,
-                        "leader": p.leader,
-                        "replicas": list(p.replicas),
-                        "isr": list(p.isr),
-                        "log_start_offset": p.log_start_offset,
-                        "log_end_offset": p.log_end_offset,
-                        "records": _records(p.log_start_offset, p.log_end_offset),
-                    }
-                    for p in d.partitions
-                ],
+                "partitions": partitions,
                 "configs": {
                     e.name: {
                         "value": None if e.is_sensitive else e.value,
@@ -326,6 +376,22 @@ def run_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replica_sizes(admin: Any, names: list[str]) -> dict[tuple[str, int], tuple[str, int]]:
+    """(topic, partition) -> (log dir, bytes) of the leader's replica."""
+    leaders = {
+        (name, p.partition): p.leader
+        for name, d in admin.describe_topics(names, include_offsets=False).items()
+        for p in d.partitions
+    }
+    out: dict[tuple[str, int], tuple[str, int]] = {}
+    for node, dirs in admin.describe_log_dirs(names).items():
+        for path, description in dirs.items():
+            for tp, info in description.replicas.items():
+                if leaders.get((tp.topic, tp.partition)) == node and not info.is_future:
+                    out[(tp.topic, tp.partition)] = (path, info.size)
+    return out
+
+
 def _print_topic(out: Any, topic: dict[str, Any], *, all_configs: bool) -> None:
     from odradek.cli import render
 
@@ -339,6 +405,10 @@ def _print_topic(out: Any, topic: dict[str, Any], *, all_configs: bool) -> None:
     ]
     if topic["internal"]:
         heading.append(("Internal", "yes"))
+    with_sizes = bool(parts) and "size_bytes" in parts[0]
+    if with_sizes:
+        dirs = sorted({p["log_dir"] for p in parts if p["log_dir"]})
+        heading.append(("Log dirs", ", ".join(dirs) or "(unknown)"))
     shown = {k: v for k, v in topic["configs"].items() if all_configs or not v["default"]}
     if shown:
         width = max(len(k) for k in shown)
@@ -352,20 +422,16 @@ def _print_topic(out: Any, topic: dict[str, Any], *, all_configs: bool) -> None:
         heading.append(("Configs", render.text("(all defaults)", "dim")))
     out.print(render.key_values(heading))
     out.print()
-    numeric = ("PARTITION", "LEADER", "LOG START", "LOG END", "RECORDS")
+    columns = ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG START", "LOG END", "RECORDS"]
+    numeric = ("PARTITION", "LEADER", "LOG START", "LOG END", "RECORDS", "BYTES")
     t = render.table(
-        "PARTITION",
-        "LEADER",
-        "REPLICAS",
-        "ISR",
-        "LOG START",
-        "LOG END",
-        "RECORDS",
+        *columns,
+        *(["BYTES"] if with_sizes else []),
         numeric=numeric,
         show_footer=len(parts) > 1,
     )
     for p in parts:
-        t.add_row(
+        row = [
             str(p["partition"]),
             str(p["leader"]),
             ",".join(map(str, p["replicas"])),
@@ -373,10 +439,15 @@ def _print_topic(out: Any, topic: dict[str, Any], *, all_configs: bool) -> None:
             render.number(p["log_start_offset"] if p["log_start_offset"] >= 0 else None),
             render.number(p["log_end_offset"] if p["log_end_offset"] >= 0 else None),
             render.number(p["records"]),
-        )
+        ]
+        if with_sizes:
+            row.append(render.number(p["size_bytes"]))
+        t.add_row(*row)
     if len(parts) > 1:
         t.columns[0].footer = "TOTAL"
         t.columns[6].footer = render.number(_sum(p["records"] for p in parts))
+        if with_sizes:
+            t.columns[7].footer = render.number(_sum(p["size_bytes"] for p in parts))
     out.print(t)
 
 
@@ -446,4 +517,37 @@ def run_alter(args: argparse.Namespace) -> int:
                     done.append(f"Removed {k} from topic '{args.topic}' (back to the default).")
             except Exception as exc:
                 failures.append(f"cannot change configs: {describe_error(exc)}")
+    return _finish(done, failures)
+
+
+# --------------------------------------------------------------------- delete-records
+
+
+def run_delete_records(args: argparse.Namespace) -> int:
+    from odradek.client import TopicPartition
+
+    done: list[str] = []
+    failures: list[str] = []
+    with admin_client(args) as admin:
+        current = _describe(admin, [args.topic])[args.topic]
+        have = [p.partition for p in current.partitions]
+        wanted = list(dict.fromkeys(args.partition)) or have
+        missing = [p for p in wanted if p not in have]
+        if missing:
+            raise Failed(
+                f"topic '{args.topic}' has no partition {missing[0]} "
+                f"(it has {len(have)}: 0-{len(have) - 1})"
+            )
+        offsets = {TopicPartition(args.topic, p): args.offset for p in wanted}
+        for tp, future in admin.delete_records(offsets).items():
+            try:
+                start = future.result()
+                done.append(
+                    f"Partition {tp.partition} of '{tp.topic}' now starts at offset {start}."
+                )
+            except Exception as exc:
+                failures.append(
+                    f"cannot delete records of '{tp.topic}' partition {tp.partition}: "
+                    f"{describe_error(exc)}"
+                )
     return _finish(done, failures)

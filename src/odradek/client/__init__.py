@@ -12,8 +12,10 @@ from odradek.client.admin import (
     AlterConfigOpType,
     ConfigResource,
     ConfigResourceType,
+    LogDirDescription,
     NewPartitions,
     NewTopic,
+    ReplicaLogDirInfo,
 )
 from odradek.client.consumer import Consumer, ConsumerRecords
 from odradek.client.coordinator import (
@@ -46,6 +48,7 @@ __all__ = [
     "ConsumerRecords",
     "DefaultPartitioner",
     "KafkaError",
+    "LogDirDescription",
     "NewPartitions",
     "NewTopic",
     "OffsetAndMetadata",
@@ -54,6 +57,7 @@ __all__ = [
     "Producer",
     "RebalanceInProgressCommitError",
     "RecordMetadata",
+    "ReplicaLogDirInfo",
     "RetriableCommitFailedError",
     "TopicPartition",
     "murmur2",

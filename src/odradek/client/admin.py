@@ -1,8 +1,9 @@
 """The admin client: topics, partitions, cluster, configs and consumer groups.
 
 Calls that act on several items (``create_topics``, ``delete_topics``,
-``create_partitions``, ``incremental_alter_configs``, ``delete_consumer_groups``,
-``alter_consumer_group_offsets``, ``delete_consumer_group_offsets``) return one
+``create_partitions``, ``delete_records``, ``incremental_alter_configs``,
+``delete_consumer_groups``, ``alter_consumer_group_offsets``,
+``delete_consumer_group_offsets``) return one
 ``concurrent.futures.Future`` per item, as the Java and confluent-kafka admin
 clients do, so one failing topic does not hide the others; the futures are
 complete when the call returns (``fs["t"].result()`` raises that item's
@@ -10,7 +11,8 @@ error, e.g. ``TopicAlreadyExistsError``). Query calls return values.
 
 Routing: topic creation, deletion and partition changes go to the controller
 (a NOT_CONTROLLER answer refreshes metadata and retries); broker configs go to
-that broker; everything else to the least loaded broker. Every call retries
+that broker; DeleteRecords goes to each partition's leader, DescribeLogDirs to
+every broker asked about; everything else to the least loaded broker. Every call retries
 retriable errors until ``default_api_timeout_ms`` (or its ``timeout_ms``).
 
 Group operations go to the group's coordinator, found with FindCoordinator
@@ -43,7 +45,7 @@ from odradek.client.errors import (
     UnknownTopicOrPartitionError,
     make_error,
 )
-from odradek.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
+from odradek.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ask_leaders, list_offsets
 from odradek.client.structs import BrokerMetadata, OffsetAndTimestamp, TopicPartition
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.consumer_protocol import (
@@ -59,6 +61,9 @@ _COORDINATOR_NOT_AVAILABLE = 15
 _NOT_COORDINATOR = 16
 _COORDINATOR_MOVED = frozenset({_COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR})
 _KEY_TYPE_GROUP = 0
+_LEADER_ERRORS = frozenset({3, 5, 6, 74, 75})  # unknown topic, no leader, not leader, epochs
+DELETE_TO_HIGH_WATERMARK = -1
+"""``delete_records`` offset meaning "every record" (up to the high watermark)."""
 
 
 class ConfigResourceType(enum.IntEnum):
@@ -153,6 +158,19 @@ class TopicDescription(NamedTuple):
     topic_id: Any
     internal: bool
     partitions: list[PartitionDescription]
+
+
+class ReplicaLogDirInfo(NamedTuple):
+    size: int  # bytes on disk
+    offset_lag: int  # how far a future replica is behind (0 without one)
+    is_future: bool
+
+
+class LogDirDescription(NamedTuple):
+    path: str
+    total_bytes: int | None  # of the file system; None when the broker does not say
+    usable_bytes: int | None
+    replicas: dict[TopicPartition, ReplicaLogDirInfo]
 
 
 class ConsumerGroupListing(NamedTuple):
@@ -507,6 +525,117 @@ class AdminClient:
                     )
                 )
             out[name] = TopicDescription(name, meta.topic_id, meta.is_internal, parts)
+        return out
+
+    def delete_records(
+        self, offsets: Mapping[TopicPartition, int], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, Future[int]]:
+        """DeleteRecords: delete each partition's records before the given offset
+        (``DELETE_TO_HIGH_WATERMARK`` for all). One future per partition, holding the
+        new log start offset (low watermark), or that partition's error."""
+        results: dict[TopicPartition, Future[int]] = {tp: Future() for tp in dict.fromkeys(offsets)}
+        pending = {tp: int(offset) for tp, offset in offsets.items()}
+
+        def request(parts: Mapping[TopicPartition, int]) -> tuple[int, Any]:
+            topics: dict[str, list[dict[str, int]]] = {}
+            for tp, offset in parts.items():
+                topics.setdefault(tp.topic, []).append(
+                    {"partition_index": tp.partition, "offset": offset}
+                )
+            timeout = int(self._timeout_s(timeout_ms) * 1000)
+            body = {
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                "timeout": timeout,
+            }
+            return ApiKey.DELETE_RECORDS, body
+
+        def absorb(response: Any, parts: Mapping[TopicPartition, int]) -> list[KafkaError]:
+            retriable: list[KafkaError] = []
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, int(p.partition_index))
+                    if tp not in parts:
+                        continue
+                    code = int(p.error_code)
+                    if code in _LEADER_ERRORS and code != UnknownTopicOrPartitionError.code:
+                        retriable.append(make_error(code, str(tp)))
+                        continue
+                    pending.pop(tp, None)
+                    if code:
+                        results[tp].set_exception(make_error(code, f"DeleteRecords {tp}"))
+                    else:
+                        results[tp].set_result(int(p.low_watermark))
+            return retriable
+
+        self._client.add_topics({tp.topic for tp in pending})
+        cluster = self._client.refresh(timeout_s=self._timeout_s(timeout_ms))
+        for tp in list(pending):
+            meta = cluster.topics.get(tp.topic)
+            if meta is None or meta.error_code != 0 or tp.partition not in meta.partitions:
+                del pending[tp]
+                results[tp].set_exception(
+                    make_error(UnknownTopicOrPartitionError.code, f"DeleteRecords {tp}")
+                )
+        try:
+            ask_leaders(
+                self._client, pending, self._timeout_s(timeout_ms), "DeleteRecords", request, absorb
+            )
+        except KafkaError as exc:
+            for tp in pending:
+                results[tp].set_exception(exc)
+        return results
+
+    def describe_log_dirs(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        brokers: Iterable[int] | None = None,
+        timeout_ms: int | None = None,
+    ) -> dict[int, dict[str, LogDirDescription]]:
+        """DescribeLogDirs: each broker's log directories with the size of every partition
+        replica in them (of ``topics`` only, when given). All brokers when ``brokers``
+        is None."""
+        timeout_s = self._timeout_s(timeout_ms)
+        cluster = self._client.bootstrap()
+        body: dict[str, Any] = {"topics": None}
+        if topics is not None:
+            names = list(dict.fromkeys(topics))
+            self._client.add_topics(names)
+            cluster = self._client.refresh(timeout_s=timeout_s)
+            body["topics"] = [
+                {"topic": n, "partitions": sorted(cluster.topics[n].partitions)}
+                for n in names
+                if n in cluster.topics and cluster.topics[n].error_code == 0
+            ]
+        out: dict[int, dict[str, LogDirDescription]] = {}
+        for node_id in sorted(brokers if brokers is not None else cluster.brokers):
+            response = self._call(
+                functools.partial(int, node_id),
+                ApiKey.DESCRIBE_LOG_DIRS,
+                body,
+                timeout_s,
+                check=lambda r: int(getattr(r, "error_code", 0)),
+            )
+            dirs: dict[str, LogDirDescription] = {}
+            for result in response.results:
+                code = int(result.error_code)
+                if code:
+                    raise make_error(code, f"broker {node_id} log dir {result.log_dir}")
+                total = int(getattr(result, "total_bytes", -1))
+                usable = int(getattr(result, "usable_bytes", -1))
+                dirs[result.log_dir] = LogDirDescription(
+                    result.log_dir,
+                    total if total >= 0 else None,
+                    usable if usable >= 0 else None,
+                    {
+                        TopicPartition(t.name, int(p.partition_index)): ReplicaLogDirInfo(
+                            int(p.partition_size), int(p.offset_lag), bool(p.is_future_key)
+                        )
+                        for t in result.topics
+                        for p in t.partitions
+                    },
+                )
+            out[node_id] = dirs
         return out
 
     def list_offsets(

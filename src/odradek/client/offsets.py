@@ -71,11 +71,11 @@ def list_offsets(
                     raise make_error(code, f"ListOffsets {tp}")
         return retriable
 
-    _ask_leaders(client, pending, timeout_s, "ListOffsets", request, absorb)
+    ask_leaders(client, pending, timeout_s, "ListOffsets", request, absorb)
     return result
 
 
-def _ask_leaders(
+def ask_leaders(
     client: KafkaClient,
     pending: dict[TopicPartition, int],
     timeout_s: float,
@@ -237,7 +237,7 @@ def high_watermarks(
             retriable.append(KafkaTimeoutError("partitions missing from the Fetch answer"))
         return retriable
 
-    _ask_leaders(client, pending, timeout_s, "high watermarks", request, absorb)
+    ask_leaders(client, pending, timeout_s, "high watermarks", request, absorb)
     return result
 
 

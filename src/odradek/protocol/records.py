@@ -60,6 +60,7 @@ __all__ = [
     "parse_header",
     "patch_base_offset",
     "patch_partition_leader_epoch",
+    "recompress_batches",
     "set_log_append_time",
     "validate_batches",
     "validate_batches_raw",
@@ -457,21 +458,63 @@ def _decompress(codec: int, data: bytes | memoryview) -> bytes:
     raise UnsupportedCompressionError(f"unknown compression codec {codec}")
 
 
-def _compress(codec: int, data: bytes) -> bytes:
+_GZIP_DEFAULT_LEVEL = 6  # zlib's default, which Kafka's gzip level -1 stands for
+
+
+def _compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """Compress a record section; `level` None means the codec library's default."""
     if codec == COMPRESSION_GZIP:
-        return gzip.compress(data)
+        if level is None:
+            return gzip.compress(data)
+        return gzip.compress(data, compresslevel=_GZIP_DEFAULT_LEVEL if level < 0 else level)
     if codec == COMPRESSION_SNAPPY:
         return _snappy_compress_xerial(data)
     if codec == COMPRESSION_LZ4:
         import lz4.frame
 
         # Kafka's LZ4 reader wants independent blocks and no content checksum.
-        return bytes(lz4.frame.compress(data, block_linked=False, content_checksum=False))
+        options: dict[str, Any] = {"block_linked": False, "content_checksum": False}
+        if level is not None:
+            options["compression_level"] = min(level, lz4.frame.COMPRESSIONLEVEL_MAX)
+        return bytes(lz4.frame.compress(data, **options))
     if codec == COMPRESSION_ZSTD:
         import zstandard
 
-        return bytes(zstandard.ZstdCompressor().compress(data))
+        if level is None:
+            return bytes(zstandard.ZstdCompressor().compress(data))
+        return bytes(zstandard.ZstdCompressor(level=level).compress(data))
     raise UnsupportedCompressionError(f"unknown compression codec {codec}")
+
+
+def recompress_batches(
+    data: bytes | bytearray | memoryview, codec: int, level: int | None = None
+) -> bytes:
+    """The same batches with their records compressed by `codec` (a topic's compression.type).
+
+    Batches already in `codec`, and control batches, are kept byte for byte. Every
+    other header field (offsets, timestamps, producer id, epoch, sequence, flags)
+    is kept; batch_length, the codec bits and the CRC are rewritten. The caller
+    validates the batches first: a batch is only rewritten after its CRC passed.
+    """
+    out = bytearray()
+    for pos, h in iter_batches(data):
+        end = pos + h.size
+        if h.compression == codec or h.is_control:
+            out += data[pos:end]
+            continue
+        section = bytes(data[pos + BATCH_OVERHEAD : end])
+        if h.compression != COMPRESSION_NONE:
+            section = _decompress(h.compression, section)
+        if codec != COMPRESSION_NONE:
+            section = _compress(codec, section, level)
+        start = len(out)
+        out += data[pos : pos + BATCH_OVERHEAD]
+        out += section
+        _I32.pack_into(out, start + 8, BATCH_OVERHEAD - LOG_OVERHEAD + len(section))
+        _I16.pack_into(out, start + _ATTR_POS, (h.attributes & ~0x07) | codec)
+        with memoryview(out) as view:  # released before `out` grows again
+            _U32.pack_into(out, start + _CRC_POS, crc32c(view[start + _CRC_START :]))
+    return bytes(out)
 
 
 # --------------------------------------------------------------------------- record codec

@@ -3,7 +3,9 @@
 from odradek.broker.apis import (  # noqa: F401
     admin_configs,
     api_versions,
+    delete_records,
     describe_cluster,
+    describe_log_dirs,
     fetch,
     groups,
     init_producer_id,

@@ -1,14 +1,27 @@
 """DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and the broker.
 
-Broker settings are static (given at start-up); topic settings are dynamic and
-persisted with the topic.
+Broker settings are static (given at start-up with `--set`); topic configs are
+dynamic and persisted with the topic. Topic configs are described as Kafka
+describes them: every config Kafka defines, its type and documentation, its
+source (a topic override, a broker setting given at start-up, or the default)
+and its synonyms (the override, then the broker setting it falls back to).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from odradek.broker.config import BOOL, DOUBLE, INT, LIST, LONG, TOPIC_SETTINGS, format_value
+from odradek.broker.config import (
+    BOOL,
+    DOUBLE,
+    INT,
+    LIST,
+    LONG,
+    SETTINGS,
+    STRING,
+    TOPIC_CONFIGS,
+    format_value,
+)
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.topics import TopicError
@@ -19,79 +32,157 @@ RESOURCE_BROKER = 4
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
-CONFIG_TYPES = {BOOL: 1, "string": 2, INT: 3, LONG: 5, DOUBLE: 6, LIST: 7}
+CONFIG_TYPES = {BOOL: 1, STRING: 2, INT: 3, LONG: 5, DOUBLE: 6, LIST: 7}
 UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_REQUEST = 42
 INVALID_CONFIG = 40
+INVALID_REQUEST = 42
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 
-def _entry(
-    name: str, value: str, source: int, type_name: str, doc: str, synonyms: list[Any]
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "value": value,
-        "read_only": source == SOURCE_STATIC_BROKER,
-        "config_source": source,
-        "is_default": source == SOURCE_DEFAULT,
-        "is_sensitive": False,
-        "synonyms": synonyms,
-        "config_type": CONFIG_TYPES.get(type_name, 2),
-        "documentation": doc,
-    }
+class _Describer:
+    """Builds DescribeConfigs entries with the request's synonym / documentation choices."""
 
+    def __init__(self, ctx: RequestContext, request: Any) -> None:
+        self.ctx = ctx
+        self.synonyms = bool(getattr(request, "include_synonyms", False))
+        self.documentation = bool(getattr(request, "include_documentation", False))
 
-def _topic_configs(
-    ctx: RequestContext, name: str, keys: set[str] | None, synonyms: bool
-) -> list[Any]:
-    manager = ctx.broker.topics
-    topic = manager.get(name)
-    if topic is None:
-        raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-    out = []
-    for config_name, value, is_default in manager.effective_topic_configs(topic):
-        if keys is not None and config_name not in keys:
-            continue
-        setting = TOPIC_SETTINGS[config_name]
-        syn = []
-        if synonyms:
-            if not is_default:
-                syn.append({"name": config_name, "value": value, "source": SOURCE_DYNAMIC_TOPIC})
-            broker_source = (
-                SOURCE_DEFAULT
-                if ctx.broker.config.is_default(setting.name)
-                else SOURCE_STATIC_BROKER
-            )
-            syn.append(
-                {
-                    "name": setting.name,
-                    "value": format_value(ctx.broker.config[setting.name]),
-                    "source": broker_source,
-                }
-            )
-        source = SOURCE_DEFAULT if is_default else SOURCE_DYNAMIC_TOPIC
-        out.append(_entry(config_name, value, source, setting.type, setting.doc, syn))
-    return out
+    def entry(
+        self,
+        name: str,
+        value: str | None,
+        source: int,
+        type_name: str,
+        doc: str,
+        synonyms: list[dict[str, Any]],
+        *,
+        read_only: bool,
+    ) -> dict[str, Any]:
+        return {
+            "name": name,
+            "value": value,
+            "read_only": read_only,
+            "config_source": source,
+            "is_default": source == SOURCE_DEFAULT,
+            "is_sensitive": False,
+            "synonyms": synonyms if self.synonyms else [],
+            "config_type": CONFIG_TYPES.get(type_name, 2),
+            "documentation": doc if self.documentation else None,
+        }
 
-
-def _broker_configs(ctx: RequestContext, keys: set[str] | None) -> list[Any]:
-    out = []
-    for setting, value in ctx.broker.config.items():
-        if keys is not None and setting.name not in keys:
-            continue
-        source = (
-            SOURCE_DEFAULT if ctx.broker.config.is_default(setting.name) else SOURCE_STATIC_BROKER
+    def broker_source(self, setting_name: str) -> int:
+        return (
+            SOURCE_DEFAULT
+            if self.ctx.broker.config.is_default(setting_name)
+            else SOURCE_STATIC_BROKER
         )
-        out.append(_entry(setting.name, format_value(value), source, setting.type, setting.doc, []))
-    return out
+
+    def topic(self, name: str, keys: set[str] | None) -> list[dict[str, Any]]:
+        manager = self.ctx.broker.topics
+        topic = manager.get(name)
+        if topic is None:
+            raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        config = self.ctx.broker.config
+        out = []
+        for config_name, value, is_default in manager.effective_topic_configs(topic):
+            if keys is not None and config_name not in keys:
+                continue
+            definition = TOPIC_CONFIGS[config_name]
+            synonyms = []
+            if not is_default:
+                synonyms.append(
+                    {"name": config_name, "value": value, "source": SOURCE_DYNAMIC_TOPIC}
+                )
+            if definition.synonym is not None:
+                broker_value = format_value(config[definition.synonym])
+                synonyms.append(
+                    {
+                        "name": definition.synonym,
+                        "value": broker_value,
+                        "source": self.broker_source(definition.synonym),
+                    }
+                )
+            if not is_default:
+                source = SOURCE_DYNAMIC_TOPIC
+            elif definition.synonym is not None:
+                source = self.broker_source(definition.synonym)
+            else:
+                source = SOURCE_DEFAULT
+            out.append(
+                self.entry(
+                    config_name,
+                    value,
+                    source,
+                    definition.type,
+                    definition.doc,
+                    synonyms,
+                    read_only=False,
+                )
+            )
+        return out
+
+    def broker(self, keys: set[str] | None) -> list[dict[str, Any]]:
+        config = self.ctx.broker.config
+        rows: list[tuple[str, str, int, str, str]] = [
+            (s.name, format_value(value), self.broker_source(s.name), s.type, s.doc)
+            for s, value in config.items()
+        ]
+        # A setting of the same name (e.g. listeners given with --set) wins.
+        rows += [row for row in self._runtime_rows() if row[0] not in SETTINGS]
+        out = []
+        for name, value, source, type_name, doc in sorted(rows):
+            if keys is not None and name not in keys:
+                continue
+            synonyms = [{"name": name, "value": value, "source": source}]
+            out.append(self.entry(name, value, source, type_name, doc, synonyms, read_only=True))
+        return out
+
+    def _runtime_rows(self) -> list[tuple[str, str, int, str, str]]:
+        """Broker configs that come from the command line rather than `--set`: the ones
+        clients and tools read to find the broker (listeners, log dirs, ids)."""
+        broker = self.ctx.broker
+        listener = f"PLAINTEXT://{broker.host}:{broker.port}"
+        advertised = f"PLAINTEXT://{broker.advertised_host}:{broker.advertised_port}"
+        node_source = self.broker_source("node.id")
+        return [
+            (
+                "listeners",
+                listener,
+                SOURCE_STATIC_BROKER,
+                STRING,
+                "Address listened on (--listen).",
+            ),
+            (
+                "advertised.listeners",
+                advertised,
+                SOURCE_STATIC_BROKER,
+                STRING,
+                "Address clients are told to use (--advertise, else --listen).",
+            ),
+            (
+                "log.dirs",
+                str(broker.topics.data_dir.resolve()),
+                SOURCE_STATIC_BROKER,
+                STRING,
+                "Where partition logs live (--data-dir).",
+            ),
+            ("broker.id", str(broker.node_id), node_source, INT, "Same as node.id."),
+            (
+                "process.roles",
+                "broker,controller",
+                SOURCE_STATIC_BROKER,
+                LIST,
+                "One Odradek node is both the broker and the controller.",
+            ),
+        ]
 
 
 @handles(ApiKey.DESCRIBE_CONFIGS, 1, 4)
 def describe_configs(ctx: RequestContext, request: Any) -> Any:
+    describer = _Describer(ctx, request)
     results = []
     for resource in request.resources:
-        keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+        keys = set(resource.configuration_keys) if resource.configuration_keys else None
         entry: dict[str, Any] = {
             "error_code": 0,
             "error_message": None,
@@ -101,13 +192,10 @@ def describe_configs(ctx: RequestContext, request: Any) -> Any:
         }
         try:
             if resource.resource_type == RESOURCE_TOPIC:
-                entry["configs"] = _topic_configs(
-                    ctx, resource.resource_name, keys, bool(request.include_synonyms)
-                )
+                entry["configs"] = describer.topic(resource.resource_name, keys)
             elif resource.resource_type == RESOURCE_BROKER:
-                if resource.resource_name not in ("", str(ctx.broker.node_id)):
-                    raise TopicError(INVALID_REQUEST, f"no broker {resource.resource_name!r}")
-                entry["configs"] = _broker_configs(ctx, keys)
+                _check_broker_name(ctx, resource.resource_name)
+                entry["configs"] = describer.broker(keys)
             else:
                 raise TopicError(
                     INVALID_REQUEST, f"resource type {resource.resource_type} not supported"
@@ -117,6 +205,56 @@ def describe_configs(ctx: RequestContext, request: Any) -> Any:
             entry["error_message"] = str(exc)
         results.append(entry)
     return respond(ctx, {"throttle_time": NO_THROTTLE, "results": results})
+
+
+def _check_broker_name(ctx: RequestContext, name: str) -> None:
+    if name not in ("", str(ctx.broker.node_id)):
+        raise TopicError(
+            INVALID_REQUEST, f"unexpected broker id {name!r}, this is broker {ctx.broker.node_id}"
+        )
+
+
+def _list_change(ctx: RequestContext, topic_name: str, config: Any, operation: int) -> str:
+    """APPEND / SUBTRACT on a list config, as Kafka does: applied to the current value."""
+    definition = TOPIC_CONFIGS.get(config.name)
+    if definition is None or definition.type != LIST:
+        verb = "append" if operation == OP_APPEND else "subtract"
+        raise TopicError(
+            INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {config.name}"
+        )
+    manager = ctx.broker.topics
+    topic = manager.get(topic_name)
+    if topic is None:
+        raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic_name!r} does not exist")
+    current: list[str] = list(manager.resolved_configs(topic)[config.name])
+    items = [v.strip() for v in (config.value or "").split(",") if v.strip()]
+    if operation == OP_APPEND:
+        updated = current + [v for v in items if v not in current]
+    else:
+        updated = [v for v in current if v not in items]
+    return ",".join(dict.fromkeys(updated))
+
+
+def _changes(ctx: RequestContext, resource: Any, *, incremental: bool) -> dict[str, str | None]:
+    """The requested changes as {name: new value or None to delete}."""
+    changes: dict[str, str | None] = {}
+    for config in resource.configs:
+        if config.name in changes:
+            raise TopicError(INVALID_REQUEST, f"duplicate config key {config.name!r}")
+        operation = int(getattr(config, "config_operation", OP_SET)) if incremental else OP_SET
+        if operation == OP_DELETE:
+            changes[config.name] = None
+        elif operation == OP_SET:
+            if config.value is None:
+                raise TopicError(
+                    INVALID_CONFIG, f"Null value not supported for topic config {config.name}"
+                )
+            changes[config.name] = config.value
+        elif operation in (OP_APPEND, OP_SUBTRACT):
+            changes[config.name] = _list_change(ctx, resource.resource_name, config, operation)
+        else:
+            raise TopicError(INVALID_REQUEST, f"unknown config operation {operation}")
+    return changes
 
 
 def _alter(ctx: RequestContext, request: Any, *, incremental: bool) -> Any:
@@ -129,26 +267,20 @@ def _alter(ctx: RequestContext, request: Any, *, incremental: bool) -> Any:
             "resource_name": resource.resource_name,
         }
         try:
-            if resource.resource_type != RESOURCE_TOPIC:
+            if resource.resource_type == RESOURCE_BROKER:
+                _check_broker_name(ctx, resource.resource_name)
                 raise TopicError(INVALID_REQUEST, "broker settings are static: restart with --set")
-            changes: dict[str, str | None] = {}
-            for config in resource.configs:
-                operation = getattr(config, "config_operation", OP_SET) if incremental else OP_SET
-                if operation == OP_DELETE:
-                    changes[config.name] = None
-                elif operation == OP_SET:
-                    changes[config.name] = config.value
-                else:
-                    raise TopicError(INVALID_CONFIG, "APPEND/SUBTRACT apply to list configs only")
-            ctx.broker.topics.validate_configs({k: v for k, v in changes.items() if v is not None})
-            if ctx.broker.topics.get(resource.resource_name) is None:
+            if resource.resource_type != RESOURCE_TOPIC:
                 raise TopicError(
-                    UNKNOWN_TOPIC_OR_PARTITION, f"topic {resource.resource_name!r} does not exist"
+                    INVALID_REQUEST, f"resource type {resource.resource_type} not supported"
                 )
-            if not request.validate_only:
-                ctx.broker.topics.alter_configs(
-                    resource.resource_name, changes, incremental=incremental
-                )
+            changes = _changes(ctx, resource, incremental=incremental)
+            ctx.broker.topics.alter_configs(
+                resource.resource_name,
+                changes,
+                incremental=incremental,
+                validate_only=bool(request.validate_only),
+            )
         except TopicError as exc:
             entry["error_code"] = exc.error_code
             entry["error_message"] = str(exc)

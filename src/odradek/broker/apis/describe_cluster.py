@@ -9,7 +9,7 @@ from odradek.broker.registry import handles
 from odradek.protocol.apikeys import ApiKey
 
 
-@handles(ApiKey.DESCRIBE_CLUSTER, 0, 1)
+@handles(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 def describe_cluster(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     return respond(
@@ -27,6 +27,7 @@ def describe_cluster(ctx: RequestContext, request: Any) -> Any:
                     "host": broker.advertised_host,
                     "port": broker.advertised_port,
                     "rack": None,
+                    "is_fenced": False,
                 }
             ],
             "cluster_authorized_operations": -2147483648,

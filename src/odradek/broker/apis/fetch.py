@@ -5,7 +5,8 @@ available or the wait runs out), max_bytes for the whole response and
 partition_max_bytes per partition; as in Kafka (KIP-74) the first batch of the
 first partition with data is returned whole even when it is larger than both.
 Fetch sessions (KIP-227) are not offered: every response carries session id 0,
-which tells clients to keep sending full fetches.
+which tells clients to keep sending full fetches. From v13 topics are named by
+topic id (KIP-516); an id this broker does not know gets UNKNOWN_TOPIC_ID.
 """
 
 from __future__ import annotations
@@ -20,7 +21,21 @@ from odradek.protocol.apikeys import ApiKey
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 FETCH_SESSION_ID_NOT_FOUND = 70
+UNKNOWN_TOPIC_ID = 100
 READ_COMMITTED = 1
+TOPIC_IDS_FROM = 13
+
+
+def _requested_topics(ctx: RequestContext, request: Any) -> list[tuple[Any, str | None]]:
+    """(requested topic, its name or None when its topic id is unknown)."""
+    if ctx.version < TOPIC_IDS_FROM:
+        return [(t, t.topic) for t in request.topics]
+    by_id = ctx.broker.topics.topics_by_id
+    out: list[tuple[Any, str | None]] = []
+    for t in request.topics:
+        found = by_id.get(t.topic_id)
+        out.append((t, found.name if found is not None else None))
+    return out
 
 
 def _read_partitions(ctx: RequestContext, request: Any) -> tuple[list[dict[str, Any]], int, bool]:
@@ -33,10 +48,10 @@ def _read_partitions(ctx: RequestContext, request: Any) -> tuple[list[dict[str, 
     any_error = False
     first_data = True
     responses = []
-    for wanted in request.topics:
+    for wanted, name in _requested_topics(ctx, request):
         partitions = []
         for part in wanted.partitions:
-            plog = topics.partition(wanted.topic, part.partition)
+            plog = topics.partition(name, part.partition) if name is not None else None
             entry: dict[str, Any] = {
                 "partition_index": part.partition,
                 "error_code": 0,
@@ -49,7 +64,7 @@ def _read_partitions(ctx: RequestContext, request: Any) -> tuple[list[dict[str, 
             }
             partitions.append(entry)
             if plog is None:
-                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION if name else UNKNOWN_TOPIC_ID
                 any_error = True
                 continue
             end = plog.end_offset
@@ -72,7 +87,13 @@ def _read_partitions(ctx: RequestContext, request: Any) -> tuple[list[dict[str, 
             entry["records"] = data
             total += len(data)
             remaining -= len(data)
-        responses.append({"topic": wanted.topic, "partitions": partitions})
+        responses.append(
+            {
+                "topic": name,
+                "topic_id": getattr(wanted, "topic_id", None),
+                "partitions": partitions,
+            }
+        )
     return responses, total, any_error
 
 
@@ -88,14 +109,19 @@ def _response(ctx: RequestContext, responses: list[dict[str, Any]], error_code: 
     )
 
 
-@handles(ApiKey.FETCH, 4, 12)
+@handles(ApiKey.FETCH, 4, 18)
 async def fetch(ctx: RequestContext, request: Any) -> Any:
     if ctx.version >= 7 and request.session_id != 0:
         return _response(ctx, [], FETCH_SESSION_ID_NOT_FOUND)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait.total_seconds(), 0.0)
     min_bytes = max(int(request.min_bytes), 1)
-    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    keys = [
+        (name, p.partition)
+        for t, name in _requested_topics(ctx, request)
+        if name is not None
+        for p in t.partitions
+    ]
     while True:
         responses, total, any_error = _read_partitions(ctx, request)
         remaining_s = deadline - loop.time()

@@ -18,6 +18,7 @@ from odradek.coordinator import types as core
 from odradek.protocol.apikeys import ApiKey
 
 KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
 COORDINATOR_NOT_AVAILABLE = 15
 INVALID_REQUEST = 42
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
@@ -43,7 +44,17 @@ def _coordinator_entry(ctx: RequestContext, key: str, key_type: int) -> dict[str
         "error_code": 0,
         "error_message": None,
     }
-    if key_type != KEY_TYPE_GROUP:
+    if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        # Share groups (v6, KIP-932) and unknown types: INVALID_REQUEST, as Kafka
+        # answers when it has no share coordinator.
+        entry.update(
+            node_id=-1,
+            host="",
+            port=-1,
+            error_code=INVALID_REQUEST,
+            error_message=f"no coordinator of key type {key_type}",
+        )
+    elif key_type != KEY_TYPE_GROUP:
         entry.update(
             node_id=-1,
             host="",
@@ -54,7 +65,7 @@ def _coordinator_entry(ctx: RequestContext, key: str, key_type: int) -> dict[str
     return entry
 
 
-@handles(ApiKey.FIND_COORDINATOR, 0, 4)
+@handles(ApiKey.FIND_COORDINATOR, 0, 6)
 def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     key_type = int(getattr(request, "key_type", KEY_TYPE_GROUP))
     if ctx.version >= 4:

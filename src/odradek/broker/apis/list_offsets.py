@@ -1,4 +1,9 @@
-"""ListOffsets: earliest, latest (the log end offset), max timestamp, or by time."""
+"""ListOffsets: earliest, latest (the log end offset), max timestamp, or by time.
+
+v8 adds earliest-local (-4) and v9 latest-tiered (-5) for tiered storage (KIP-405,
+KIP-1005). Odradek has no tiered storage, so it answers as Kafka does for a topic
+without it: the local log start is the log start, and nothing is tiered (-1).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ from odradek.protocol.apikeys import ApiKey
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
 UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
@@ -30,8 +37,10 @@ def _lookup(ctx: RequestContext, topic: str, partition: int, timestamp: int) -> 
         return entry
     if timestamp == LATEST:
         entry["offset"] = plog.end_offset
-    elif timestamp == EARLIEST:
+    elif timestamp in (EARLIEST, EARLIEST_LOCAL):
         entry["offset"] = plog.start_offset
+    elif timestamp == LATEST_TIERED:
+        entry["leader_epoch"] = -1
     else:
         found = (
             plog.max_timestamp()
@@ -43,7 +52,7 @@ def _lookup(ctx: RequestContext, topic: str, partition: int, timestamp: int) -> 
     return entry
 
 
-@handles(ApiKey.LIST_OFFSETS, 1, 7)
+@handles(ApiKey.LIST_OFFSETS, 1, 10)
 def list_offsets(ctx: RequestContext, request: Any) -> Any:
     topics = [
         {

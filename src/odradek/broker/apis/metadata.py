@@ -52,7 +52,7 @@ def missing_entry(
     }
 
 
-@handles(ApiKey.METADATA, 0, 12)
+@handles(ApiKey.METADATA, 0, 13)
 def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     topics = broker.topics
@@ -103,5 +103,6 @@ def metadata(ctx: RequestContext, request: Any) -> Any:
             "controller_id": broker.node_id,
             "topics": entries,
             "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            "error_code": 0,  # v13 (KIP-1102): a request-level error, e.g. to rebootstrap
         },
     )

@@ -3,7 +3,14 @@
 acks=all and acks=1 are the same on one node: the reply is sent after the
 batch is written to the partition's segment file (in the OS page cache, so a
 killed broker process loses nothing acknowledged; see docs/operations.md for
-the fsync policy). acks=0 gets no reply at all, as in Kafka.
+the fsync policy). acks=0 gets no reply at all, as in Kafka. From v13 topics
+are named by topic id (KIP-516): an unknown id gets UNKNOWN_TOPIC_ID and is
+never auto-created.
+
+Batches are stored as sent unless the topic's compression.type names a codec
+(anything but `producer`): then, as Kafka does, batches in another codec are
+recompressed to it (with the topic's compression.<codec>.level) after their
+CRC is checked. This is the one case where Produce reads inside a batch.
 """
 
 from __future__ import annotations
@@ -11,11 +18,21 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from odradek.broker.config import topic_config_value
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
-from odradek.broker.topics import TopicError
+from odradek.broker.topics import Topic, TopicError
 from odradek.log.errors import LogError
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.records import (
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+    recompress_batches,
+    validate_batches_raw,
+)
 
 log = logging.getLogger("odradek.produce")
 
@@ -23,6 +40,35 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17
 INVALID_REQUIRED_ACKS = 21
 INVALID_RECORD = 87
+UNKNOWN_TOPIC_ID = 100
+TOPIC_IDS_FROM = 13
+# compression.type -> (codec id, the config holding its level, if it has one)
+CODECS = {
+    "uncompressed": (COMPRESSION_NONE, None),
+    "gzip": (COMPRESSION_GZIP, "compression.gzip.level"),
+    "snappy": (COMPRESSION_SNAPPY, None),
+    "lz4": (COMPRESSION_LZ4, "compression.lz4.level"),
+    "zstd": (COMPRESSION_ZSTD, "compression.zstd.level"),
+}
+
+
+def _topic_setting(ctx: RequestContext, topic: Topic, name: str) -> Any:
+    """One topic config's value: the topic's override, else the broker default."""
+    raw = topic.configs.get(name)
+    if raw is None:
+        return ctx.broker.config[name]  # compression configs share the broker setting's name
+    return topic_config_value(name, raw)
+
+
+def _target_codec(ctx: RequestContext, topic: Topic) -> tuple[int, int | None] | None:
+    """(codec, level) batches must be stored with, or None to keep the producer's."""
+    target = CODECS.get(_topic_setting(ctx, topic, "compression.type"))
+    if target is None:  # "producer"
+        return None
+    codec, level_config = target
+    return codec, _topic_setting(ctx, topic, level_config) if level_config else None
+
+
 TRANSACTIONS_UNSUPPORTED = 42  # INVALID_REQUEST: Odradek has no transaction coordinator yet
 
 
@@ -60,6 +106,10 @@ def _append(
         return _partition_result(index, INVALID_RECORD, "no record batch in the request")
     plog = topic.partitions[index]
     try:
+        target = _target_codec(ctx, topic)
+        if target is not None:
+            validate_batches_raw(records)  # a corrupt batch must not get a fresh CRC
+            records = recompress_batches(records, *target)
         info = plog.append(records)
     except LogError as exc:
         log.debug("append to %s-%d refused: %s", topic_name, index, exc)
@@ -77,7 +127,17 @@ def _append(
     )
 
 
-@handles(ApiKey.PRODUCE, 0, 9, parse_from=3)
+def _topic_name(ctx: RequestContext, topic_data: Any) -> tuple[str, tuple[int, str] | None]:
+    """The topic's name (v13+: from its id), or the error every partition gets."""
+    if ctx.version < TOPIC_IDS_FROM:
+        return topic_data.name, None
+    found = ctx.broker.topics.topics_by_id.get(topic_data.topic_id)
+    if found is None:
+        return "", (UNKNOWN_TOPIC_ID, f"no topic with id {topic_data.topic_id}")
+    return found.name, None
+
+
+@handles(ApiKey.PRODUCE, 0, 13, parse_from=3)
 def produce(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     if acks not in (-1, 0, 1):
@@ -91,13 +151,21 @@ def produce(ctx: RequestContext, request: Any) -> Any:
         error = None
     responses = []
     for topic_data in request.topic_data:
+        name, topic_error = _topic_name(ctx, topic_data)
+        failure = error or topic_error
         results = []
         for part in topic_data.partition_data:
-            if error is not None:
-                results.append(_partition_result(part.index, *error))
+            if failure is not None:
+                results.append(_partition_result(part.index, *failure))
             else:
-                results.append(_append(ctx, topic_data.name, part.index, part.records))
-        responses.append({"name": topic_data.name, "partition_responses": results})
+                results.append(_append(ctx, name, part.index, part.records))
+        responses.append(
+            {
+                "name": name,
+                "topic_id": getattr(topic_data, "topic_id", None),
+                "partition_responses": results,
+            }
+        )
     if acks == 0:
         return None
     return respond(ctx, {"responses": responses, "throttle_time": NO_THROTTLE})

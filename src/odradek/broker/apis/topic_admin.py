@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from odradek.broker.config import TOPIC_CONFIGS
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.topics import TopicError
@@ -13,6 +14,9 @@ from odradek.protocol.apikeys import ApiKey
 ZERO_UUID = uuid.UUID(int=0)
 UNKNOWN_TOPIC_ID = 100
 INVALID_REPLICA_ASSIGNMENT = 39
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
 
 
 def _creatable(ctx: RequestContext, wanted: Any, validate_only: bool) -> dict[str, Any]:
@@ -63,12 +67,22 @@ def _creatable(ctx: RequestContext, wanted: Any, validate_only: bool) -> dict[st
             "name": name,
             "value": value,
             "read_only": False,
-            "config_source": 5 if is_default else 1,
+            "config_source": _config_source(ctx, name, is_default),
             "is_sensitive": False,
         }
         for name, value, is_default in ctx.broker.topics.effective_topic_configs(topic)
     ]
     return result
+
+
+def _config_source(ctx: RequestContext, name: str, is_default: bool) -> int:
+    """DYNAMIC_TOPIC_CONFIG for an override, else where the default comes from."""
+    if not is_default:
+        return SOURCE_DYNAMIC_TOPIC
+    synonym = TOPIC_CONFIGS[name].synonym
+    if synonym is not None and not ctx.broker.config.is_default(synonym):
+        return SOURCE_STATIC_BROKER
+    return SOURCE_DEFAULT
 
 
 @handles(ApiKey.CREATE_TOPICS, 2, 7)
