@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from odradek.broker.config import BOOL, DOUBLE, INT, LIST, LONG, TOPIC_SETTINGS, format_value
+from odradek.broker.config import (
+    BOOL,
+    DOUBLE,
+    INT,
+    LIST,
+    LONG,
+    PASSWORD,
+    TOPIC_SETTINGS,
+    format_value,
+)
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.topics import TopicError
@@ -19,7 +28,7 @@ RESOURCE_BROKER = 4
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
-CONFIG_TYPES = {BOOL: 1, "string": 2, INT: 3, LONG: 5, DOUBLE: 6, LIST: 7}
+CONFIG_TYPES = {BOOL: 1, "string": 2, INT: 3, LONG: 5, DOUBLE: 6, LIST: 7, PASSWORD: 9}
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_REQUEST = 42
 INVALID_CONFIG = 40
@@ -31,11 +40,11 @@ def _entry(
 ) -> dict[str, Any]:
     return {
         "name": name,
-        "value": value,
+        "value": None if type_name == PASSWORD else value,  # never show a secret
         "read_only": source == SOURCE_STATIC_BROKER,
         "config_source": source,
         "is_default": source == SOURCE_DEFAULT,
-        "is_sensitive": False,
+        "is_sensitive": type_name == PASSWORD,
         "synonyms": synonyms,
         "config_type": CONFIG_TYPES.get(type_name, 2),
         "documentation": doc,
