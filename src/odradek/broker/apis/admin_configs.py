@@ -20,6 +20,7 @@ from odradek.broker.config import (
 )
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
+from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.broker.topics import TopicError
 from odradek.protocol.apikeys import ApiKey
 
@@ -33,6 +34,19 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_REQUEST = 42
 INVALID_CONFIG = 40
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+TOPIC_AUTHORIZATION_FAILED = 29
+CLUSTER_AUTHORIZATION_FAILED = 31
+
+
+def _check_access(ctx: RequestContext, operation: AclOperation, resource: Any) -> None:
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for the broker."""
+    if resource.resource_type == RESOURCE_TOPIC:
+        if not ctx.authorize(operation, ResourceType.TOPIC, resource.resource_name):
+            raise TopicError(TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+    elif resource.resource_type == RESOURCE_BROKER and not ctx.authorize(
+        operation, ResourceType.CLUSTER, CLUSTER_NAME
+    ):
+        raise TopicError(CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
 
 
 def _entry(
@@ -109,6 +123,7 @@ def describe_configs(ctx: RequestContext, request: Any) -> Any:
             "configs": [],
         }
         try:
+            _check_access(ctx, AclOperation.DESCRIBE_CONFIGS, resource)
             if resource.resource_type == RESOURCE_TOPIC:
                 entry["configs"] = _topic_configs(
                     ctx, resource.resource_name, keys, bool(request.include_synonyms)
@@ -138,6 +153,7 @@ def _alter(ctx: RequestContext, request: Any, *, incremental: bool) -> Any:
             "resource_name": resource.resource_name,
         }
         try:
+            _check_access(ctx, AclOperation.ALTER_CONFIGS, resource)
             if resource.resource_type != RESOURCE_TOPIC:
                 raise TopicError(INVALID_REQUEST, "broker settings are static: restart with --set")
             changes: dict[str, str | None] = {}

@@ -15,15 +15,29 @@ from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
+from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.log.errors import LogError
 from odradek.protocol.apikeys import ApiKey
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 FETCH_SESSION_ID_NOT_FOUND = 70
 READ_COMMITTED = 1
+TOPIC_AUTHORIZATION_FAILED = 29
 
 
-def _read_partitions(ctx: RequestContext, request: Any) -> tuple[list[dict[str, Any]], int, bool]:
+def _unreadable(ctx: RequestContext, request: Any) -> set[str]:
+    """Topics this request may not read: READ on each topic for consumers; CLUSTER_ACTION
+    on the cluster for a follower (replica id >= 0), or nothing is readable."""
+    names = {t.topic for t in request.topics}
+    if int(getattr(request, "replica_id", -1)) >= 0:
+        follower_ok = ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+        return set() if follower_ok else names
+    return {n for n in names if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, n)}
+
+
+def _read_partitions(
+    ctx: RequestContext, request: Any, unreadable: set[str]
+) -> tuple[list[dict[str, Any]], int, bool]:
     """One pass over the requested partitions: (topic responses, bytes, any error)."""
     topics = ctx.broker.topics
     remaining = int(request.max_bytes) if ctx.version >= 3 else 2**31 - 1
@@ -48,6 +62,10 @@ def _read_partitions(ctx: RequestContext, request: Any) -> tuple[list[dict[str, 
                 "records": b"",
             }
             partitions.append(entry)
+            if wanted.topic in unreadable:
+                entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
+                any_error = True
+                continue
             if plog is None:
                 entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
                 any_error = True
@@ -96,8 +114,9 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
     deadline = loop.time() + max(request.max_wait.total_seconds(), 0.0)
     min_bytes = max(int(request.min_bytes), 1)
     keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    unreadable = _unreadable(ctx, request)
     while True:
-        responses, total, any_error = _read_partitions(ctx, request)
+        responses, total, any_error = _read_partitions(ctx, request, unreadable)
         remaining_s = deadline - loop.time()
         if total >= min_bytes or any_error or remaining_s <= 0 or not keys:
             return _response(ctx, responses)

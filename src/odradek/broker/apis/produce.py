@@ -13,6 +13,7 @@ from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
+from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.broker.topics import TopicError
 from odradek.log.errors import LogError
 from odradek.protocol.apikeys import ApiKey
@@ -23,6 +24,8 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17
 INVALID_REQUIRED_ACKS = 21
 INVALID_RECORD = 87
+TOPIC_AUTHORIZATION_FAILED = 29
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 TRANSACTIONS_UNSUPPORTED = 42  # INVALID_REQUEST: Odradek has no transaction coordinator yet
 
 
@@ -45,7 +48,11 @@ def _append(
 ) -> dict[str, Any]:
     broker = ctx.broker
     topic = broker.topics.get(topic_name)
-    if topic is None and broker.config["auto.create.topics.enable"]:
+    if (
+        topic is None
+        and broker.config["auto.create.topics.enable"]
+        and _may_create(ctx, topic_name)
+    ):
         try:
             topic = broker.topics.create(topic_name)
         except TopicError as exc:
@@ -77,6 +84,13 @@ def _append(
     )
 
 
+def _may_create(ctx: RequestContext, topic: str) -> bool:
+    """Auto-creation needs CREATE on the cluster or on the topic (as Metadata's)."""
+    return ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) or ctx.authorize(
+        AclOperation.CREATE, ResourceType.TOPIC, topic
+    )
+
+
 @handles(ApiKey.PRODUCE, 0, 9, parse_from=3)
 def produce(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
@@ -86,15 +100,29 @@ def produce(ctx: RequestContext, request: Any) -> Any:
             f"acks must be -1, 0 or 1, got {acks}",
         )
     elif request.transactional_id is not None:
-        error = (TRANSACTIONS_UNSUPPORTED, "transactional produce is not supported by Odradek yet")
+        if not ctx.authorize(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+        ):
+            error = (
+                TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "not authorized for the transactional id",
+            )
+        else:
+            error = (
+                TRANSACTIONS_UNSUPPORTED,
+                "transactional produce is not supported by Odradek yet",
+            )
     else:
         error = None
     responses = []
     for topic_data in request.topic_data:
         results = []
+        writable = ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, topic_data.name)
         for part in topic_data.partition_data:
             if error is not None:
                 results.append(_partition_result(part.index, *error))
+            elif not writable:
+                results.append(_partition_result(part.index, TOPIC_AUTHORIZATION_FAILED))
             else:
                 results.append(_append(ctx, topic_data.name, part.index, part.records))
         responses.append({"name": topic_data.name, "partition_responses": results})
