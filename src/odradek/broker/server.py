@@ -63,6 +63,7 @@ class Broker:
         advertised_port: int | None = None,
         metrics_address: tuple[str, int] | None = None,
         listeners: list[Listener] | None = None,
+        metrics_token: str | None = None,
     ) -> None:
         self.config = config or BrokerConfig()
         # The `listeners` setting, else one PLAINTEXT listener at host:port (`--listen`).
@@ -79,6 +80,7 @@ class Broker:
         self.waiters = AppendWaiters()
         self.groups = GroupCoordinatorRuntime(self.topics, self.config)
         self.metrics_address = metrics_address
+        self.metrics_token = metrics_token
         self.metrics: BrokerMetrics | None = None
         if metrics_address is not None:
             self.metrics = BrokerMetrics()
@@ -119,7 +121,7 @@ class Broker:
         self.port, self.advertised_port = first.port, first.advertised_port
         self.groups.start()
         if self.metrics is not None and self.metrics_address is not None:
-            self.metrics.serve(self, *self.metrics_address)
+            self.metrics.serve(self, *self.metrics_address, token=self.metrics_token)
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
         for listener in self.listeners:
             log.info(

@@ -195,7 +195,7 @@ class Session:
             self.decoder.max_frame_bytes = int(self.security.config["socket.request.max.bytes"])
         lifetime_ms = self.security.max_reauth_ms(self.listener)
         self.expires_at = self.clock() + lifetime_ms / 1000 if lifetime_ms > 0 else None
-        log.info(
+        log.debug(
             "%s of %s via %s on %s from %s%s",
             was,
             self.principal,
