@@ -15,6 +15,17 @@ from odradek.client.admin import (
     NewPartitions,
     NewTopic,
 )
+from odradek.client.admin_security import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermission,
+    PatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
 from odradek.client.consumer import Consumer, ConsumerRecords
 from odradek.client.coordinator import (
     CommitFailedError,
@@ -34,6 +45,10 @@ from odradek.client.structs import (
 )
 
 __all__ = [
+    "AclBinding",
+    "AclBindingFilter",
+    "AclOperation",
+    "AclPermission",
     "AdminClient",
     "AlterConfigOp",
     "AlterConfigOpType",
@@ -51,10 +66,15 @@ __all__ = [
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "Partitioner",
+    "PatternType",
     "Producer",
     "RebalanceInProgressCommitError",
     "RecordMetadata",
+    "ResourceType",
     "RetriableCommitFailedError",
+    "ScramCredentialInfo",
     "TopicPartition",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
     "murmur2",
 ]

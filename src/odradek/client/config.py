@@ -68,8 +68,7 @@ class CommonConfig:
         values: dict[str, Any] = {}
         for source in (config or {}), kwargs:
             for raw_name, value in source.items():
-                name = raw_name.replace(".", "_").replace("-", "_")
-                name = security.SETTING_ALIASES.get(name, name)
+                name = setting_name(raw_name)
                 if name not in known:
                     raise ConfigError(
                         f"unknown {cls.kind} setting {raw_name!r}"
@@ -127,6 +126,34 @@ class CommonConfig:
             for f in dataclasses.fields(self)
             if f.name != "explicitly_set"
         }
+
+
+def setting_name(raw: str) -> str:
+    """A Java / librdkafka dotted name, or a keyword name, as this client's field name."""
+    name = raw.replace(".", "_").replace("-", "_")
+    return security.SETTING_ALIASES.get(name, name)
+
+
+def typed_setting(config_cls: type, raw_name: str, text: str) -> Any:
+    """A setting given as text (a properties file, a Spark option) as its field's type."""
+    name = setting_name(raw_name)
+    fields = config_cls.__dataclass_fields__  # type: ignore[attr-defined]
+    if name not in fields:
+        raise ConfigError(f"unknown {getattr(config_cls, 'kind', 'client')} setting {raw_name!r}")
+    kind = str(fields[name].type).split("|")[0].strip()
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        raise ConfigError(f"{raw_name} expects a number, got {text!r}") from None
+    if kind == "bool":
+        lowered = str(text).strip().lower()
+        if lowered not in ("true", "false", "1", "0", "yes", "no"):
+            raise ConfigError(f"{raw_name} expects true or false, got {text!r}")
+        return lowered in ("true", "1", "yes")
+    return text
 
 
 Partitioner = Any  # a Partitioner instance, a callable, or None (see producer.py)

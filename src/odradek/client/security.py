@@ -30,6 +30,7 @@ from odradek.client.errors import (
     ConfigError,
     IllegalSaslStateError,
     KafkaConnectionError,
+    KafkaError,
     SaslAuthenticationFailedError,
     UnsupportedSaslMechanismError,
     make_error,
@@ -60,6 +61,22 @@ SETTING_ALIASES = {
 Exchange = Callable[[int, int, dict[str, Any]], Any]
 """Send one request during connection setup and return its decoded response:
 ``exchange(api_key, version, body)``."""
+
+
+class SslAuthenticationError(KafkaError):
+    """The TLS handshake failed (an untrusted certificate, a refused client certificate):
+    retrying cannot help (Java's SslAuthenticationException)."""
+
+
+def is_authentication_error(exc: BaseException | None) -> bool:
+    """Whether ``exc`` means the broker refused who we are: report it, do not retry."""
+    if isinstance(exc, SslAuthenticationError):
+        return True
+    return isinstance(exc, KafkaError) and exc.code in (
+        SaslAuthenticationFailedError.code,
+        UnsupportedSaslMechanismError.code,
+        IllegalSaslStateError.code,
+    )
 
 
 def validate(config: CommonConfig) -> None:
@@ -262,7 +279,7 @@ def secure_transport(
     try:
         tls.handshake(timeout_s)
     except ssl.SSLError as exc:
-        raise KafkaConnectionError(f"TLS handshake with {host} failed: {exc}") from exc
+        raise SslAuthenticationError(f"TLS handshake with {host} failed: {exc}") from exc
     return tls
 
 
@@ -345,8 +362,10 @@ __all__ = [
     "SASL_MECHANISMS",
     "SECURITY_PROTOCOLS",
     "SETTING_ALIASES",
+    "SslAuthenticationError",
     "TlsSocket",
     "authenticate",
+    "is_authentication_error",
     "receive",
     "secure_transport",
     "validate",

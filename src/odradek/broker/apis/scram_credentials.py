@@ -109,17 +109,22 @@ def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
         )
     store = ctx.broker.security.credentials
     errors: dict[str, tuple[int, str]] = {}
-    seen: set[str] = set()
+    # As Kafka's ZooKeeper-era check: one change per (user, mechanism) in a request, so a
+    # user may get SCRAM-SHA-256 and SCRAM-SHA-512 at once.
+    pairs = [(d.name, int(d.mechanism)) for d in request.deletions]
+    pairs += [(u.name, int(u.mechanism)) for u in request.upsertions]
+    for name, mech_type in pairs:
+        if pairs.count((name, mech_type)) > 1:
+            errors[name] = (
+                DUPLICATE_RESOURCE,
+                "A user credential cannot be altered twice in the same request",
+            )
     deletions, upserts = [], []
     for deletion in request.deletions:
         name = deletion.name
+        mech = MECHANISMS_BY_TYPE.get(int(deletion.mechanism))
         if name in errors:
             continue
-        if name in seen:
-            errors[name] = (DUPLICATE_RESOURCE, "A user credential cannot be altered twice")
-            continue
-        seen.add(name)
-        mech = MECHANISMS_BY_TYPE.get(int(deletion.mechanism))
         if not name:
             errors[name] = (UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
         elif mech is None:
@@ -133,14 +138,9 @@ def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
             deletions.append((name, mech))
     for upsertion in request.upsertions:
         name = upsertion.name
+        mech = MECHANISMS_BY_TYPE.get(int(upsertion.mechanism))
         if name in errors:
             continue
-        if name in seen:
-            errors[name] = (DUPLICATE_RESOURCE, "A user credential cannot be altered twice")
-            deletions = [d for d in deletions if d[0] != name]
-            continue
-        seen.add(name)
-        mech = MECHANISMS_BY_TYPE.get(int(upsertion.mechanism))
         if not name:
             errors[name] = (UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
             continue
@@ -160,6 +160,9 @@ def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
             mech, salt, salted, int(upsertion.iterations)
         )
         upserts.append((name, mech, credential))
+    # A user with an error anywhere in the request is left unchanged.
+    deletions = [d for d in deletions if d[0] not in errors]
+    upserts = [u for u in upserts if u[0] not in errors]
     if deletions or upserts:
         store.apply(upserts, deletions)
         for name, mech in deletions:

@@ -28,8 +28,14 @@ from typing import Any
 
 from odradek.broker.security.principal import KafkaPrincipal, PrincipalError
 from odradek.broker.security.store import write_json_atomically
+from odradek.protocol.acl import (
+    CLUSTER_NAME,
+    AclOperation,
+    AclPermission,
+    PatternType,
+    ResourceType,
+)
 
-CLUSTER_NAME = "kafka-cluster"
 WILDCARD = "*"
 
 
@@ -39,50 +45,6 @@ class AclError(ValueError):
     def __init__(self, message: str, error_code: int = 42) -> None:  # INVALID_REQUEST
         super().__init__(message)
         self.error_code = error_code
-
-
-class ResourceType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class PatternType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class AclOperation(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-
-
-class AclPermission(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
 
 
 Op = AclOperation
