@@ -30,7 +30,9 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> TestPki:
 @pytest.fixture(scope="session")
 def secure_broker(tmp_path_factory: pytest.TempPathFactory, pki: TestPki) -> Iterator[SecureBroker]:
     process = start_secure_broker(tmp_path_factory.mktemp("secure") / "data", pki)
+    broker = SecureBroker(process, pki, {ADMIN: ADMIN_PASSWORD})
     try:
-        yield SecureBroker(process, pki, {ADMIN: ADMIN_PASSWORD})
+        yield broker
     finally:
+        broker.close()
         process.stop()

@@ -69,6 +69,7 @@ class SecureBroker:
     process: BrokerProcess
     pki: TestPki
     users: dict[str, str] = field(default_factory=dict)
+    _admin: AdminClient | None = None
 
     @property
     def sasl_ssl(self) -> str:
@@ -169,17 +170,24 @@ class SecureBroker:
     # --- administration as the super user -----------------------------------------
 
     def admin(self) -> AdminClient:
-        return AdminClient(**self.odradek(ADMIN), default_api_timeout_ms=20_000)
+        """The super user's admin client (one, kept open: each connection costs a TLS
+        handshake and a SCRAM exchange)."""
+        if self._admin is None:
+            self._admin = AdminClient(**self.odradek(ADMIN), default_api_timeout_ms=20_000)
+        return self._admin
+
+    def close(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
 
     def add_user(self, name: str, password: str | None = None) -> str:
         """A new SCRAM-SHA-512 user (and -256, for the PLAIN and SHA-256 tests)."""
         password = password or f"{name}-pw-{uuid.uuid4().hex[:6]}"
-        with self.admin() as admin:
-            changes = [
-                UserScramCredentialUpsertion(name, mech, password)
-                for mech in ("SCRAM-SHA-512", "SCRAM-SHA-256")
-            ]
-            admin.alter_user_scram_credentials(changes)[name].result()
+        changes = [
+            UserScramCredentialUpsertion(name, mech, password)
+            for mech in ("SCRAM-SHA-512", "SCRAM-SHA-256")
+        ]
+        self.admin().alter_user_scram_credentials(changes)[name].result()
         self.users[name] = password
         return password
 
@@ -196,15 +204,13 @@ class SecureBroker:
             AclBinding(resource_type, name, pattern, principal, "*", op, permission)
             for op in operations
         ]
-        with self.admin() as admin:
-            for future in admin.create_acls(acls).values():
-                future.result()
+        for future in self.admin().create_acls(acls).values():
+            future.result()
 
     def create_topic(self, name: str, partitions: int = 1) -> str:
         from odradek.client import NewTopic
 
-        with self.admin() as admin:
-            admin.create_topics([NewTopic(name, partitions, 1)])[name].result()
+        self.admin().create_topics([NewTopic(name, partitions, 1)])[name].result()
         return name
 
     def properties(self, path: Path, user: str) -> Path:
@@ -218,3 +224,79 @@ class SecureBroker:
             f"ssl.truststore.location={self.pki.ca_cert}\n"
         )
         return path
+
+
+class Wire:
+    """One blocking connection speaking raw Kafka requests (optionally over TLS)."""
+
+    def __init__(
+        self, address: str, context: ssl.SSLContext | None = None, timeout_s: float = 10.0
+    ) -> None:
+        import socket
+
+        host, _, port = address.rpartition(":")
+        raw = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self.sock = context.wrap_socket(raw, server_hostname=host) if context else raw
+        self.correlation = 0
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read_frame(self) -> bytes:
+        import struct
+
+        (size,) = struct.unpack(">i", self._read_exact(4))
+        return self._read_exact(size)
+
+    def _read_exact(self, n: int) -> bytes:
+        data = bytearray()
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            data += chunk
+        return bytes(data)
+
+    def request(self, api_key: int, version: int, values: dict[str, Any]) -> Any:
+        from odradek.protocol.codec import (
+            RequestHeader,
+            build,
+            decode_response,
+            encode_request,
+            request_type,
+        )
+
+        self.correlation += 1
+        body = build(request_type(api_key, version), values)
+        self.send_raw(encode_request(RequestHeader(api_key, version, self.correlation, "t"), body))
+        correlation, response = decode_response(api_key, version, self.read_frame())
+        assert correlation == self.correlation
+        return response
+
+    def is_closed_by_broker(self, timeout_s: float = 10.0) -> bool:
+        """Whether the broker closes the connection (EOF or reset) within the time."""
+        self.sock.settimeout(timeout_s)
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionError, ssl.SSLError):
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Wire:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def client_tls(pki: TestPki, name: str | None = None) -> ssl.SSLContext:
+    """A client TLS context trusting the test CA, with client ``name``'s certificate."""
+    context = ssl.create_default_context(cafile=str(pki.ca_cert))
+    if name is not None:
+        cert = pki.client(name)
+        context.load_cert_chain(str(cert.cert), str(cert.key))
+    return context
