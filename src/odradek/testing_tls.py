@@ -30,7 +30,7 @@ class ClientCertificate:
 
 
 @dataclass
-class TestPki:
+class Pki:
     """Paths of the PEM files of a test PKI (see ``make_pki``)."""
 
     directory: Path
@@ -137,7 +137,7 @@ def _client_certificate(directory: Path, name: str, ca: Any, ca_key: Any) -> Cli
     return paths
 
 
-def make_pki(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> TestPki:
+def make_pki(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> Pki:
     """A CA and a server certificate valid for ``hosts``, as PEM files in ``directory``."""
     from cryptography import x509
 
@@ -152,7 +152,7 @@ def make_pki(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"
             sans.append(x509.DNSName(host))
     server_key = _key()
     server = _certificate(hosts[-1], server_key, ca, ca_key, sans=sans)
-    pki = TestPki(
+    pki = Pki(
         directory,
         directory / "ca.crt",
         directory / "server.keystore.pem",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from odradek.testing_tls import TestPki, make_pki
+from odradek.testing_tls import Pki, make_pki
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # secure.py, whatever pytest's import mode
@@ -23,12 +23,12 @@ pytestmark = pytest.mark.embedded
 
 
 @pytest.fixture(scope="session")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> TestPki:
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="session")
-def secure_broker(tmp_path_factory: pytest.TempPathFactory, pki: TestPki) -> Iterator[SecureBroker]:
+def secure_broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[SecureBroker]:
     process = start_secure_broker(tmp_path_factory.mktemp("secure") / "data", pki)
     broker = SecureBroker(process, pki, {ADMIN: ADMIN_PASSWORD})
     try:

@@ -19,7 +19,7 @@ from odradek.client import (
     UserScramCredentialUpsertion,
 )
 from odradek.testing import BrokerProcess
-from odradek.testing_tls import TestPki
+from odradek.testing_tls import Pki
 
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
@@ -30,7 +30,7 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def secure_settings(pki: TestPki, **extra: str) -> dict[str, str]:
+def secure_settings(pki: Pki, **extra: str) -> dict[str, str]:
     """Broker settings: TLS from the test PKI, client certificates required on the SSL
     listener, SCRAM on SASL listeners, ACLs enforced, ``User:admin`` and the ``admin``
     certificate super users."""
@@ -48,7 +48,7 @@ def secure_settings(pki: TestPki, **extra: str) -> dict[str, str]:
 
 
 def start_secure_broker(
-    data_dir: Path, pki: TestPki, *, extra_args: tuple[str, ...] = (), **settings: str
+    data_dir: Path, pki: Pki, *, extra_args: tuple[str, ...] = (), **settings: str
 ) -> BrokerProcess:
     return BrokerProcess(
         data_dir,
@@ -67,7 +67,7 @@ class SecureBroker:
     """The broker, its PKI, and settings for each client as a given principal."""
 
     process: BrokerProcess
-    pki: TestPki
+    pki: Pki
     users: dict[str, str] = field(default_factory=dict)
     _admin: AdminClient | None = None
 
@@ -293,7 +293,7 @@ class Wire:
         self.close()
 
 
-def client_tls(pki: TestPki, name: str | None = None) -> ssl.SSLContext:
+def client_tls(pki: Pki, name: str | None = None) -> ssl.SSLContext:
     """A client TLS context trusting the test CA, with client ``name``'s certificate."""
     context = ssl.create_default_context(cafile=str(pki.ca_cert))
     if name is not None:
