@@ -10,7 +10,8 @@ installs Odradek gets these fixtures:
 
 ``BrokerProcess(..., listeners={"SASL_SSL": "SASL_SSL", "CLIENT": "SSL"})`` starts
 a broker with several listeners (name -> security protocol), each on its own free
-port (``address(name)``); ``config_file=`` passes a Kafka ``server.properties``.
+port (``address(name)``); ``config_file=`` passes a Kafka ``server.properties``
+(when it sets ``listeners``, give ``port=`` the one to wait for).
 
 Set ``ODRADEK_TEST_BOOTSTRAP=host:port`` to run the same tests against another
 Kafka-compatible broker: the fixtures then hand out that address, and tests
@@ -97,13 +98,21 @@ class BrokerProcess(ChildProcess):
             protocols = ",".join(f"{n}:{proto}" for n, proto in self.listeners.items())
             cmd += ["--set", f"listeners={urls}"]
             cmd += ["--set", f"listener.security.protocol.map={protocols}"]
-        else:
+        elif not self._file_sets_listeners():
             cmd += ["--listen", self.bootstrap]
         if self.config_file is not None:
             cmd += ["--config", str(self.config_file)]
         for key, value in self.settings.items():
             cmd += ["--set", f"{key}={value}"]
         return cmd + self.extra_args
+
+    def _file_sets_listeners(self) -> bool:
+        """A config file with `listeners` says where to listen (give port= to wait on)."""
+        if self.config_file is None:
+            return False
+        from odradek.cli.properties import read_properties
+
+        return bool(read_properties(self.config_file, "config_file").get("listeners"))
 
     def start(self) -> BrokerProcess:
         if self.running:
