@@ -113,6 +113,12 @@ def _client_settings(
     return out
 
 
+def security_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The security settings (``security.protocol``, ``sasl.*``, ``ssl.*``) among a
+    consumer's or producer's: what the driver's own clients need too."""
+    return {k: v for k, v in settings.items() if k.split(".")[0] in ("security", "sasl", "ssl")}
+
+
 def _coerce(config_cls: type, settings: dict[str, Any]) -> dict[str, Any]:
     """Options arrive as strings; convert to the client's field types."""
     try:
@@ -263,6 +269,10 @@ class ReadOptions:
     commit_to_group: bool
     consumer_settings: dict[str, Any]  # dotted names for Odradek's Consumer
 
+    @property
+    def security(self) -> dict[str, Any]:
+        return security_settings(self.consumer_settings)
+
     @classmethod
     def parse(cls, options: Mapping[str, Any], *, streaming: bool) -> ReadOptions:
         opts = lower(options)
@@ -323,6 +333,10 @@ class WriteOptions:
     checkpoint_location: str | None
     query_name: str | None
     producer_settings: dict[str, Any]
+
+    @property
+    def security(self) -> dict[str, Any]:
+        return security_settings(self.producer_settings)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> WriteOptions:
