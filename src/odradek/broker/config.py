@@ -20,6 +20,7 @@ Some topic configs are stored and described but not acted on by Odradek
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ BOOL = "boolean"
 STRING = "string"
 LIST = "list"
 DOUBLE = "double"
+PASSWORD = "password"  # a string never shown: DescribeConfigs reports it as sensitive
 
 _TYPE_BOUNDS = {INT: (-(2**31), 2**31 - 1), LONG: (-(2**63), 2**63 - 1)}
 _LONG_MAX = 2**63 - 1
@@ -518,6 +520,115 @@ _SETTINGS = (
     Setting("group.max.size", INT, 2**31 - 1, "Most members in one group.", None, at_least(1)),
     Setting("fetch.max.bytes", INT, 57671680, "Largest Fetch response.", None, at_least(1024)),
     Setting("connections.max.idle.ms", LONG, 600000, "Close connections idle this long.", None),
+    # --- security: listeners, TLS, SASL, ACLs (docs/security.md) ---
+    Setting(
+        "listeners",
+        STRING,
+        "",
+        "NAME://HOST:PORT,... to listen on (empty: one PLAINTEXT listener at --listen).",
+    ),
+    Setting(
+        "advertised.listeners",
+        STRING,
+        "",
+        "NAME://HOST:PORT,... clients are told to use, per listener (default: listeners).",
+    ),
+    Setting(
+        "listener.security.protocol.map",
+        STRING,
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "Security protocol of each listener name.",
+    ),
+    Setting(
+        "controller.listener.names",
+        STRING,
+        "",
+        "KRaft controller listeners in listeners; Odradek does not open them.",
+    ),
+    Setting(
+        "sasl.enabled.mechanisms",
+        LIST,
+        "SCRAM-SHA-256,SCRAM-SHA-512",
+        "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.",
+    ),
+    Setting(
+        "sasl.server.max.receive.size",
+        INT,
+        524288,
+        "Largest frame accepted before a SASL connection has authenticated.",
+    ),
+    Setting(
+        "connections.max.reauth.ms",
+        LONG,
+        0,
+        "SASL session lifetime; clients re-authenticate before it ends (0: no limit).",
+    ),
+    Setting(
+        "connections.authentication.timeout.ms",
+        LONG,
+        30000,
+        "Close a connection that has not finished its TLS handshake and SASL "
+        "authentication in this time (Odradek's own setting).",
+    ),
+    Setting("ssl.keystore.type", STRING, "PEM", "Keystore format: PEM (the only one read)."),
+    Setting(
+        "ssl.keystore.location",
+        STRING,
+        "",
+        "PEM file with the listener's certificate chain and private key.",
+    ),
+    Setting("ssl.keystore.certificate.chain", PASSWORD, "", "Certificate chain, inline PEM."),
+    Setting("ssl.keystore.key", PASSWORD, "", "Private key, inline PEM."),
+    Setting("ssl.keystore.password", PASSWORD, "", "Unused for PEM keystores (Kafka's name)."),
+    Setting("ssl.key.password", PASSWORD, "", "Password of an encrypted private key."),
+    Setting("ssl.truststore.type", STRING, "PEM", "Truststore format: PEM (the only one read)."),
+    Setting(
+        "ssl.truststore.location",
+        STRING,
+        "",
+        "PEM file of the CA certificates that sign client certificates.",
+    ),
+    Setting("ssl.truststore.certificates", PASSWORD, "", "Trusted CA certificates, inline PEM."),
+    Setting("ssl.truststore.password", PASSWORD, "", "Unused for PEM truststores (Kafka's name)."),
+    Setting(
+        "ssl.client.auth",
+        STRING,
+        "none",
+        "Client certificates: none, requested or required (the principal is the subject).",
+    ),
+    Setting("ssl.enabled.protocols", LIST, "TLSv1.2,TLSv1.3", "TLS versions accepted."),
+    Setting(
+        "ssl.protocol",
+        STRING,
+        "TLSv1.3",
+        "Kafka's name; TLS versions follow ssl.enabled.protocols.",
+    ),
+    Setting("ssl.cipher.suites", LIST, "", "Cipher suites, OpenSSL names (empty: defaults)."),
+    Setting(
+        "ssl.endpoint.identification.algorithm",
+        STRING,
+        "https",
+        "Kafka's name; the broker makes no TLS connections, so it has no effect.",
+    ),
+    Setting(
+        "ssl.principal.mapping.rules",
+        STRING,
+        "DEFAULT",
+        "Map a certificate subject to a principal name: DEFAULT, RULE:pattern/replacement/[LU].",
+    ),
+    Setting(
+        "authorizer.class.name",
+        STRING,
+        "",
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer enforces ACLs (empty: off).",
+    ),
+    Setting("super.users", STRING, "", "Principals allowed everything, ;-separated (User:admin)."),
+    Setting(
+        "allow.everyone.if.no.acl.found",
+        BOOL,
+        False,
+        "With an authorizer: allow a resource no ACL mentions.",
+    ),
 )
 
 
@@ -621,6 +732,27 @@ _UNIT_ALIASES = {
     "log.roll.hours": (3600000, "log.roll.ms"),
     "log.roll.jitter.hours": (3600000, "log.roll.jitter.ms"),
 }
+
+# Kafka's per-listener overrides: listener.name.<listener>.<setting>, for the ssl.* and
+# sasl.* settings, connections.max.reauth.ms, and <mechanism>.sasl.jaas.config.
+_LISTENER_PREFIXED = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
+_JAAS = re.compile(r"^(plain|scram-sha-256|scram-sha-512)\.sasl\.jaas\.config$")
+
+
+def listener_setting(name: str) -> Setting | None:
+    """The Setting a ``listener.name.<l>.<setting>`` name overrides, or None."""
+    match = _LISTENER_PREFIXED.match(name)
+    if match is None:
+        return None
+    base = match.group(2)
+    if _JAAS.match(base):
+        return Setting(name, PASSWORD, "", "JAAS login module config of one mechanism.")
+    setting = SETTINGS.get(base)
+    if setting is None or not (
+        base.startswith(("ssl.", "sasl.")) or base == "connections.max.reauth.ms"
+    ):
+        return None
+    return Setting(name, setting.type, setting.default, setting.doc)
 
 
 # --- parsing and formatting ----------------------------------------------------------------
@@ -802,7 +934,7 @@ class BrokerConfig:
             scaled = amount * unit_ms if amount >= 0 else amount  # -1 stays "never"
             self._explicit[target] = parse_value(SETTINGS[target], str(scaled))
             return
-        setting = SETTINGS.get(name)
+        setting = SETTINGS.get(name) or listener_setting(name)
         if setting is None:
             raise ConfigError(f"unknown broker setting {name!r}")
         self._explicit[name] = parse_value(setting, raw)

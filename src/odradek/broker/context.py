@@ -6,10 +6,24 @@ import datetime
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from odradek.broker.security.acl import SUPPORTED_OPERATIONS, AclOperation, ResourceType
+from odradek.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from odradek.protocol.codec import RequestHeader, build, response_type
 
 if TYPE_CHECKING:
+    from odradek.broker.security.session import Session
     from odradek.broker.server import Broker
+
+
+class CloseConnection(Exception):
+    """The request cannot be answered; close this connection.
+
+    ``final_response``: bytes to send before closing (Kafka answers a failed
+    SASL authentication, then closes)."""
+
+    def __init__(self, reason: str, final_response: bytes | None = None) -> None:
+        super().__init__(reason)
+        self.final_response = final_response
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,10 +32,48 @@ class RequestContext:
     header: RequestHeader
     client_host: str
     connection_id: int
+    session: Session | None = None  # None: a request built outside a connection (tests)
 
     @property
     def version(self) -> int:
         return self.header.api_version
+
+    # --- security: who asks, through which listener, and may they --------------------
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        return self.session.principal if self.session is not None else ANONYMOUS
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """This node's address as the clients of the request's listener know it."""
+        if self.session is not None:
+            listener = self.session.listener
+            return listener.advertised_host, listener.advertised_port
+        return self.broker.advertised_host, self.broker.advertised_port
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """Kafka's AuthHelper.authorize: always true when no authorizer is configured."""
+        authorizer = self.broker.security.authorizer
+        return authorizer is None or authorizer.authorize(
+            self.principal, self.client_host, operation, resource_type, name
+        )
+
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Kafka's authorizeByResourceType: allowed on at least one resource of the type."""
+        authorizer = self.broker.security.authorizer
+        return authorizer is None or authorizer.authorize_any(
+            self.principal, self.client_host, operation, resource_type
+        )
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """The ``authorized_operations`` bit field of Metadata / DescribeGroups / ..."""
+        authorizer = self.broker.security.authorizer
+        if authorizer is None:
+            return sum(1 << int(op) for op in SUPPORTED_OPERATIONS[resource_type])
+        return authorizer.authorized_operations(
+            self.principal, self.client_host, resource_type, name
+        )
 
 
 def respond(ctx: RequestContext, values: dict[str, Any]) -> Any:

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from odradek.broker.security.metrics_http import serve_metrics
 from odradek.coordinator.events import REBALANCE_COMPLETED
 from odradek.coordinator.types import CoordinatorEvent
 
@@ -196,8 +197,11 @@ class BrokerMetrics:
                 if isinstance(duration_ms, int | float):
                     self.rebalance_seconds.observe(duration_ms / 1000)
 
-    def serve(self, broker: Broker, host: str, port: int) -> None:
-        """Start the HTTP endpoint (a daemon thread) for this broker's loop."""
+    def serve(self, broker: Broker, host: str, port: int, token: str | None = None) -> None:
+        """Start the HTTP endpoint (a daemon thread) for this broker's loop; with a
+        token, scrapes must send it as a bearer token."""
         self.registry.register(StateCollector(broker, asyncio.get_running_loop()))
-        start_http_server(port, addr=host, registry=self.registry)
-        log.info("metrics on http://%s:%d/metrics", host, port)
+        serve_metrics(self.registry, host, port, token)
+        log.info(
+            "metrics on http://%s:%d/metrics%s", host, port, " (bearer token)" if token else ""
+        )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import time
@@ -19,10 +20,13 @@ from typing import Any
 
 from odradek.broker import apis  # noqa: F401  (registers every handler)
 from odradek.broker.config import BrokerConfig
-from odradek.broker.context import RequestContext
+from odradek.broker.context import CloseConnection, RequestContext
 from odradek.broker.group_runtime import GroupCoordinatorRuntime
 from odradek.broker.metrics import BrokerMetrics
 from odradek.broker.registry import REGISTRY, advertised
+from odradek.broker.security.listeners import Listener, parse_listeners
+from odradek.broker.security.manager import BrokerSecurity, SecurityError
+from odradek.broker.security.session import Session
 from odradek.broker.topics import TopicManager
 from odradek.broker.waiters import AppendWaiters
 from odradek.protocol.apikeys import ApiKey
@@ -42,8 +46,7 @@ READ_CHUNK = 256 * 1024
 UNSUPPORTED_VERSION = 35
 
 
-class CloseConnection(Exception):
-    """The request cannot be answered; close this connection."""
+__all__ = ["Broker", "CloseConnection", "run_broker"]
 
 
 class Broker:
@@ -59,23 +62,31 @@ class Broker:
         advertised_host: str | None = None,
         advertised_port: int | None = None,
         metrics_address: tuple[str, int] | None = None,
+        listeners: list[Listener] | None = None,
+        metrics_token: str | None = None,
     ) -> None:
         self.config = config or BrokerConfig()
-        self.host = host
-        self.port = port
-        self.advertised_host = advertised_host or host
-        self.advertised_port = advertised_port or port
+        # The `listeners` setting, else one PLAINTEXT listener at host:port (`--listen`).
+        self.listeners = listeners or parse_listeners(
+            self.config, (host, port), (advertised_host or host, advertised_port or port)
+        )
+        first = self.listeners[0]
+        self.host, self.port = first.host, first.port
+        self.advertised_host, self.advertised_port = first.advertised_host, first.advertised_port
         self.node_id = int(self.config["node.id"])
         self.topics = TopicManager(Path(data_dir), self.config)
+        self.security = BrokerSecurity(Path(data_dir), self.config, self.listeners)
+        self._sessions: dict[int, Session] = {}
         self.waiters = AppendWaiters()
         self.groups = GroupCoordinatorRuntime(self.topics, self.config)
         self.metrics_address = metrics_address
+        self.metrics_token = metrics_token
         self.metrics: BrokerMetrics | None = None
         if metrics_address is not None:
             self.metrics = BrokerMetrics()
             self.groups.event_listeners.append(self.metrics.on_coordinator_events)
         self._api_metrics: dict[int, tuple[Any, Any]] = {}
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
         self._housekeeping: asyncio.Task[None] | None = None
@@ -88,30 +99,43 @@ class Broker:
     # --- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._accept, self.host, self.port, reuse_address=True, backlog=512
-        )
-        sockets = self._server.sockets or ()
-        if sockets and self.port == 0:
-            self.port = int(sockets[0].getsockname()[1])
-            self.advertised_port = self.port
+        handshake_s = int(self.config["connections.authentication.timeout.ms"]) / 1000
+        for listener in self.listeners:
+            tls = self.security.ssl_contexts.get(listener.name)
+            server = await asyncio.start_server(
+                functools.partial(self._accept, listener),
+                listener.host or None,
+                listener.port,
+                reuse_address=True,
+                backlog=512,
+                ssl=tls,
+                ssl_handshake_timeout=handshake_s if tls is not None else None,
+            )
+            self._servers.append(server)
+            sockets = server.sockets or ()
+            if sockets and listener.port == 0:
+                listener.port = int(sockets[0].getsockname()[1])
+                if listener.advertised_port == 0:
+                    listener.advertised_port = listener.port
+        first = self.listeners[0]
+        self.port, self.advertised_port = first.port, first.advertised_port
         self.groups.start()
         if self.metrics is not None and self.metrics_address is not None:
-            self.metrics.serve(self, *self.metrics_address)
+            self.metrics.serve(self, *self.metrics_address, token=self.metrics_token)
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
-        log.info(
-            "odradek broker %d listening on %s:%d (advertised %s:%d), cluster %s",
-            self.node_id,
-            self.host,
-            self.port,
-            self.advertised_host,
-            self.advertised_port,
-            self.cluster_id,
-        )
+        for listener in self.listeners:
+            log.info(
+                "odradek broker %d listening on %s (advertised %s:%d), cluster %s",
+                self.node_id,
+                listener,
+                listener.advertised_host,
+                listener.advertised_port,
+                self.cluster_id,
+            )
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in list(self._connections):
             task.cancel()
         if self._housekeeping is not None:
@@ -119,9 +143,9 @@ class Broker:
         await asyncio.gather(*self._connections, return_exceptions=True)
         if self._housekeeping is not None:
             await asyncio.gather(self._housekeeping, return_exceptions=True)
-        if self._server is not None:
+        for server in self._servers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+                await asyncio.wait_for(server.wait_closed(), 2)
         await self.groups.stop()
         self.topics.close()
         log.info("odradek broker stopped")
@@ -156,13 +180,30 @@ class Broker:
 
     # --- connections -------------------------------------------------------------------
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(
+        self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         connection_id = next(self._ids)
         peer = writer.get_extra_info("peername") or ("?", 0)
+        watchdog: asyncio.TimerHandle | None = None
         try:
+            try:
+                session = self.security.session(
+                    listener, str(peer[0]), writer.get_extra_info("peercert")
+                )
+            except SecurityError as exc:
+                log.warning("refusing connection from %s on %s: %s", peer[0], listener.name, exc)
+                return
+            self._sessions[connection_id] = session
+            if not session.ever_authenticated:
+                # Whoever has not authenticated in time is dropped with what it buffered.
+                timeout_s = int(self.config["connections.authentication.timeout.ms"]) / 1000
+                watchdog = asyncio.get_running_loop().call_later(
+                    timeout_s, self._authentication_timed_out, task, session
+                )
             await self._serve_connection(connection_id, str(peer[0]), reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -171,10 +212,33 @@ class Broker:
         except Exception:
             log.exception("connection %d from %s failed", connection_id, peer)
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
+            self._sessions.pop(connection_id, None)
             self._connections.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1)
+
+    def _authentication_timed_out(self, task: asyncio.Task[None], session: Session) -> None:
+        if not session.ever_authenticated:
+            log.info(
+                "closing connection from %s on %s: not authenticated within "
+                "connections.authentication.timeout.ms",
+                session.client_host,
+                session.listener.name,
+            )
+            task.cancel()
+
+    def _frame_decoder(self, connection_id: int) -> FrameDecoder:
+        """Frames of at most socket.request.max.bytes; before a SASL connection has
+        authenticated, of at most sasl.server.max.receive.size (as Kafka)."""
+        session = self._sessions.get(connection_id)
+        if session is None or session.ever_authenticated:
+            return FrameDecoder(int(self.config["socket.request.max.bytes"]))
+        limit = int(self.config["sasl.server.max.receive.size"])
+        session.decoder = FrameDecoder(limit)
+        return session.decoder
 
     async def _serve_connection(
         self,
@@ -183,7 +247,7 @@ class Broker:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
-        decoder = FrameDecoder(int(self.config["socket.request.max.bytes"]))
+        decoder = self._frame_decoder(connection_id)
         idle_s = int(self.config["connections.max.idle.ms"]) / 1000
         while True:
             try:
@@ -205,13 +269,20 @@ class Broker:
                             self.metrics.bytes_out.inc(len(response))
             except (FrameError, DecodeError, CloseConnection) as exc:
                 log.warning("closing connection %d from %s: %s", connection_id, client_host, exc)
+                if isinstance(exc, CloseConnection) and exc.final_response:
+                    writer.write(exc.final_response)
                 with contextlib.suppress(ConnectionError):
                     await writer.drain()
                 return
             await writer.drain()
 
     async def _dispatch(self, connection_id: int, client_host: str, payload: bytes) -> bytes | None:
+        session = self._sessions.get(connection_id)
+        if session is not None and session.raw_tokens:
+            return session.raw_token(payload)  # SaslHandshake v0: bare SASL tokens
         header, pos = parse_request_header(payload)
+        if session is not None:
+            session.admit(header.api_key)
         spec = REGISTRY.get(header.api_key)
         if spec is None:
             raise CloseConnection(f"unknown API key {header.api_key}")
@@ -223,7 +294,7 @@ class Broker:
                 f"(serves v{spec.parse_from}-{spec.max_version})"
             )
         body = decode_request_body(header, payload, pos)
-        ctx = RequestContext(self, header, client_host, connection_id)
+        ctx = RequestContext(self, header, client_host, connection_id, session)
         started = time.perf_counter()
         try:
             result = spec.handler(ctx, body)
@@ -240,7 +311,12 @@ class Broker:
             self._observe(spec.key, time.perf_counter() - started)
         if result is None:  # acks=0 produce: no response
             return None
-        return encode_response(header.api_key, header.api_version, header.correlation_id, result)
+        response = encode_response(
+            header.api_key, header.api_version, header.correlation_id, result
+        )
+        if session is not None and session.close_reason is not None:
+            raise CloseConnection(session.close_reason, final_response=response)
+        return response
 
     def _observe(self, key: ApiKey, seconds: float) -> None:
         children = self._api_metrics.get(key)

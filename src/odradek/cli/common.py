@@ -47,6 +47,12 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
         f"else {DEFAULT_BOOTSTRAP}); any Kafka-compatible broker works",
     )
     group.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="client settings in Kafka's properties format, e.g. security.protocol, "
+        "sasl.mechanism, sasl.jaas.config, ssl.truststore.location (as Kafka's tools)",
+    )
+    group.add_argument(
         "--connect-timeout",
         type=positive_float,
         default=DEFAULT_CONNECT_TIMEOUT_S,
@@ -117,15 +123,41 @@ def bootstrap_of(args: argparse.Namespace) -> str:
 
 
 def client_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """Settings every client of a command gets: short connects, bounded calls."""
+    """Settings every client of a command gets: short connects, bounded calls, and the
+    --command-config file's settings (which win over these defaults)."""
     connect_ms = int(args.connect_timeout * 1000)
-    return {
-        "bootstrap_servers": bootstrap_of(args),
+    settings: dict[str, Any] = {
         "client_id": "odradek-cli",
         "socket_connection_setup_timeout_ms": connect_ms,
         "request_timeout_ms": int(max(API_TIMEOUT_S, args.connect_timeout) * 1000),
         "reconnect_backoff_max_ms": 1_000,
     }
+    settings.update(command_config(args))
+    settings["bootstrap_servers"] = bootstrap_of(args)
+    return settings
+
+
+def command_config(args: argparse.Namespace) -> dict[str, Any]:
+    """--command-config as typed client settings (keyword names), or {}. Only settings
+    every client has are accepted (security, timeouts, client.id)."""
+    from odradek.cli.properties import read_properties
+    from odradek.client.config import CommonConfig, setting_name, typed_setting
+    from odradek.client.errors import ConfigError
+
+    path = getattr(args, "command_config", None)
+    if not path:
+        return {}
+    out: dict[str, Any] = {}
+    for name, value in read_properties(path, "--command-config").items():
+        if name == "bootstrap.servers":
+            continue  # --bootstrap says where
+        # Settings every client has (security, timeouts); the commands' own options
+        # cover the producer's and consumer's.
+        try:
+            out[setting_name(name)] = typed_setting(CommonConfig, name, value)
+        except ConfigError as exc:
+            raise CliError(f"--command-config {path}: {exc}") from None
+    return out
 
 
 def _reason(exc: BaseException) -> str:
@@ -179,6 +211,7 @@ def admin_client(args: argparse.Namespace) -> Iterator[AdminClient]:
     """An AdminClient whose broker answered within --connect-timeout (else exit 1)."""
     from odradek.client import AdminClient
     from odradek.client.errors import KafkaError
+    from odradek.client.security import is_authentication_error
 
     client_logs_to_stderr()
     settings = client_settings(args)
@@ -187,6 +220,8 @@ def admin_client(args: argparse.Namespace) -> Iterator[AdminClient]:
         try:
             admin.describe_cluster(timeout_ms=int(args.connect_timeout * 1000))
         except KafkaError as exc:
+            if is_authentication_error(exc):
+                raise Failed(f"{args.bootstrap}: {describe_error(exc)}") from None
             raise unreachable(args, exc) from None
         yield admin
     finally:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from odradek import __version__
-from odradek.cli import consume, groups, produce, serve, topics
+from odradek.cli import acls, consume, groups, produce, serve, topics, users
 from odradek.cli.errors import CliError
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_parser(commands)
     consume.add_parser(commands)
     groups.add_parser(commands)
+    acls.add_parser(commands)
+    users.add_parser(commands)
     return parser
 
 

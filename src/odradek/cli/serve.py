@@ -1,4 +1,11 @@
-"""`odradek serve`: run a broker in the foreground until SIGTERM or Ctrl-C."""
+"""`odradek serve`: run a broker in the foreground until SIGTERM or Ctrl-C.
+
+Settings come, in increasing precedence, from Kafka's defaults, a Kafka
+``server.properties`` (``--config``) and ``--set``. Settings of a Kafka
+cluster that mean nothing to a single Odradek node (``process.roles``,
+replication factors, thread counts, ...) are accepted from a file and logged
+as ignored, so a Kafka configuration ports over; an unknown name is an error.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +15,47 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from odradek.broker.config import BrokerConfig
 
 DEFAULT_LISTEN = "127.0.0.1:9092"
 DEFAULT_DATA_DIR = "odradek-data"
+
+# Kafka settings with no meaning for one Odradek node: read from a file, then ignored.
+KAFKA_SETTINGS_IGNORED = frozenset(
+    {
+        "process.roles",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+        "inter.broker.listener.name",
+        "security.inter.broker.protocol",
+        "sasl.mechanism.inter.broker.protocol",
+        "sasl.mechanism.controller.protocol",
+        "num.network.threads",
+        "num.io.threads",
+        "num.replica.fetchers",
+        "socket.send.buffer.bytes",
+        "socket.receive.buffer.bytes",
+        "num.recovery.threads.per.data.dir",
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "share.coordinator.state.topic.replication.factor",
+        "share.coordinator.state.topic.min.isr",
+        "min.insync.replicas",
+        "unclean.leader.election.enable",
+        "delete.topic.enable",
+        "log.dirs",
+        "log.dir",
+        "metadata.log.dir",
+        "zookeeper.connect",
+        "zookeeper.connection.timeout.ms",
+        "broker.id",
+        "group.coordinator.rebalance.protocols",
+    }
+)
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,9 +66,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--listen",
-        default=DEFAULT_LISTEN,
         metavar="HOST:PORT",
-        help=f"address to listen on and advertise (default {DEFAULT_LISTEN})",
+        help=f"one PLAINTEXT listener, advertised as is (default {DEFAULT_LISTEN}); "
+        "for several listeners or TLS/SASL use the `listeners` setting",
     )
     parser.add_argument(
         "--advertise",
@@ -32,9 +77,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--data-dir",
-        default=DEFAULT_DATA_DIR,
         metavar="DIR",
-        help=f"where partition logs and metadata live (default ./{DEFAULT_DATA_DIR})",
+        help=f"where partition logs and metadata live (default: log.dirs of --config, "
+        f"else ./{DEFAULT_DATA_DIR})",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a Kafka server.properties to read settings from (--set wins)",
     )
     parser.add_argument(
         "--set",
@@ -44,9 +94,23 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="override a broker setting by its Kafka name, e.g. num.partitions=6 (repeatable)",
     )
     parser.add_argument(
+        "--add-scram",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="create a SCRAM user unless it exists, as kafka-storage does: "
+        "'SCRAM-SHA-512=[name=admin,password=admin-secret]' (repeatable)",
+    )
+    parser.add_argument(
         "--metrics",
-        metavar="HOST:PORT",
-        help="serve Prometheus metrics over HTTP at this address (off by default)",
+        metavar="[HOST:]PORT",
+        help="serve Prometheus metrics over HTTP at this address (off by default; "
+        "HOST defaults to 127.0.0.1)",
+    )
+    parser.add_argument(
+        "--metrics-token-file",
+        metavar="FILE",
+        help="require this bearer token for /metrics (needed to bind a non-loopback address)",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     parser.set_defaults(run=run)
@@ -61,18 +125,69 @@ def parse_address(text: str, option: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-def run(args: argparse.Namespace) -> int:
+def _settings(args: argparse.Namespace) -> tuple[BrokerConfig, str | None]:
+    """The broker config (file, then --set) and log.dirs' first entry, if given."""
     from odradek.broker.config import BrokerConfig, ConfigError
-    from odradek.broker.server import Broker, run_broker
     from odradek.cli.main import CliError
+    from odradek.cli.properties import read_properties
 
-    host, port = parse_address(args.listen, "--listen")
-    advertised = parse_address(args.advertise, "--advertise") if args.advertise else (host, port)
-    metrics = parse_address(args.metrics, "--metrics") if args.metrics else None
+    log_dirs = None
+    config = BrokerConfig()
     try:
-        config = BrokerConfig.from_assignments(args.set)
+        if args.config:
+            for name, value in read_properties(args.config, "--config").items():
+                if name in ("log.dirs", "log.dir") and value.strip():
+                    log_dirs = value.split(",")[0].strip()
+                if name in KAFKA_SETTINGS_IGNORED:
+                    logging.getLogger("odradek.serve").info(
+                        "%s from %s: not used by a single Odradek node", name, args.config
+                    )
+                    continue
+                try:
+                    config.set(name, value)
+                except ConfigError as exc:
+                    raise ConfigError(f"{args.config}: {exc}") from None
+        for item in args.set:  # after the file: --set wins
+            name, sep, value = item.partition("=")
+            if not sep or not name.strip():
+                raise ConfigError(f"--set expects key=value, got {item!r}")
+            config.set(name.strip(), value)
     except ConfigError as exc:
         raise CliError(str(exc)) from None
+    return config, log_dirs
+
+
+def _metrics(args: argparse.Namespace) -> tuple[tuple[str, int] | None, str | None]:
+    from odradek.broker.security.metrics_http import is_loopback
+    from odradek.cli.main import CliError
+
+    token = None
+    if args.metrics_token_file:
+        try:
+            token = Path(args.metrics_token_file).read_text().strip()
+        except OSError as exc:
+            raise CliError(f"--metrics-token-file: {exc.strerror or exc}") from None
+        if not token:
+            raise CliError("--metrics-token-file is empty")
+    if not args.metrics:
+        return None, token
+    text = args.metrics if ":" in args.metrics else f"127.0.0.1:{args.metrics}"
+    address = parse_address(text, "--metrics")
+    if token is None and not is_loopback(address[0]):
+        raise CliError(
+            f"--metrics {args.metrics}: a non-loopback address needs --metrics-token-file "
+            "(metrics name topics, groups and clients)"
+        )
+    return address, token
+
+
+def run(args: argparse.Namespace) -> int:
+    from odradek.broker.config import ConfigError
+    from odradek.broker.security.credentials import parse_add_scram
+    from odradek.broker.server import Broker, run_broker
+    from odradek.cli.main import CliError
+    from odradek.protocol.scram import ScramError
+
     level = getattr(logging, str(args.log_level).upper(), None)
     if not isinstance(level, int):
         raise CliError(f"--log-level expects DEBUG, INFO, WARNING or ERROR, got {args.log_level!r}")
@@ -81,18 +196,35 @@ def run(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    config, log_dirs = _settings(args)
+    if args.listen and not config.is_default("listeners"):
+        raise CliError("give --listen or the listeners setting, not both")
+    host, port = parse_address(args.listen or DEFAULT_LISTEN, "--listen")
+    advertised = parse_address(args.advertise, "--advertise") if args.advertise else (host, port)
+    if args.advertise and not config.is_default("listeners"):
+        raise CliError("--advertise goes with --listen; with listeners use advertised.listeners")
+    metrics, token = _metrics(args)
+    try:
+        initial_users = [parse_add_scram(spec) for spec in args.add_scram]
+    except ScramError as exc:
+        raise CliError(str(exc)) from None
+    data_dir = args.data_dir or log_dirs or DEFAULT_DATA_DIR
     try:
         broker = Broker(
-            Path(args.data_dir),
+            Path(data_dir),
             config,
             host=host,
             port=port,
             advertised_host=advertised[0],
             advertised_port=advertised[1],
             metrics_address=metrics,
+            metrics_token=token,
         )
+        broker.security.add_initial_users(initial_users)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
     except OSError as exc:
-        raise CliError(f"cannot use data dir {args.data_dir}: {exc}") from None
+        raise CliError(f"cannot use data dir {data_dir}: {exc}") from None
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -17,6 +17,17 @@ from odradek.client.admin import (
     NewTopic,
     ReplicaLogDirInfo,
 )
+from odradek.client.admin_security import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermission,
+    PatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
 from odradek.client.consumer import Consumer, ConsumerRecords
 from odradek.client.coordinator import (
     CommitFailedError,
@@ -36,6 +47,10 @@ from odradek.client.structs import (
 )
 
 __all__ = [
+    "AclBinding",
+    "AclBindingFilter",
+    "AclOperation",
+    "AclPermission",
     "AdminClient",
     "AlterConfigOp",
     "AlterConfigOpType",
@@ -54,11 +69,16 @@ __all__ = [
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "Partitioner",
+    "PatternType",
     "Producer",
     "RebalanceInProgressCommitError",
     "RecordMetadata",
     "ReplicaLogDirInfo",
+    "ResourceType",
     "RetriableCommitFailedError",
+    "ScramCredentialInfo",
     "TopicPartition",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
     "murmur2",
 ]

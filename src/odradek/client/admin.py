@@ -9,6 +9,10 @@ clients do, so one failing topic does not hide the others; the futures are
 complete when the call returns (``fs["t"].result()`` raises that item's
 error, e.g. ``TopicAlreadyExistsError``). Query calls return values.
 
+ACLs and SCRAM users: ``describe_acls``, ``create_acls``, ``delete_acls``,
+``describe_user_scram_credentials``, ``alter_user_scram_credentials`` (in
+``admin_security.py``).
+
 Routing: topic creation, deletion and partition changes go to the controller
 (a NOT_CONTROLLER answer refreshes metadata and retries); broker configs go to
 that broker; DeleteRecords goes to each partition's leader, DescribeLogDirs to
@@ -34,6 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 
+from odradek.client.admin_security import SecurityAdminMixin
 from odradek.client.cluster import KafkaClient
 from odradek.client.config import AdminConfig
 from odradek.client.coordinator import OffsetAndMetadata
@@ -231,8 +236,10 @@ def _done(error: BaseException | None) -> Future[None]:
     return future
 
 
-class AdminClient:
-    """``AdminClient(bootstrap_servers="host:port")`` or a dict with dotted names."""
+class AdminClient(SecurityAdminMixin):
+    """``AdminClient(bootstrap_servers="host:port")`` or a dict with dotted names.
+
+    ACL and SCRAM user calls come from ``SecurityAdminMixin`` (admin_security.py)."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, **settings: Any) -> None:
         self.config = AdminConfig.from_settings(config, **settings)

@@ -33,6 +33,7 @@ from odradek.client.errors import (
     UnknownTopicOrPartitionError,
     make_error,
 )
+from odradek.client.security import is_authentication_error
 from odradek.client.structs import BrokerMetadata, PartitionMetadata, TopicPartition
 from odradek.protocol.apikeys import ApiKey
 
@@ -335,6 +336,8 @@ class KafkaClient:
             self._update_requested = True
             if last_error is None:
                 raise KafkaTimeoutError("metadata refresh timed out")
+            if is_authentication_error(last_error):
+                raise last_error  # the broker refused who we are: retrying cannot help
             raise NoBrokersAvailableError(f"no broker answered Metadata: {last_error}")
 
     def _refresh_candidates(self) -> list[int]:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from odradek.client import security
 from odradek.client.errors import ConfigError
 
 _client_ids = itertools.count(1)
@@ -37,7 +38,22 @@ class CommonConfig:
     socket_connection_setup_timeout_ms: int = 10_000
     send_buffer_bytes: int = 131_072
     receive_buffer_bytes: int = 65_536
+    # Security (client/security.py): kafka-python / aiokafka names; the Java and
+    # librdkafka dotted names are aliases. Secrets stay out of repr().
     security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = "PLAIN"
+    sasl_plain_username: str | None = None
+    sasl_plain_password: str | None = field(default=None, repr=False)
+    sasl_jaas_config: str | None = field(default=None, repr=False)
+    ssl_context: Any = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password: str | None = field(default=None, repr=False)
+    ssl_check_hostname: bool = True
+    ssl_endpoint_identification_algorithm: str = "https"
+    ssl_truststore_type: str = "PEM"
+    ssl_keystore_type: str = "PEM"
 
     # Names set explicitly by the caller (Kafka treats some defaults differently
     # when a setting was chosen rather than defaulted, e.g. enable.idempotence).
@@ -52,7 +68,7 @@ class CommonConfig:
         values: dict[str, Any] = {}
         for source in (config or {}), kwargs:
             for raw_name, value in source.items():
-                name = raw_name.replace(".", "_").replace("-", "_")
+                name = setting_name(raw_name)
                 if name not in known:
                     raise ConfigError(
                         f"unknown {cls.kind} setting {raw_name!r}"
@@ -68,10 +84,7 @@ class CommonConfig:
     def validate(self) -> None:
         if not self.bootstrap_servers:
             raise ConfigError('bootstrap_servers is required ("host:port,host:port")')
-        if self.security_protocol.upper() != "PLAINTEXT":
-            raise ConfigError(
-                f"security_protocol {self.security_protocol!r} is not supported; only PLAINTEXT"
-            )
+        security.validate(self)
         for name in (
             "request_timeout_ms",
             "retry_backoff_ms",
@@ -113,6 +126,34 @@ class CommonConfig:
             for f in dataclasses.fields(self)
             if f.name != "explicitly_set"
         }
+
+
+def setting_name(raw: str) -> str:
+    """A Java / librdkafka dotted name, or a keyword name, as this client's field name."""
+    name = raw.replace(".", "_").replace("-", "_")
+    return security.SETTING_ALIASES.get(name, name)
+
+
+def typed_setting(config_cls: type, raw_name: str, text: str) -> Any:
+    """A setting given as text (a properties file, a Spark option) as its field's type."""
+    name = setting_name(raw_name)
+    fields = config_cls.__dataclass_fields__  # type: ignore[attr-defined]
+    if name not in fields:
+        raise ConfigError(f"unknown {getattr(config_cls, 'kind', 'client')} setting {raw_name!r}")
+    kind = str(fields[name].type).split("|")[0].strip()
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        raise ConfigError(f"{raw_name} expects a number, got {text!r}") from None
+    if kind == "bool":
+        lowered = str(text).strip().lower()
+        if lowered not in ("true", "false", "1", "0", "yes", "no"):
+            raise ConfigError(f"{raw_name} expects true or false, got {text!r}")
+        return lowered in ("true", "1", "yes")
+    return text
 
 
 Partitioner = Any  # a Partitioner instance, a callable, or None (see producer.py)

@@ -19,6 +19,12 @@ Design
   broker handles, and the broker's reply) support. A broker that does not
   know our ApiVersions version answers UNSUPPORTED_VERSION in the v0 format
   with its own range; we retry with the highest version it names.
+* Security (``client/security.py``): for SSL / SASL_SSL the socket is wrapped
+  in TLS before ApiVersions; for SASL_* the connection authenticates after
+  ApiVersions (SaslHandshake, SaslAuthenticate) and, when the broker gives the
+  session a lifetime (KIP-368), authenticates again in-band before it ends: the
+  next send after 85-95% of the lifetime does so while holding the write lock,
+  so no other request interleaves with the exchange.
 * Reconnection: a closed connection can be connected again. ``ensure_ready``
   does so, honouring an exponential backoff with jitter between
   ``reconnect_backoff_ms`` and ``reconnect_backoff_max_ms`` after failures.
@@ -49,6 +55,7 @@ from odradek.client.errors import (
     UnsupportedVersionError,
     make_error,
 )
+from odradek.client.security import TlsSocket, authenticate, receive, secure_transport
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import (
     RequestHeader,
@@ -94,7 +101,16 @@ CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.SASL_HANDSHAKE: (1, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
+
+Transport = socket.socket | TlsSocket
 
 CLIENT_SOFTWARE_NAME = "odradek-python"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
@@ -156,7 +172,8 @@ class BrokerConnection:
         self._lock = threading.RLock()
         self._write_lock = threading.Lock()
         self._connect_lock = threading.Lock()
-        self._sock: socket.socket | None = None
+        self._sock: Transport | None = None
+        self._reauth_at: float | None = None  # monotonic time to authenticate again
         self._reader: threading.Thread | None = None
         self._in_flight: dict[int, _InFlight] = {}
         self._correlation = 0
@@ -243,16 +260,26 @@ class BrokerConnection:
             setup = max(0.001, min(setup, timeout_s))
         with self._lock:
             self.state = ConnectionState.CONNECTING
-        sock = socket.create_connection((self.host, self.port), timeout=setup)
+        raw = socket.create_connection((self.host, self.port), timeout=setup)
+        sock: Transport = raw
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.send_buffer_bytes)
-                sock.setsockopt(
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.send_buffer_bytes)
+                raw.setsockopt(
                     socket.SOL_SOCKET, socket.SO_RCVBUF, self.config.receive_buffer_bytes
                 )
+            sock = secure_transport(raw, self.config, self.host, setup)
             decoder = FrameDecoder()
             self._negotiate_versions(sock, decoder, setup)
+            if self.config.security_protocol.startswith("SASL_"):
+                lifetime_ms = authenticate(
+                    self._setup_exchange(sock, decoder),
+                    self.config,
+                    self.versions,
+                    f"node {self.node_id} ({self.host}:{self.port})",
+                )
+                self._schedule_reauthentication(lifetime_ms)
             sock.settimeout(max(1.0, self.config.request_timeout_ms / 1000))
         except BaseException:
             sock.close()
@@ -275,8 +302,59 @@ class BrokerConnection:
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
         return self._correlation
 
+    def _setup_exchange(
+        self, sock: Transport, decoder: FrameDecoder
+    ) -> Callable[[int, int, dict[str, Any]], Any]:
+        """One request at a time before the reader thread runs (authentication)."""
+
+        def exchange(api_key: int, version: int, body: dict[str, Any]) -> Any:
+            entity = build(request_type(api_key, version), body)
+            payload = self._sync_request(sock, decoder, api_key, version, entity)
+            return decode_response(api_key, version, payload)[1]
+
+        return exchange
+
+    def _schedule_reauthentication(self, lifetime_ms: int) -> None:
+        """Java's rule: re-authenticate at a random 85-95% of the session lifetime."""
+        if lifetime_ms <= 0:
+            self._reauth_at = None
+            return
+        self._reauth_at = time.monotonic() + lifetime_ms / 1000 * random.uniform(0.85, 0.95)
+
+    def _maybe_reauthenticate(self) -> None:
+        """Called with the write lock held, before a send."""
+        if self._reauth_at is None or time.monotonic() < self._reauth_at:
+            return
+        if threading.current_thread() is self._reader:
+            return  # a callback on the reader thread cannot wait for replies; next send will
+        self._reauth_at = None
+
+        def exchange(api_key: int, version: int, body: dict[str, Any]) -> Any:
+            future: Future[Any] = Future()
+            timeout_s = self.config.request_timeout_ms / 1000
+            self._write(
+                api_key,
+                version,
+                build(request_type(api_key, version), body),
+                future,
+                expect_response=True,
+                timeout_s=timeout_s,
+            )
+            return future.result(timeout=timeout_s + 1.0)
+
+        sock = self._sock
+        try:
+            lifetime_ms = authenticate(exchange, self.config, self.versions, f"node {self.node_id}")
+        except (KafkaError, TimeoutError) as exc:
+            log.warning("node %s: re-authentication failed: %s", self.node_id, exc)
+            if sock is not None:
+                self._fail(sock, KafkaConnectionError(f"node {self.node_id}: {exc}"))
+            return
+        log.debug("node %s: re-authenticated", self.node_id)
+        self._schedule_reauthentication(lifetime_ms)
+
     def _sync_request(
-        self, sock: socket.socket, decoder: FrameDecoder, api_key: int, version: int, body: Any
+        self, sock: Transport, decoder: FrameDecoder, api_key: int, version: int, body: Any
     ) -> bytes:
         with self._lock:
             correlation = self._next_correlation()
@@ -287,17 +365,19 @@ class BrokerConnection:
         while True:
             data = sock.recv(_RECV_BYTES)
             if not data:
-                raise KafkaConnectionError("connection closed during ApiVersions")
+                raise KafkaConnectionError(
+                    f"connection closed during {ApiKey(api_key).name} (connection setup)"
+                )
             frames = decoder.feed(data)
             if frames:
                 (got,) = struct.unpack_from(">i", frames[0], 0)
                 if got != correlation:
-                    raise KafkaConnectionError("ApiVersions reply with a wrong correlation id")
+                    raise KafkaConnectionError(
+                        f"{ApiKey(api_key).name} reply with a wrong correlation id"
+                    )
                 return frames[0]
 
-    def _negotiate_versions(
-        self, sock: socket.socket, decoder: FrameDecoder, timeout_s: float
-    ) -> None:
+    def _negotiate_versions(self, sock: Transport, decoder: FrameDecoder, timeout_s: float) -> None:
         sock.settimeout(timeout_s)
         version = self.client_versions[ApiKey.API_VERSIONS][1]
         for _attempt in range(3):
@@ -373,31 +453,47 @@ class BrokerConnection:
             timeout_ms if timeout_ms is not None else self.config.request_timeout_ms
         ) / 1000
         with self._write_lock:
-            with self._lock:
-                sock = self._sock
-                if self.state is not ConnectionState.READY or sock is None:
-                    future.set_exception(KafkaConnectionError(f"node {self.node_id} disconnected"))
-                    return future
-                correlation = self._next_correlation()
-                if expect_response:
-                    self._in_flight[correlation] = _InFlight(
-                        api_key, version, future, time.monotonic() + timeout_s
-                    )
-            frame = encode_request(
-                RequestHeader(api_key, version, correlation, self.config.client_id), body
+            self._maybe_reauthenticate()
+            self._write(
+                api_key, version, body, future, expect_response=expect_response, timeout_s=timeout_s
             )
-            try:
-                sock.sendall(frame)
-            except OSError as exc:
-                self._fail(sock, KafkaConnectionError(f"send to node {self.node_id} failed: {exc}"))
-                if not future.done():
-                    future.set_exception(
-                        KafkaConnectionError(f"send to node {self.node_id} failed: {exc}")
-                    )
-                return future
+        return future
+
+    def _write(
+        self,
+        api_key: int,
+        version: int,
+        body: Any,
+        future: Future[Any],
+        *,
+        expect_response: bool,
+        timeout_s: float,
+    ) -> None:
+        """Frame and write one request; the caller holds the write lock."""
+        with self._lock:
+            sock = self._sock
+            if self.state is not ConnectionState.READY or sock is None:
+                future.set_exception(KafkaConnectionError(f"node {self.node_id} disconnected"))
+                return
+            correlation = self._next_correlation()
+            if expect_response:
+                self._in_flight[correlation] = _InFlight(
+                    api_key, version, future, time.monotonic() + timeout_s
+                )
+        frame = encode_request(
+            RequestHeader(api_key, version, correlation, self.config.client_id), body
+        )
+        try:
+            sock.sendall(frame)
+        except OSError as exc:
+            self._fail(sock, KafkaConnectionError(f"send to node {self.node_id} failed: {exc}"))
+            if not future.done():
+                future.set_exception(
+                    KafkaConnectionError(f"send to node {self.node_id} failed: {exc}")
+                )
+            return
         if not expect_response:
             future.set_result(None)
-        return future
 
     def request(self, api_key: int, body: Body | Any, *, timeout_ms: int | None = None) -> Any:
         """Send and wait for the response (blocking convenience)."""
@@ -407,7 +503,7 @@ class BrokerConnection:
 
     # ------------------------------------------------------------------ receive
 
-    def _read_loop(self, sock: socket.socket, decoder: FrameDecoder, generation: int) -> None:
+    def _read_loop(self, sock: Transport, decoder: FrameDecoder, generation: int) -> None:
         try:
             while True:
                 with self._lock:
@@ -420,12 +516,15 @@ class BrokerConnection:
                     return
                 if readable:
                     try:
-                        data = sock.recv(_RECV_BYTES)
+                        data = receive(sock, _RECV_BYTES)
                     except (OSError, ValueError) as exc:
                         self._fail(
                             sock, KafkaConnectionError(f"receive from node {self.node_id}: {exc}")
                         )
                         return
+                    if data is None:  # TLS records without application data
+                        self._expire(sock)
+                        continue
                     if not data:
                         self._fail(
                             sock, KafkaConnectionError(f"node {self.node_id} closed the connection")
@@ -443,7 +542,7 @@ class BrokerConnection:
             log.exception("reader thread for node %s failed", self.node_id)
             self._fail(sock, KafkaConnectionError(f"node {self.node_id}: reader failed: {exc}"))
 
-    def _complete(self, sock: socket.socket, payload: bytes) -> None:
+    def _complete(self, sock: Transport, payload: bytes) -> None:
         (correlation,) = struct.unpack_from(">i", payload, 0)
         with self._lock:
             entry = self._in_flight.pop(correlation, None)
@@ -466,7 +565,7 @@ class BrokerConnection:
         if not entry.future.done():
             entry.future.set_result(body)
 
-    def _expire(self, sock: socket.socket) -> None:
+    def _expire(self, sock: Transport) -> None:
         if not self._in_flight:
             return
         now = time.monotonic()
@@ -487,7 +586,7 @@ class BrokerConnection:
 
     # ------------------------------------------------------------------ close
 
-    def _fail(self, sock: socket.socket, error: KafkaError) -> None:
+    def _fail(self, sock: Transport, error: KafkaError) -> None:
         """Tear down ``sock`` (if still current) and fail every request in flight."""
         with self._lock:
             if self._sock is not sock:

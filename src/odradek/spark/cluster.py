@@ -34,8 +34,10 @@ class ClusterView:
         client_id: str = "",
         allow_auto_create_topics: bool = False,
         read_committed: bool = False,
+        security: Mapping[str, Any] | None = None,
     ) -> None:
-        settings: dict[str, Any] = {"bootstrap_servers": bootstrap}
+        # security: the query's security settings (dotted names), e.g. security.protocol
+        settings: dict[str, Any] = {**(security or {}), "bootstrap_servers": bootstrap}
         if client_id:
             settings["client_id"] = client_id
         self._settings = settings

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from odradek.client.config import ConsumerConfig, ProducerConfig
+from odradek.client.config import ConsumerConfig, ProducerConfig, setting_name, typed_setting
+from odradek.client.errors import ConfigError
 
 EARLIEST = -2
 LATEST = -1
@@ -92,8 +93,9 @@ def parse_duration_s(text: str, name: str) -> float:
 def _client_settings(
     options: Mapping[str, str], config_cls: type, forbidden: Mapping[str, str], what: str
 ) -> dict[str, Any]:
-    """The ``kafka.*`` options as settings of Odradek's client (dotted names)."""
-    known = {f.replace("_", ".") for f in config_cls.__dataclass_fields__}
+    """The ``kafka.*`` options as settings of Odradek's client (dotted names), security
+    ones (``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*``) included."""
+    known = set(config_cls.__dataclass_fields__)
     out: dict[str, Any] = {}
     for key, value in options.items():
         if not key.startswith("kafka."):
@@ -105,25 +107,24 @@ def _client_settings(
             raise OptionError(
                 f"option kafka.{name} is not allowed for the {what}: {forbidden[name]}"
             )
-        if name not in known:
+        if setting_name(name) not in known:
             raise OptionError(f"option kafka.{name} is not a setting of Odradek's {what} client")
         out[name] = value
     return out
 
 
+def security_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The security settings (``security.protocol``, ``sasl.*``, ``ssl.*``) among a
+    consumer's or producer's: what the driver's own clients need too."""
+    return {k: v for k, v in settings.items() if k.split(".")[0] in ("security", "sasl", "ssl")}
+
+
 def _coerce(config_cls: type, settings: dict[str, Any]) -> dict[str, Any]:
     """Options arrive as strings; convert to the client's field types."""
-    out: dict[str, Any] = {}
-    for name, value in settings.items():
-        f = config_cls.__dataclass_fields__[name.replace(".", "_")]
-        kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
-        if kind == "int":
-            out[name] = int(value)
-        elif kind == "bool":
-            out[name] = str(value).lower() in ("true", "1", "yes")
-        else:
-            out[name] = value
-    return out
+    try:
+        return {name: typed_setting(config_cls, name, value) for name, value in settings.items()}
+    except ConfigError as exc:
+        raise OptionError(f"option kafka.{exc}") from None
 
 
 def bootstrap_servers(options: Mapping[str, str]) -> str:
@@ -268,6 +269,10 @@ class ReadOptions:
     commit_to_group: bool
     consumer_settings: dict[str, Any]  # dotted names for Odradek's Consumer
 
+    @property
+    def security(self) -> dict[str, Any]:
+        return security_settings(self.consumer_settings)
+
     @classmethod
     def parse(cls, options: Mapping[str, Any], *, streaming: bool) -> ReadOptions:
         opts = lower(options)
@@ -328,6 +333,10 @@ class WriteOptions:
     checkpoint_location: str | None
     query_name: str | None
     producer_settings: dict[str, Any]
+
+    @property
+    def security(self) -> dict[str, Any]:
+        return security_settings(self.producer_settings)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> WriteOptions:

@@ -166,6 +166,7 @@ class _ReaderBase:
                 self.opts.bootstrap,
                 client_id="odradek-spark-driver",
                 read_committed=level == "read_committed",
+                security=self.opts.security,
             )
         return self._view
 

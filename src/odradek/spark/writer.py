@@ -351,7 +351,10 @@ class _WriterBase:
         is read from that offset and the batch's rows found there, in order, are skipped.
         """
         view = ClusterView(
-            self.opts.bootstrap, client_id="odradek-spark-sink", allow_auto_create_topics=True
+            self.opts.bootstrap,
+            client_id="odradek-spark-sink",
+            allow_auto_create_topics=True,
+            security=self.opts.security,
         )
         try:
             topics: set[str] = set()
@@ -453,6 +456,7 @@ class _WriterBase:
         found: dict[TopicPartition, Counter[bytes]] = {}
         consumer = Consumer(
             {
+                **self.opts.security,
                 "bootstrap.servers": self.opts.bootstrap,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,

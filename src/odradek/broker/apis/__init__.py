@@ -1,6 +1,7 @@
 """One module per Kafka API; importing this package registers every handler."""
 
 from odradek.broker.apis import (  # noqa: F401
+    acls,
     admin_configs,
     api_versions,
     delete_records,
@@ -12,5 +13,7 @@ from odradek.broker.apis import (  # noqa: F401
     list_offsets,
     metadata,
     produce,
+    sasl,
+    scram_credentials,
     topic_admin,
 )

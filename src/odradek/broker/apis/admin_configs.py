@@ -17,6 +17,7 @@ from odradek.broker.config import (
     INT,
     LIST,
     LONG,
+    PASSWORD,
     SETTINGS,
     STRING,
     TOPIC_CONFIGS,
@@ -24,6 +25,7 @@ from odradek.broker.config import (
 )
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
+from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.broker.topics import TopicError
 from odradek.protocol.apikeys import ApiKey
 
@@ -32,11 +34,24 @@ RESOURCE_BROKER = 4
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
-CONFIG_TYPES = {BOOL: 1, STRING: 2, INT: 3, LONG: 5, DOUBLE: 6, LIST: 7}
+CONFIG_TYPES = {BOOL: 1, STRING: 2, INT: 3, LONG: 5, DOUBLE: 6, LIST: 7, PASSWORD: 9}
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+TOPIC_AUTHORIZATION_FAILED = 29
+CLUSTER_AUTHORIZATION_FAILED = 31
+
+
+def _check_access(ctx: RequestContext, operation: AclOperation, resource: Any) -> None:
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for the broker."""
+    if resource.resource_type == RESOURCE_TOPIC:
+        if not ctx.authorize(operation, ResourceType.TOPIC, resource.resource_name):
+            raise TopicError(TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+    elif resource.resource_type == RESOURCE_BROKER and not ctx.authorize(
+        operation, ResourceType.CLUSTER, CLUSTER_NAME
+    ):
+        raise TopicError(CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
 
 
 class _Describer:
@@ -58,13 +73,17 @@ class _Describer:
         *,
         read_only: bool,
     ) -> dict[str, Any]:
+        secret = type_name == PASSWORD
+        if secret:  # never show a secret, not even among the synonyms
+            value = None
+            synonyms = [{**s, "value": None} for s in synonyms]
         return {
             "name": name,
             "value": value,
             "read_only": read_only,
             "config_source": source,
             "is_default": source == SOURCE_DEFAULT,
-            "is_sensitive": False,
+            "is_sensitive": secret,
             "synonyms": synonyms if self.synonyms else [],
             "config_type": CONFIG_TYPES.get(type_name, 2),
             "documentation": doc if self.documentation else None,
@@ -127,8 +146,12 @@ class _Describer:
             (s.name, format_value(value), self.broker_source(s.name), s.type, s.doc)
             for s, value in config.items()
         ]
-        # A setting of the same name (e.g. listeners given with --set) wins.
-        rows += [row for row in self._runtime_rows() if row[0] not in SETTINGS]
+        # The listeners actually opened replace settings left empty (the `--listen` form).
+        runtime = [
+            row for row in self._runtime_rows() if row[0] not in SETTINGS or not config[row[0]]
+        ]
+        replaced = {row[0] for row in runtime}
+        rows = [row for row in rows if row[0] not in replaced] + runtime
         out = []
         for name, value, source, type_name, doc in sorted(rows):
             if keys is not None and name not in keys:
@@ -141,8 +164,10 @@ class _Describer:
         """Broker configs that come from the command line rather than `--set`: the ones
         clients and tools read to find the broker (listeners, log dirs, ids)."""
         broker = self.ctx.broker
-        listener = f"PLAINTEXT://{broker.host}:{broker.port}"
-        advertised = f"PLAINTEXT://{broker.advertised_host}:{broker.advertised_port}"
+        listener = ",".join(f"{ln.name}://{ln.host}:{ln.port}" for ln in broker.listeners)
+        advertised = ",".join(
+            f"{ln.name}://{ln.advertised_host}:{ln.advertised_port}" for ln in broker.listeners
+        )
         node_source = self.broker_source("node.id")
         return [
             (
@@ -191,6 +216,7 @@ def describe_configs(ctx: RequestContext, request: Any) -> Any:
             "configs": [],
         }
         try:
+            _check_access(ctx, AclOperation.DESCRIBE_CONFIGS, resource)
             if resource.resource_type == RESOURCE_TOPIC:
                 entry["configs"] = describer.topic(resource.resource_name, keys)
             elif resource.resource_type == RESOURCE_BROKER:
@@ -267,6 +293,7 @@ def _alter(ctx: RequestContext, request: Any, *, incremental: bool) -> Any:
             "resource_name": resource.resource_name,
         }
         try:
+            _check_access(ctx, AclOperation.ALTER_CONFIGS, resource)
             if resource.resource_type == RESOURCE_BROKER:
                 _check_broker_name(ctx, resource.resource_name)
                 raise TopicError(INVALID_REQUEST, "broker settings are static: restart with --set")

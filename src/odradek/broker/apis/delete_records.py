@@ -6,7 +6,8 @@ Whole segments below it are deleted; the offset itself is kept in the
 partition's `log-start-offset` file, so it survives a restart. As in Kafka,
 offset -1 means the high watermark (delete everything), a larger offset is
 OFFSET_OUT_OF_RANGE, internal topics are refused with INVALID_TOPIC_EXCEPTION,
-and topics whose cleanup.policy lacks `delete` with POLICY_VIOLATION.
+and topics whose cleanup.policy lacks `delete` with POLICY_VIOLATION. With an
+authorizer, DELETE on the topic is needed (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
+from odradek.broker.security.acl import AclOperation, ResourceType
 from odradek.log.errors import LogError
 from odradek.protocol.apikeys import ApiKey
 
@@ -24,12 +26,16 @@ log = logging.getLogger("odradek.delete_records")
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17
+TOPIC_AUTHORIZATION_FAILED = 29
 POLICY_VIOLATION = 44
 HIGH_WATERMARK = -1
 
 
 def _delete(ctx: RequestContext, name: str, index: int, offset: int) -> dict[str, Any]:
     result: dict[str, Any] = {"partition_index": index, "low_watermark": -1, "error_code": 0}
+    if not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, name):
+        result["error_code"] = TOPIC_AUTHORIZATION_FAILED
+        return result
     topic = ctx.broker.topics.get(name)
     if topic is None or not 0 <= index < len(topic.partitions):
         result["error_code"] = UNKNOWN_TOPIC_OR_PARTITION

@@ -6,12 +6,21 @@ from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
+from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.protocol.apikeys import ApiKey
 
 
 @handles(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 def describe_cluster(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
+    host, port = ctx.advertised
+    operations = -2147483648  # not asked for
+    if request.include_cluster_authorized_operations:
+        operations = (
+            ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
+            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
+            else 0
+        )
     return respond(
         ctx,
         {
@@ -24,12 +33,12 @@ def describe_cluster(ctx: RequestContext, request: Any) -> Any:
             "brokers": [
                 {
                     "broker_id": broker.node_id,
-                    "host": broker.advertised_host,
-                    "port": broker.advertised_port,
+                    "host": host,
+                    "port": port,
                     "rack": None,
                     "is_fenced": False,
                 }
             ],
-            "cluster_authorized_operations": -2147483648,
+            "cluster_authorized_operations": operations,
         },
     )

@@ -3,7 +3,8 @@
 One Odradek node has one log directory (`--data-dir`). Sizes are the bytes of
 each partition's segment files; offset lag is 0 (there is no future replica),
 and v4 adds the file system's total and usable bytes. Topics asked for that do
-not exist are left out, as Kafka leaves them out.
+not exist are left out, as Kafka leaves them out. With an authorizer, DESCRIBE on
+the cluster is needed.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
+from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.broker.topics import Topic
 from odradek.protocol.apikeys import ApiKey
+
+CLUSTER_AUTHORIZATION_FAILED = 31
 
 
 def _wanted(ctx: RequestContext, request: Any) -> list[tuple[Topic, list[int]]]:
@@ -34,6 +38,16 @@ def _wanted(ctx: RequestContext, request: Any) -> list[tuple[Topic, list[int]]]:
 
 @handles(ApiKey.DESCRIBE_LOG_DIRS, 1, 4)
 def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        # As Kafka: no directories, and (v3+) the error at the top level.
+        return respond(
+            ctx,
+            {
+                "throttle_time": NO_THROTTLE,
+                "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                "results": [],
+            },
+        )
     manager = ctx.broker.topics
     topics = []
     for topic, indexes in _wanted(ctx, request):

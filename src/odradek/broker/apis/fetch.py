@@ -16,6 +16,7 @@ from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
+from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.log.errors import LogError
 from odradek.protocol.apikeys import ApiKey
 
@@ -23,6 +24,7 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 FETCH_SESSION_ID_NOT_FOUND = 70
 UNKNOWN_TOPIC_ID = 100
 READ_COMMITTED = 1
+TOPIC_AUTHORIZATION_FAILED = 29
 TOPIC_IDS_FROM = 13
 
 
@@ -38,7 +40,19 @@ def _requested_topics(ctx: RequestContext, request: Any) -> list[tuple[Any, str 
     return out
 
 
-def _read_partitions(ctx: RequestContext, request: Any) -> tuple[list[dict[str, Any]], int, bool]:
+def _unreadable(ctx: RequestContext, request: Any) -> set[str]:
+    """Topics this request may not read: READ on each topic for consumers; CLUSTER_ACTION
+    on the cluster for a follower (replica id >= 0), or nothing is readable."""
+    names = {name for _, name in _requested_topics(ctx, request) if name is not None}
+    if int(getattr(request, "replica_id", -1)) >= 0:
+        follower_ok = ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+        return set() if follower_ok else names
+    return {n for n in names if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, n)}
+
+
+def _read_partitions(
+    ctx: RequestContext, request: Any, unreadable: set[str]
+) -> tuple[list[dict[str, Any]], int, bool]:
     """One pass over the requested partitions: (topic responses, bytes, any error)."""
     topics = ctx.broker.topics
     remaining = int(request.max_bytes) if ctx.version >= 3 else 2**31 - 1
@@ -63,6 +77,10 @@ def _read_partitions(ctx: RequestContext, request: Any) -> tuple[list[dict[str, 
                 "records": b"",
             }
             partitions.append(entry)
+            if name in unreadable:
+                entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
+                any_error = True
+                continue
             if plog is None:
                 entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION if name else UNKNOWN_TOPIC_ID
                 any_error = True
@@ -116,14 +134,15 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait.total_seconds(), 0.0)
     min_bytes = max(int(request.min_bytes), 1)
+    unreadable = _unreadable(ctx, request)
     keys = [
         (name, p.partition)
         for t, name in _requested_topics(ctx, request)
-        if name is not None
+        if name is not None and name not in unreadable
         for p in t.partitions
     ]
     while True:
-        responses, total, any_error = _read_partitions(ctx, request)
+        responses, total, any_error = _read_partitions(ctx, request, unreadable)
         remaining_s = deadline - loop.time()
         if total >= min_bytes or any_error or remaining_s <= 0 or not keys:
             return _response(ctx, responses)

@@ -4,24 +4,40 @@ requests, route them to the shard that owns the group, and translate back.
 Version ranges are Kafka 4.0.1's (see docs/protocol.md): every classic group
 API starts at v0 where Kafka does, because librdkafka before 2.11 enables its
 consumer only when the broker's ranges include v0.
+
+Authorization happens here, before the (pure) coordinator core, with Kafka's
+checks: READ on the group to join, sync, heartbeat, leave and commit; DESCRIBE
+to find its coordinator, fetch its offsets or describe it; DELETE to delete it
+or its offsets; READ (commit, offset delete) or DESCRIBE (offset fetch) on each
+topic. ListGroups shows every group to DESCRIBE on the cluster, else only the
+groups the principal may describe.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
+from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.coordinator import partition_for
 from odradek.coordinator import types as core
 from odradek.protocol.apikeys import ApiKey
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 COORDINATOR_NOT_AVAILABLE = 15
 INVALID_REQUEST = 42
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+def _group_allowed(ctx: RequestContext, operation: AclOperation, group_id: str) -> bool:
+    return ctx.authorize(operation, ResourceType.GROUP, group_id)
 
 
 def _ms(value: Any) -> int:
@@ -36,14 +52,22 @@ def _ms(value: Any) -> int:
 
 def _coordinator_entry(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     broker = ctx.broker
+    host, port = ctx.advertised
     entry: dict[str, Any] = {
         "key": key,
         "node_id": broker.node_id,
-        "host": broker.advertised_host,
-        "port": broker.advertised_port,
+        "host": host,
+        "port": port,
         "error_code": 0,
         "error_message": None,
     }
+    refusal = None
+    if key_type == KEY_TYPE_GROUP and not _group_allowed(ctx, AclOperation.DESCRIBE, key):
+        refusal = GROUP_AUTHORIZATION_FAILED
+    elif key_type == KEY_TYPE_TRANSACTION and not ctx.authorize(
+        AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+    ):
+        refusal = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         # Share groups (v6, KIP-932) and unknown types: INVALID_REQUEST, as Kafka
         # answers when it has no share coordinator.
@@ -54,6 +78,8 @@ def _coordinator_entry(ctx: RequestContext, key: str, key_type: int) -> dict[str
             error_code=INVALID_REQUEST,
             error_message=f"no coordinator of key type {key_type}",
         )
+    elif refusal is not None:
+        entry.update(node_id=-1, host="", port=-1, error_code=refusal, error_message=None)
     elif key_type != KEY_TYPE_GROUP:
         entry.update(
             node_id=-1,
@@ -79,8 +105,28 @@ def find_coordinator(ctx: RequestContext, request: Any) -> Any:
 # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ----------------------------------
 
 
+def _join_refused(ctx: RequestContext, error_code: int) -> Any:
+    """Kafka's JoinGroupRequest.getErrorResponse."""
+    return respond(
+        ctx,
+        {
+            "throttle_time": NO_THROTTLE,
+            "error_code": error_code,
+            "generation_id": -1,
+            "protocol_type": None,
+            "protocol_name": "" if ctx.version < 7 else None,
+            "leader": "",
+            "skip_assignment": False,
+            "member_id": "",
+            "members": [],
+        },
+    )
+
+
 @handles(ApiKey.JOIN_GROUP, 0, 9)
 async def join_group(ctx: RequestContext, request: Any) -> Any:
+    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        return _join_refused(ctx, GROUP_AUTHORIZATION_FAILED)
     session_ms = _ms(request.session_timeout)
     rebalance_ms = _ms(request.rebalance_timeout) if ctx.version >= 1 else session_ms
     joined = core.JoinGroupRequest(
@@ -127,6 +173,17 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
 
 @handles(ApiKey.SYNC_GROUP, 0, 5)
 async def sync_group(ctx: RequestContext, request: Any) -> Any:
+    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        return respond(
+            ctx,
+            {
+                "throttle_time": NO_THROTTLE,
+                "error_code": GROUP_AUTHORIZATION_FAILED,
+                "protocol_type": None,
+                "protocol_name": None,
+                "assignment": b"",
+            },
+        )
     synced = core.SyncGroupRequest(
         group_id=request.group_id,
         generation_id=int(request.generation_id),
@@ -152,6 +209,10 @@ async def sync_group(ctx: RequestContext, request: Any) -> Any:
 
 @handles(ApiKey.HEARTBEAT, 0, 4)
 async def heartbeat(ctx: RequestContext, request: Any) -> Any:
+    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        return respond(
+            ctx, {"throttle_time": NO_THROTTLE, "error_code": GROUP_AUTHORIZATION_FAILED}
+        )
     beat = core.HeartbeatRequest(
         group_id=request.group_id,
         generation_id=int(request.generation_id),
@@ -164,6 +225,15 @@ async def heartbeat(ctx: RequestContext, request: Any) -> Any:
 
 @handles(ApiKey.LEAVE_GROUP, 0, 5)
 async def leave_group(ctx: RequestContext, request: Any) -> Any:
+    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        return respond(
+            ctx,
+            {
+                "throttle_time": NO_THROTTLE,
+                "error_code": GROUP_AUTHORIZATION_FAILED,
+                "members": [],
+            },
+        )
     if ctx.version >= 3:
         members = tuple(
             core.LeaveGroupMember(m.member_id, m.group_instance_id, getattr(m, "reason", None))
@@ -198,8 +268,35 @@ async def leave_group(ctx: RequestContext, request: Any) -> Any:
 # --- offsets -----------------------------------------------------------------------------
 
 
+def _commit_response(ctx: RequestContext, topics: list[dict[str, Any]]) -> Any:
+    return respond(ctx, {"throttle_time": NO_THROTTLE, "topics": topics})
+
+
+def _every_partition(request_topics: Any, error_code: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": t.name,
+            "partitions": [
+                {"partition_index": p.partition_index, "error_code": error_code}
+                for p in t.partitions
+            ],
+        }
+        for t in request_topics
+    ]
+
+
 @handles(ApiKey.OFFSET_COMMIT, 2, 9)
 async def offset_commit(ctx: RequestContext, request: Any) -> Any:
+    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        return _commit_response(ctx, _every_partition(request.topics, GROUP_AUTHORIZATION_FAILED))
+    readable = [
+        t for t in request.topics if ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name)
+    ]
+    refused = _every_partition(
+        [t for t in request.topics if t not in readable], TOPIC_AUTHORIZATION_FAILED
+    )
+    if not readable:
+        return _commit_response(ctx, refused)
     retention = getattr(request, "retention_time", None)
     commit = core.OffsetCommitRequest(
         group_id=request.group_id,
@@ -216,7 +313,7 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
                     for p in t.partitions
                 ),
             )
-            for t in request.topics
+            for t in readable
         ),
         generation_id=int(request.generation_id_or_member_epoch),
         member_id=request.member_id,
@@ -226,22 +323,16 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
     )
     response = await ctx.broker.groups.call(request.group_id, commit)
     assert isinstance(response, core.OffsetCommitResponse)
-    return respond(
-        ctx,
+    committed = [
         {
-            "throttle_time": NO_THROTTLE,
-            "topics": [
-                {
-                    "name": t.name,
-                    "partitions": [
-                        {"partition_index": p.partition, "error_code": p.error_code}
-                        for p in t.partitions
-                    ],
-                }
-                for t in response.topics
+            "name": t.name,
+            "partitions": [
+                {"partition_index": p.partition, "error_code": p.error_code} for p in t.partitions
             ],
-        },
-    )
+        }
+        for t in response.topics
+    ]
+    return _commit_response(ctx, committed + refused)
 
 
 def _fetched_topics(
@@ -286,17 +377,44 @@ def _fetched_topics(
 async def _fetch_one_group(
     ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
 ) -> core.OffsetFetchResponse:
+    """Offsets the principal may see: DESCRIBE on the group (else the group error), and
+    on each topic (named ones answer TOPIC_AUTHORIZATION_FAILED, "all" leaves them out)."""
+    if not _group_allowed(ctx, AclOperation.DESCRIBE, group_id):
+        return core.OffsetFetchResponse(GROUP_AUTHORIZATION_FAILED, ())
     wanted = None
+    refused: list[core.OffsetFetchTopicResponse] = []
     if topics is not None:
-        wanted = tuple(
-            core.OffsetFetchTopic(t.name, tuple(int(p) for p in t.partition_indexes))
-            for t in topics
-        )
+        allowed = []
+        for t in topics:
+            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name):
+                allowed.append(
+                    core.OffsetFetchTopic(t.name, tuple(int(p) for p in t.partition_indexes))
+                )
+            else:
+                refused.append(
+                    core.OffsetFetchTopicResponse(
+                        t.name,
+                        tuple(
+                            core.OffsetFetchPartitionResponse(
+                                int(p), -1, -1, "", TOPIC_AUTHORIZATION_FAILED
+                            )
+                            for p in t.partition_indexes
+                        ),
+                    )
+                )
+        wanted = tuple(allowed)
     response = await ctx.broker.groups.call(
         group_id, core.OffsetFetchRequest(group_id, wanted, require_stable)
     )
     assert isinstance(response, core.OffsetFetchResponse)
-    return response
+    if response.error_code:
+        return response
+    visible = tuple(
+        t
+        for t in response.topics
+        if topics is not None or ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
+    )
+    return dataclasses.replace(response, topics=visible + tuple(refused))
 
 
 @handles(ApiKey.OFFSET_FETCH, 1, 9)
@@ -327,30 +445,45 @@ async def offset_fetch(ctx: RequestContext, request: Any) -> Any:
 
 @handles(ApiKey.OFFSET_DELETE, 0, 0)
 async def offset_delete(ctx: RequestContext, request: Any) -> Any:
-    deleted = core.OffsetDeleteRequest(
-        request.group_id,
-        tuple(
-            core.OffsetDeleteTopic(t.name, tuple(int(p.partition_index) for p in t.partitions))
-            for t in request.topics
-        ),
+    if not _group_allowed(ctx, AclOperation.DELETE, request.group_id):
+        return respond(
+            ctx,
+            {"error_code": GROUP_AUTHORIZATION_FAILED, "throttle_time": NO_THROTTLE, "topics": []},
+        )
+    readable = [
+        t for t in request.topics if ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name)
+    ]
+    refused = _every_partition(
+        [t for t in request.topics if t not in readable], TOPIC_AUTHORIZATION_FAILED
     )
-    response = await ctx.broker.groups.call(request.group_id, deleted)
-    assert isinstance(response, core.OffsetDeleteResponse)
+    error_code, deleted_topics = 0, []
+    if readable:
+        deleted = core.OffsetDeleteRequest(
+            request.group_id,
+            tuple(
+                core.OffsetDeleteTopic(t.name, tuple(int(p.partition_index) for p in t.partitions))
+                for t in readable
+            ),
+        )
+        response = await ctx.broker.groups.call(request.group_id, deleted)
+        assert isinstance(response, core.OffsetDeleteResponse)
+        error_code = response.error_code
+        deleted_topics = [
+            {
+                "name": t.name,
+                "partitions": [
+                    {"partition_index": p.partition, "error_code": p.error_code}
+                    for p in t.partitions
+                ],
+            }
+            for t in response.topics
+        ]
     return respond(
         ctx,
         {
-            "error_code": response.error_code,
+            "error_code": error_code,
             "throttle_time": NO_THROTTLE,
-            "topics": [
-                {
-                    "name": t.name,
-                    "partitions": [
-                        {"partition_index": p.partition, "error_code": p.error_code}
-                        for p in t.partitions
-                    ],
-                }
-                for t in response.topics
-            ],
+            "topics": deleted_topics + ([] if error_code else refused),
         },
     )
 
@@ -365,10 +498,21 @@ def _by_shard(ctx: RequestContext, group_ids: Any) -> dict[int, list[str]]:
     return shards
 
 
+def _group_refused(group_id: str) -> core.DescribedGroup:
+    return core.DescribedGroup(GROUP_AUTHORIZATION_FAILED, group_id, "", "", "", ())
+
+
 @handles(ApiKey.DESCRIBE_GROUPS, 0, 5)
 async def describe_groups(ctx: RequestContext, request: Any) -> Any:
     described: dict[str, core.DescribedGroup] = {}
-    for gids in _by_shard(ctx, request.groups).values():
+    allowed = []
+    for gid in request.groups:
+        if _group_allowed(ctx, AclOperation.DESCRIBE, gid):
+            allowed.append(gid)
+        else:
+            described[gid] = _group_refused(gid)
+    with_operations = bool(getattr(request, "include_authorized_operations", False))
+    for gids in _by_shard(ctx, allowed).values():
         response = await ctx.broker.groups.call(gids[0], core.DescribeGroupsRequest(tuple(gids)))
         assert isinstance(response, core.DescribeGroupsResponse)
         described.update({g.group_id: g for g in response.groups})
@@ -394,7 +538,11 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Any:
                         }
                         for m in g.members
                     ],
-                    "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                    "authorized_operations": (
+                        ctx.authorized_operations(ResourceType.GROUP, g.group_id)
+                        if with_operations and not g.error_code
+                        else AUTHORIZED_OPERATIONS_OMITTED
+                    ),
                 }
                 for g in (described[gid] for gid in request.groups)
             ],
@@ -413,6 +561,8 @@ async def list_groups(ctx: RequestContext, request: Any) -> Any:
         assert isinstance(response, core.ListGroupsResponse)
         error_code = error_code or response.error_code
         groups.extend(response.groups)
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        groups = [g for g in groups if _group_allowed(ctx, AclOperation.DESCRIBE, g.group_id)]
     return respond(
         ctx,
         {
@@ -434,7 +584,13 @@ async def list_groups(ctx: RequestContext, request: Any) -> Any:
 @handles(ApiKey.DELETE_GROUPS, 0, 2)
 async def delete_groups(ctx: RequestContext, request: Any) -> Any:
     results: dict[str, int] = {}
-    for gids in _by_shard(ctx, request.groups_names).values():
+    allowed = []
+    for gid in request.groups_names:
+        if _group_allowed(ctx, AclOperation.DELETE, gid):
+            allowed.append(gid)
+        else:
+            results[gid] = GROUP_AUTHORIZATION_FAILED
+    for gids in _by_shard(ctx, allowed).values():
         response = await ctx.broker.groups.call(gids[0], core.DeleteGroupsRequest(tuple(gids)))
         assert isinstance(response, core.DeleteGroupsResponse)
         results.update({r.group_id: r.error_code for r in response.results})

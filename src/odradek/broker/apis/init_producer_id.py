@@ -11,24 +11,40 @@ from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
+from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.protocol.apikeys import ApiKey
 
 INVALID_REQUEST = 42
+CLUSTER_AUTHORIZATION_FAILED = 31
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 MAX_EPOCH = 32767
+
+
+def _refused(ctx: RequestContext, error_code: int) -> Any:
+    return respond(
+        ctx,
+        {
+            "throttle_time": NO_THROTTLE,
+            "error_code": error_code,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        },
+    )
 
 
 @handles(ApiKey.INIT_PRODUCER_ID, 0, 4)
 def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
-        return respond(
-            ctx,
-            {
-                "throttle_time": NO_THROTTLE,
-                "error_code": INVALID_REQUEST,
-                "producer_id": -1,
-                "producer_epoch": -1,
-            },
-        )
+        if not ctx.authorize(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+        ):
+            return _refused(ctx, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        return _refused(ctx, INVALID_REQUEST)
+    # Kafka 3+: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679).
+    if not ctx.authorize(
+        AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
+    ) and not ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC):
+        return _refused(ctx, CLUSTER_AUTHORIZATION_FAILED)
     producer_id = int(getattr(request, "producer_id", -1))
     epoch = int(getattr(request, "producer_epoch", -1))
     if producer_id >= 0 and 0 <= epoch < MAX_EPOCH - 1:

@@ -11,6 +11,7 @@ from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
+from odradek.broker.security.acl import AclOperation, ResourceType
 from odradek.protocol.apikeys import ApiKey
 
 LATEST = -1
@@ -19,9 +20,12 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 UNKNOWN_TOPIC_OR_PARTITION = 3
+TOPIC_AUTHORIZATION_FAILED = 29
 
 
-def _lookup(ctx: RequestContext, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
+def _lookup(
+    ctx: RequestContext, topic: str, partition: int, timestamp: int, describable: bool
+) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "partition_index": partition,
         "error_code": 0,
@@ -30,6 +34,10 @@ def _lookup(ctx: RequestContext, topic: str, partition: int, timestamp: int) -> 
         "leader_epoch": 0,
         "old_style_offsets": (),
     }
+    if not describable:
+        entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
+        entry["leader_epoch"] = -1
+        return entry
     plog = ctx.broker.topics.partition(topic, partition)
     if plog is None:
         entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
@@ -54,13 +62,12 @@ def _lookup(ctx: RequestContext, topic: str, partition: int, timestamp: int) -> 
 
 @handles(ApiKey.LIST_OFFSETS, 1, 10)
 def list_offsets(ctx: RequestContext, request: Any) -> Any:
-    topics = [
-        {
-            "name": t.name,
-            "partitions": [
-                _lookup(ctx, t.name, p.partition_index, int(p.timestamp)) for p in t.partitions
-            ],
-        }
-        for t in request.topics
-    ]
+    topics = []
+    for t in request.topics:
+        describable = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
+        partitions = [
+            _lookup(ctx, t.name, p.partition_index, int(p.timestamp), describable)
+            for p in t.partitions
+        ]
+        topics.append({"name": t.name, "partitions": partitions})
     return respond(ctx, {"throttle_time": NO_THROTTLE, "topics": topics})

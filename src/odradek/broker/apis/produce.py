@@ -21,6 +21,7 @@ from typing import Any
 from odradek.broker.config import topic_config_value
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
+from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.broker.topics import Topic, TopicError
 from odradek.log.errors import LogError
 from odradek.protocol.apikeys import ApiKey
@@ -40,6 +41,8 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17
 INVALID_REQUIRED_ACKS = 21
 INVALID_RECORD = 87
+TOPIC_AUTHORIZATION_FAILED = 29
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 UNKNOWN_TOPIC_ID = 100
 TOPIC_IDS_FROM = 13
 # compression.type -> (codec id, the config holding its level, if it has one)
@@ -91,7 +94,11 @@ def _append(
 ) -> dict[str, Any]:
     broker = ctx.broker
     topic = broker.topics.get(topic_name)
-    if topic is None and broker.config["auto.create.topics.enable"]:
+    if (
+        topic is None
+        and broker.config["auto.create.topics.enable"]
+        and _may_create(ctx, topic_name)
+    ):
         try:
             topic = broker.topics.create(topic_name)
         except TopicError as exc:
@@ -127,6 +134,13 @@ def _append(
     )
 
 
+def _may_create(ctx: RequestContext, topic: str) -> bool:
+    """Auto-creation needs CREATE on the cluster or on the topic (as Metadata's)."""
+    return ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) or ctx.authorize(
+        AclOperation.CREATE, ResourceType.TOPIC, topic
+    )
+
+
 def _topic_name(ctx: RequestContext, topic_data: Any) -> tuple[str, tuple[int, str] | None]:
     """The topic's name (v13+: from its id), or the error every partition gets."""
     if ctx.version < TOPIC_IDS_FROM:
@@ -146,7 +160,18 @@ def produce(ctx: RequestContext, request: Any) -> Any:
             f"acks must be -1, 0 or 1, got {acks}",
         )
     elif request.transactional_id is not None:
-        error = (TRANSACTIONS_UNSUPPORTED, "transactional produce is not supported by Odradek yet")
+        if not ctx.authorize(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+        ):
+            error = (
+                TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "not authorized for the transactional id",
+            )
+        else:
+            error = (
+                TRANSACTIONS_UNSUPPORTED,
+                "transactional produce is not supported by Odradek yet",
+            )
     else:
         error = None
     responses = []
@@ -154,9 +179,14 @@ def produce(ctx: RequestContext, request: Any) -> Any:
         name, topic_error = _topic_name(ctx, topic_data)
         failure = error or topic_error
         results = []
+        writable = topic_error is not None or ctx.authorize(
+            AclOperation.WRITE, ResourceType.TOPIC, name
+        )
         for part in topic_data.partition_data:
             if failure is not None:
                 results.append(_partition_result(part.index, *failure))
+            elif not writable:
+                results.append(_partition_result(part.index, TOPIC_AUTHORIZATION_FAILED))
             else:
                 results.append(_append(ctx, name, part.index, part.records))
         responses.append(

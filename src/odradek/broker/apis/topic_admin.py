@@ -1,4 +1,11 @@
-"""CreateTopics, DeleteTopics, CreatePartitions."""
+"""CreateTopics, DeleteTopics, CreatePartitions.
+
+Authorization as Kafka's controller: creating needs CREATE on the cluster or the
+topic (and the configs are shown only with DESCRIBE_CONFIGS on it); deleting
+needs DELETE on the cluster, or DESCRIBE and DELETE on the topic; adding
+partitions needs ALTER on the topic. A topic the principal may not describe
+answers TOPIC_AUTHORIZATION_FAILED whether or not it exists.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from typing import Any
 from odradek.broker.config import TOPIC_CONFIGS
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
+from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.broker.topics import TopicError
 from odradek.protocol.apikeys import ApiKey
 
@@ -17,9 +25,20 @@ INVALID_REPLICA_ASSIGNMENT = 39
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
+TOPIC_AUTHORIZATION_FAILED = 29
 
 
-def _creatable(ctx: RequestContext, wanted: Any, validate_only: bool) -> dict[str, Any]:
+def _on_topic(ctx: RequestContext, operation: AclOperation, name: str) -> bool:
+    return ctx.authorize(operation, ResourceType.TOPIC, name)
+
+
+def _on_cluster(ctx: RequestContext, operation: AclOperation) -> bool:
+    return ctx.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def _creatable(
+    ctx: RequestContext, wanted: Any, validate_only: bool, cluster_create: bool
+) -> dict[str, Any]:
     result: dict[str, Any] = {
         "name": wanted.name,
         "topic_id": ZERO_UUID,
@@ -30,6 +49,10 @@ def _creatable(ctx: RequestContext, wanted: Any, validate_only: bool) -> dict[st
         "replication_factor": -1,
         "configs": None,
     }
+    if not cluster_create and not _on_topic(ctx, AclOperation.CREATE, wanted.name):
+        result["error_code"] = TOPIC_AUTHORIZATION_FAILED
+        result["error_message"] = "Authorization failed."
+        return result
     num_partitions = int(wanted.num_partitions)
     if wanted.assignments:
         # Manual assignments: one node, so every replica list must be exactly [this node].
@@ -56,6 +79,9 @@ def _creatable(ctx: RequestContext, wanted: Any, validate_only: bool) -> dict[st
         result["error_message"] = str(exc)
         return result
     result["topic_id"] = topic.topic_id
+    if not _on_topic(ctx, AclOperation.DESCRIBE_CONFIGS, wanted.name):
+        result["topic_config_error_code"] = TOPIC_AUTHORIZATION_FAILED
+        return result
     result["num_partitions"] = (
         len(topic.partitions)
         if not validate_only
@@ -87,7 +113,10 @@ def _config_source(ctx: RequestContext, name: str, is_default: bool) -> int:
 
 @handles(ApiKey.CREATE_TOPICS, 2, 7)
 def create_topics(ctx: RequestContext, request: Any) -> Any:
-    topics = [_creatable(ctx, t, bool(request.validate_only)) for t in request.topics]
+    cluster_create = _on_cluster(ctx, AclOperation.CREATE)
+    topics = [
+        _creatable(ctx, t, bool(request.validate_only), cluster_create) for t in request.topics
+    ]
     return respond(ctx, {"throttle_time": NO_THROTTLE, "topics": topics})
 
 
@@ -99,6 +128,7 @@ def delete_topics(ctx: RequestContext, request: Any) -> Any:
         wanted = [(name, None) for name in request.topic_names]
     responses = []
     manager = ctx.broker.topics
+    cluster_delete = _on_cluster(ctx, AclOperation.DELETE)
     for name, topic_id in wanted:
         entry: dict[str, Any] = {
             "name": name,
@@ -106,7 +136,8 @@ def delete_topics(ctx: RequestContext, request: Any) -> Any:
             "error_code": 0,
             "error_message": None,
         }
-        if not name and topic_id:
+        by_id = not name and bool(topic_id)
+        if by_id:
             found = manager.topics_by_id.get(topic_id)
             if found is None:
                 entry["error_code"] = UNKNOWN_TOPIC_ID
@@ -114,7 +145,15 @@ def delete_topics(ctx: RequestContext, request: Any) -> Any:
                 responses.append(entry)
                 continue
             name = entry["name"] = found.name
-        else:
+        describable = cluster_delete or _on_topic(ctx, AclOperation.DESCRIBE, name)
+        if not (describable and (cluster_delete or _on_topic(ctx, AclOperation.DELETE, name))):
+            # As Kafka: a name the principal may not describe is never revealed.
+            entry["name"] = name if describable or not by_id else None
+            entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
+            entry["error_message"] = "Authorization failed."
+            responses.append(entry)
+            continue
+        if not by_id:
             existing = manager.get(name)
             if existing is not None:
                 entry["topic_id"] = existing.topic_id
@@ -132,6 +171,11 @@ def create_partitions(ctx: RequestContext, request: Any) -> Any:
     results = []
     for wanted in request.topics:
         entry: dict[str, Any] = {"name": wanted.name, "error_code": 0, "error_message": None}
+        if not _on_topic(ctx, AclOperation.ALTER, wanted.name):
+            entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
+            entry["error_message"] = "Authorization failed."
+            results.append(entry)
+            continue
         try:
             ctx.broker.topics.add_partitions(
                 wanted.name, int(wanted.count), validate_only=bool(request.validate_only)

@@ -1,0 +1,163 @@
+"""SCRAM credentials: the salted keys of each user, never a password.
+
+Kept in ``<data dir>/security/scram-credentials.json`` (replaced atomically on
+each change), one entry per (user, mechanism) with the salt, StoredKey,
+ServerKey and iteration count, as Kafka keeps them in its metadata log.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from odradek.broker.security.store import write_json_atomically
+from odradek.protocol.scram import (
+    DEFAULT_ITERATIONS,
+    MAX_ITERATIONS,
+    MIN_ITERATIONS,
+    ScramCredential,
+    ScramError,
+    ScramMechanism,
+    mechanism,
+)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+class ScramCredentialStore:
+    """Users' SCRAM credentials, by (user, mechanism name)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._credentials: dict[tuple[str, str], ScramCredential] = {}
+        if path.exists():
+            for entry in json.loads(path.read_text()).get("credentials", []):
+                self._credentials[(entry["user"], entry["mechanism"])] = ScramCredential(
+                    base64.b64decode(entry["salt"]),
+                    base64.b64decode(entry["stored_key"]),
+                    base64.b64decode(entry["server_key"]),
+                    int(entry["iterations"]),
+                )
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        entries = [
+            {
+                "user": user,
+                "mechanism": mech,
+                "salt": _b64(c.salt),
+                "stored_key": _b64(c.stored_key),
+                "server_key": _b64(c.server_key),
+                "iterations": c.iterations,
+            }
+            for (user, mech), c in sorted(self._credentials.items())
+        ]
+        write_json_atomically(self.path, {"credentials": entries})
+
+    def get(self, user: str, mech: ScramMechanism) -> ScramCredential | None:
+        return self._credentials.get((user, mech.name))
+
+    def users(self) -> dict[str, dict[str, int]]:
+        """user -> {mechanism name: iterations}."""
+        out: dict[str, dict[str, int]] = {}
+        for (user, mech), credential in sorted(self._credentials.items()):
+            out.setdefault(user, {})[mech] = credential.iterations
+        return out
+
+    def apply(
+        self,
+        upserts: list[tuple[str, ScramMechanism, ScramCredential]],
+        deletions: list[tuple[str, ScramMechanism]],
+    ) -> None:
+        """Apply a batch of changes and persist once."""
+        with self._lock:
+            for user, mech in deletions:
+                self._credentials.pop((user, mech.name), None)
+            for user, mech, credential in upserts:
+                self._credentials[(user, mech.name)] = credential
+            self._save()
+
+
+def check_iterations(iterations: int) -> None:
+    if iterations < MIN_ITERATIONS:
+        raise ScramError(f"Too few iterations ({iterations}; at least {MIN_ITERATIONS})")
+    if iterations > MAX_ITERATIONS:
+        raise ScramError(f"Too many iterations ({iterations}; at most {MAX_ITERATIONS})")
+
+
+@dataclass(frozen=True, slots=True)
+class InitialScramUser:
+    """One ``--add-scram`` argument (the format of Kafka's ``kafka-storage --add-scram``)."""
+
+    mechanism: ScramMechanism
+    name: str
+    password: str
+    iterations: int
+
+    def __repr__(self) -> str:  # never show the password
+        return f"InitialScramUser({self.mechanism.name}, {self.name!r}, {self.iterations})"
+
+    def credential(self) -> ScramCredential:
+        return ScramCredential.from_password(self.mechanism, self.password, self.iterations)
+
+
+_ADD_SCRAM = re.compile(r"^\s*([A-Za-z0-9-]+)\s*=\s*\[(.*)\]\s*$", re.S)
+
+
+def _split_fields(text: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    pos = 0
+    while pos < len(text):
+        key_end = text.find("=", pos)
+        if key_end < 0:
+            raise ScramError(f"expected key=value in {text[pos:]!r}")
+        key = text[pos:key_end].strip().lower()
+        pos = key_end + 1
+        if pos < len(text) and text[pos] == '"':
+            end = text.find('"', pos + 1)
+            if end < 0:
+                raise ScramError(f"unterminated quote after {key}=")
+            value = text[pos + 1 : end]
+            pos = end + 1
+            if pos < len(text) and text[pos] != ",":
+                raise ScramError(f"expected ',' after the quoted {key}")
+        else:
+            end = text.find(",", pos)
+            end = len(text) if end < 0 else end
+            value = text[pos:end].strip()
+            pos = end
+        fields[key] = value
+        pos += 1  # the comma
+    return fields
+
+
+def parse_add_scram(text: str) -> InitialScramUser:
+    """``SCRAM-SHA-512=[name=admin,password=admin-secret]`` (``iterations=N`` optional)."""
+    match = _ADD_SCRAM.match(text)
+    if match is None:
+        raise ScramError(
+            "--add-scram expects MECHANISM=[name=NAME,password=PASSWORD], "
+            "e.g. 'SCRAM-SHA-512=[name=admin,password=admin-secret]'"
+        )
+    mech = mechanism(match.group(1))
+    fields = _split_fields(match.group(2))
+    unknown = set(fields) - {"name", "password", "iterations"}
+    if unknown:
+        raise ScramError(f"--add-scram: unknown field(s) {', '.join(sorted(unknown))}")
+    name = fields.get("name", "")
+    password = fields.get("password", "")
+    if not name or not password:
+        raise ScramError("--add-scram needs name= and password=")
+    try:
+        iterations = int(fields.get("iterations", DEFAULT_ITERATIONS))
+    except ValueError:
+        raise ScramError("--add-scram: iterations must be a number") from None
+    check_iterations(iterations)
+    return InitialScramUser(mech, name, password, iterations)
