@@ -1,6 +1,7 @@
 """Test context for the coordinator core (after Kafka's GroupMetadataManagerTestContext).
 
-A manual clock, a mock timer that fires due timers in deadline order on
+A manual monotonic clock (``time``) with a wall clock that may step away from
+it (``step_wall``), a mock timer that fires due timers in deadline order on
 ``sleep(ms)``, and a log of every record written, replayed into the shard as
 the real runtime would.
 """
@@ -13,7 +14,7 @@ from typing import Any
 from odradek.coordinator import CoordinatorConfig, GroupCoordinatorShard, GroupState
 from odradek.coordinator.consumer_protocol import Subscription, encode_subscription
 from odradek.coordinator.events import STATE_TRANSITION
-from odradek.coordinator.group import membership_view
+from odradek.coordinator.group import ClassicGroup, membership_view
 from odradek.coordinator.types import (
     CoordinatorEvent,
     CoordinatorRecord,
@@ -24,12 +25,17 @@ from odradek.coordinator.types import (
     LeaveGroupMember,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitTopic,
     Request,
     Response,
     Result,
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from odradek.coordinator.types import OffsetCommitPartition as P
+
+S = GroupState
 
 
 class ManualTimer:
@@ -78,7 +84,8 @@ DEFAULT_PROTOCOLS = (("range", subscription("foo")),)
 @dataclass
 class Ctx:
     config: CoordinatorConfig = field(default_factory=CoordinatorConfig)
-    time: int = 0
+    time: int = 0  # the monotonic clock: every deadline is on it
+    wall_offset: int = 0  # wall clock = time + wall_offset; NTP may step it either way
 
     def __post_init__(self) -> None:
         self.timer = ManualTimer()
@@ -88,7 +95,15 @@ class Ctx:
         self.responses: dict[int, Response] = {}
         self.events: list[CoordinatorEvent] = []
         self._tokens = 0
-        self._apply(self.shard.on_loaded(self.time))
+        self._apply(self.shard.on_loaded(self.time, wall_ms=self.wall))
+
+    @property
+    def wall(self) -> int:
+        return self.time + self.wall_offset
+
+    def step_wall(self, ms: int) -> None:
+        """The wall clock jumps by ``ms`` (negative: backwards); monotonic time does not."""
+        self.wall_offset += ms
 
     # --- driving ----------------------------------------------------------------
 
@@ -106,7 +121,9 @@ class Ctx:
         """Send a request; its response may arrive now or later (see ``response``)."""
         self._tokens += 1
         token = self._tokens
-        self.last_result = self._apply(self.shard.handle(self.time, token, request))
+        self.last_result = self._apply(
+            self.shard.handle(self.time, token, request, wall_ms=self.wall)
+        )
         return token
 
     def call(self, request: Request) -> Any:
@@ -126,7 +143,7 @@ class Ctx:
         while (due := self.timer.pop_due(target)) is not None:
             key, deadline = due
             self.time = max(self.time, deadline)
-            self._apply(self.shard.on_timer(self.time, key))
+            self._apply(self.shard.on_timer(self.time, key, wall_ms=self.wall))
         self.time = target
 
     def reload(self) -> None:
@@ -136,7 +153,7 @@ class Ctx:
         self.shard = GroupCoordinatorShard(self.config, timer=self.timer, ids=self.ids)
         for record in self.log:
             self.shard.replay(record)
-        self._apply(self.shard.on_loaded(self.time))
+        self._apply(self.shard.on_loaded(self.time, wall_ms=self.wall))
 
     # --- request helpers -----------------------------------------------------------
 
@@ -221,13 +238,28 @@ class Ctx:
         for record in self.log:
             fresh.replay(record)
         assert fresh.durable_state() == self.shard.durable_state()
-        fresh.on_loaded(self.time)
+        fresh.on_loaded(self.time, wall_ms=self.wall)
         for gid, group in self.shard.groups.items():
             if group.state in (GroupState.STABLE, GroupState.EMPTY) and group.persisted:
                 live = membership_view(group.to_value())
                 assert live == membership_view(group.persisted), gid
                 assert membership_view(fresh.groups[gid].to_value()) == live, gid
                 assert fresh.groups[gid].state is group.state, gid
+
+
+def group_fingerprint(group: ClassicGroup) -> tuple[Any, ...]:
+    """Everything a group holds, soft and hard state, members field by field."""
+    members = tuple((mid, m.save_fields()) for mid, m in group.members.items())
+    offsets = tuple(sorted(group.offsets.items()))
+    return (group.group_id, group.save_fields(), members, offsets, group.persisted)
+
+
+def shard_fingerprint(ctx: Ctx) -> tuple[Any, ...]:
+    """The shard's whole state and its timers, to check that a failed call changed nothing."""
+    groups = tuple(group_fingerprint(g) for g in ctx.shard.groups.values())
+    timers = sorted((key, deadline) for key, (deadline, _) in ctx.timer.deadlines.items())
+    assert dict(timers) == ctx.shard.timer.deadlines, "the shard's view of its timers drifted"
+    return groups, tuple(timers), ctx.shard.loaded
 
 
 def sync_response(ctx: Ctx, token: int) -> SyncGroupResponse:
@@ -240,3 +272,50 @@ def join_response(ctx: Ctx, token: int) -> JoinGroupResponse:
     r = ctx.response(token)
     assert isinstance(r, JoinGroupResponse), r
     return r
+
+
+# --- scenario helpers -----------------------------------------------------------------
+
+
+def ctx0(**kw: int) -> Ctx:
+    return Ctx(CoordinatorConfig(group_initial_rebalance_delay_ms=0, **kw))
+
+
+def stable(ctx: Ctx, n: int, group: str = "g", **kw: Any) -> tuple[list[str], int]:
+    """n dynamic members in a Stable group (initial delay 0); returns (member ids, generation)."""
+    m0, t0 = ctx.join_new(group, client_id="c0", **kw)
+    responses = {m0: join_response(ctx, t0)}  # the first member completes alone
+    if n > 1:
+        tokens = dict(ctx.join_new(group, client_id=f"c{i}", **kw) for i in range(1, n))
+        tokens = {m0: ctx.join(group, m0, client_id="c0", **kw), **tokens}
+        responses = {m: join_response(ctx, t) for m, t in tokens.items()}
+    gen = responses[m0].generation_id
+    leader = responses[m0].leader
+    followers = [ctx.sync(group, m, gen) for m in responses if m != leader]
+    lead = ctx.sync(group, leader, gen, tuple((m, m.encode()) for m in responses))
+    for t in [*followers, lead]:
+        assert sync_response(ctx, t).error_code == 0
+    assert ctx.state(group) is S.STABLE
+    return list(responses), gen
+
+
+def commit(
+    group: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    gen: int = -1,
+    member: str = "",
+    **kw: object,
+) -> OffsetCommitRequest:
+    return OffsetCommitRequest(
+        group,
+        (OffsetCommitTopic(topic, (P(partition, offset),)),),
+        gen,
+        member,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def commit_error(ctx: Ctx, req: OffsetCommitRequest) -> int:
+    return int(ctx.call(req).topics[0].partitions[0].error_code)

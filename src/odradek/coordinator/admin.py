@@ -76,7 +76,7 @@ class AdminHandlers(OffsetHandlers):
             if group is None or group.state is S.DEAD:
                 error = E.GROUP_ID_NOT_FOUND
             elif group.state is S.EMPTY:
-                self._delete_group(group, now, "deleted by DeleteGroups")
+                self._delete_group(group, "deleted by DeleteGroups")
                 error = E.NONE
             else:
                 error = E.NON_EMPTY_GROUP

@@ -7,13 +7,15 @@ and timers, rebuilt from ``persisted`` when the partition is loaded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from odradek.coordinator.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
     ConsumerProtocolError,
     subscribed_topics,
 )
+from odradek.coordinator.journal import active_journal
 from odradek.coordinator.records import GroupMetadataValue, MemberMetadataValue
 from odradek.coordinator.state import GroupState
 from odradek.coordinator.types import RequestToken
@@ -50,7 +52,22 @@ class ClassicMember:
     sync_waiter: Waiter | None = None
     # A member whose first JoinGroup is still parked (no generation yet).
     is_new: bool = False
+    # Monotonic deadline of the session (or of a new member's parked join).
     heartbeat_deadline_ms: int | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Inside a coordinator call, save the member before its first change (undo log).
+        journal = active_journal()
+        if journal is not None:
+            journal.save_object(self)
+        object.__setattr__(self, name, value)
+
+    def save_fields(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in _MEMBER_FIELDS)
+
+    def restore_fields(self, saved: tuple[Any, ...]) -> None:
+        for name, value in zip(_MEMBER_FIELDS, saved, strict=True):
+            object.__setattr__(self, name, value)
 
     @property
     def is_static(self) -> bool:
@@ -70,6 +87,9 @@ class ClassicMember:
             if name in candidates:
                 return name
         raise ValueError(f"member {self.member_id} supports none of {sorted(candidates)}")
+
+
+_MEMBER_FIELDS = tuple(f.name for f in fields(ClassicMember))
 
 
 class JoinMode:
@@ -114,6 +134,30 @@ class ClassicGroup:
     # Hard state.
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     persisted: GroupMetadataValue | None = None
+
+    # --- undo log support (see journal.py) ----------------------------------------
+
+    def save_fields(self) -> tuple[Any, ...]:
+        """The soft state, copied deep enough that later changes cannot reach the copy.
+
+        Members are saved on their own when they change; hard state is changed
+        only by replay, never inside a call.
+        """
+        saved = []
+        for name in _GROUP_SOFT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                value = value.copy()
+            elif isinstance(value, RebalanceTracking):
+                value = RebalanceTracking(
+                    value.started_ms, value.members_before, list(value.reasons)
+                )
+            saved.append(value)
+        return tuple(saved)
+
+    def restore_fields(self, saved: tuple[Any, ...]) -> None:
+        for name, value in zip(_GROUP_SOFT_FIELDS, saved, strict=True):
+            setattr(self, name, value)
 
     # --- queries ---------------------------------------------------------------
 
@@ -227,9 +271,25 @@ class ClassicGroup:
         return member
 
     def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> ClassicMember:
-        """Give a static member a new id; the caller fences the old id's waiters."""
-        member = self.members.pop(old_id)
-        member.member_id = new_id
+        """Swap in a fresh member under a new id (Kafka's replaceStaticMember).
+
+        The new member keeps the old one's identity, timeouts, protocols and
+        assignment, but nothing of its progress: it is not "new" (its first
+        JoinGroup is not pending), has no parked request and no deadline. The
+        caller fences the old id's parked requests.
+        """
+        old = self.members.pop(old_id)
+        member = ClassicMember(
+            member_id=new_id,
+            group_instance_id=old.group_instance_id,
+            client_id=old.client_id,
+            client_host=old.client_host,
+            rebalance_timeout_ms=old.rebalance_timeout_ms,
+            session_timeout_ms=old.session_timeout_ms,
+            protocol_type=old.protocol_type,
+            protocols=old.protocols,
+            assignment=old.assignment,
+        )
         self.members[new_id] = member
         if self.leader_id == old_id:
             self.leader_id = new_id
@@ -286,6 +346,11 @@ class ClassicGroup:
             ),
             members=members,
         )
+
+
+_GROUP_SOFT_FIELDS = tuple(
+    f.name for f in fields(ClassicGroup) if f.name not in ("group_id", "offsets", "persisted")
+)
 
 
 def membership_view(value: GroupMetadataValue) -> tuple[object, ...]:
