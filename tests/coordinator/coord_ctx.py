@@ -8,16 +8,19 @@ the real runtime would.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from odradek.coordinator import CoordinatorConfig, GroupCoordinatorShard, GroupState
 from odradek.coordinator.consumer_protocol import Subscription, encode_subscription
-from odradek.coordinator.events import STATE_TRANSITION
+from odradek.coordinator.events import OFFSETS_EXPIRED, STATE_TRANSITION
 from odradek.coordinator.group import ClassicGroup, membership_view
 from odradek.coordinator.types import (
     CoordinatorEvent,
     CoordinatorRecord,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,
@@ -26,7 +29,10 @@ from odradek.coordinator.types import (
     LeaveGroupRequest,
     LeaveGroupResponse,
     OffsetCommitRequest,
+    OffsetCommitResponse,
     OffsetCommitTopic,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     Request,
     Response,
     Result,
@@ -58,6 +64,14 @@ class ManualTimer:
             return None
         deadline, _, key = min(due)
         del self.deadlines[key]
+        return key, deadline
+
+    def next_due(self, now_ms: int) -> tuple[str, int] | None:
+        """The earliest timer due at ``now_ms``, left in place."""
+        due = [(d, s, k) for k, (d, s) in self.deadlines.items() if d <= now_ms]
+        if not due:
+            return None
+        deadline, _, key = min(due)
         return key, deadline
 
     def deadline(self, key: str) -> int | None:
@@ -95,6 +109,9 @@ class Ctx:
         self.responses: dict[int, Response] = {}
         self.events: list[CoordinatorEvent] = []
         self._tokens = 0
+        self._requests: dict[int, Request] = {}
+        # What clients were told is committed: group -> (topic, partition) -> offset.
+        self.acked: dict[str, dict[tuple[str, int], int]] = {}
         self._apply(self.shard.on_loaded(self.time, wall_ms=self.wall))
 
     @property
@@ -114,15 +131,23 @@ class Ctx:
         for token, response in result.responses:
             assert token not in self.responses, f"token {token} answered twice"
             self.responses[token] = response
+            self._note_ack(token, response)
         self.events.extend(result.events)
+        for event in result.events:
+            self._note_event(event)
         return result
+
+    def _run(self, call: Callable[[], Result], token: int | None, request: Request | None) -> None:
+        """Run one core call as the runtime would; subclasses inject faults here."""
+        self._apply(call())
 
     def send(self, request: Request) -> int:
         """Send a request; its response may arrive now or later (see ``response``)."""
         self._tokens += 1
         token = self._tokens
-        self.last_result = self._apply(
-            self.shard.handle(self.time, token, request, wall_ms=self.wall)
+        self._requests[token] = request
+        self._run(
+            lambda: self.shard.handle(self.time, token, request, wall_ms=self.wall), token, request
         )
         return token
 
@@ -140,11 +165,20 @@ class Ctx:
 
     def sleep(self, ms: int) -> None:
         target = self.time + ms
-        while (due := self.timer.pop_due(target)) is not None:
+        while (due := self.timer.next_due(target)) is not None:
             key, deadline = due
             self.time = max(self.time, deadline)
-            self._apply(self.shard.on_timer(self.time, key, wall_ms=self.wall))
+            self.fire(key)
         self.time = target
+
+    def fire(self, key: str) -> None:
+        """The runtime's timer fires ``key`` now (and forgets it)."""
+
+        def call() -> Result:
+            self.timer.cancel(key)
+            return self.shard.on_timer(self.time, key, wall_ms=self.wall)
+
+        self._run(call, None, None)
 
     def reload(self) -> None:
         """Coordinator failover: a fresh shard rebuilt from the records alone."""
@@ -154,6 +188,38 @@ class Ctx:
         for record in self.log:
             self.shard.replay(record)
         self._apply(self.shard.on_loaded(self.time, wall_ms=self.wall))
+
+    def _note_ack(self, token: int, response: Response) -> None:
+        request = self._requests.pop(token, None)
+        if isinstance(request, OffsetCommitRequest):
+            assert isinstance(response, OffsetCommitResponse)
+            offsets = {
+                (t.name, p.partition): p.offset for t in request.topics for p in t.partitions
+            }
+            for topic in response.topics:
+                for part in topic.partitions:
+                    if part.error_code == 0:
+                        tp = (topic.name, part.partition)
+                        self.acked.setdefault(request.group_id, {})[tp] = offsets[tp]
+        elif isinstance(request, OffsetDeleteRequest):
+            assert isinstance(response, OffsetDeleteResponse)
+            for topic in response.topics:
+                for part in topic.partitions:
+                    if part.error_code == 0:
+                        self.acked.get(request.group_id, {}).pop((topic.name, part.partition), None)
+        elif isinstance(request, DeleteGroupsRequest):
+            assert isinstance(response, DeleteGroupsResponse)
+            for result in response.results:
+                if result.error_code == 0:
+                    self.acked.pop(result.group_id, None)
+
+    def _note_event(self, event: CoordinatorEvent) -> None:
+        if event.kind == OFFSETS_EXPIRED:
+            for name in event.fields["partitions"]:
+                topic, _, partition = name.rpartition("-")
+                self.acked.get(event.group_id, {}).pop((topic, int(partition)), None)
+        elif event.kind == STATE_TRANSITION and event.fields["to_state"] == GroupState.DEAD.value:
+            self.acked.pop(event.group_id, None)
 
     # --- request helpers -----------------------------------------------------------
 
@@ -233,18 +299,45 @@ class Ctx:
                 out.append(e.fields["to_state"])
         return out
 
-    def check_replay_equivalence(self) -> None:
+    def rebuilt(self) -> GroupCoordinatorShard:
+        """A fresh shard loaded from the records alone, as a new coordinator would."""
         fresh = GroupCoordinatorShard(self.config, timer=ManualTimer(), ids=SeqIds())
         for record in self.log:
             fresh.replay(record)
-        assert fresh.durable_state() == self.shard.durable_state()
         fresh.on_loaded(self.time, wall_ms=self.wall)
+        return fresh
+
+    def check_replay_equivalence(self) -> None:
+        """Live state, and what clients were told, equal the state rebuilt from the records.
+
+        Offsets: every acknowledged commit (and nothing else) is in the rebuilt
+        state. Groups: the generation is always durable; a group at rest
+        (Stable, Empty) rebuilds to the same members, leader, protocol and
+        assignments; a group awaiting its leader's assignment was written down
+        with its members and no assignment.
+        """
+        fresh = self.rebuilt()
+        rebuilt_offsets = {
+            gid: {tp: o.offset for tp, o in g.offsets.items()}
+            for gid, g in fresh.groups.items()
+            if g.offsets
+        }
+        acked = {gid: offsets for gid, offsets in self.acked.items() if offsets}
+        assert rebuilt_offsets == acked, (rebuilt_offsets, acked)
         for gid, group in self.shard.groups.items():
-            if group.state in (GroupState.STABLE, GroupState.EMPTY) and group.persisted:
-                live = membership_view(group.to_value())
-                assert live == membership_view(group.persisted), gid
-                assert membership_view(fresh.groups[gid].to_value()) == live, gid
-                assert fresh.groups[gid].state is group.state, gid
+            if group.state is GroupState.DEAD:
+                continue
+            again = fresh.groups.get(gid)
+            assert again is not None, f"{gid} is live but not in its records"
+            assert again.generation_id == group.generation_id, gid
+            live = membership_view(group.to_value())
+            if group.state in (GroupState.STABLE, GroupState.EMPTY):
+                assert again.state is group.state, gid
+                assert membership_view(again.to_value()) == live, gid
+            elif group.state is GroupState.COMPLETING_REBALANCE:
+                assert again.persisted is not None and membership_view(again.persisted) == live
+        for gid in fresh.groups:
+            assert gid in self.shard.groups, f"{gid} came back from its records"
 
 
 def group_fingerprint(group: ClassicGroup) -> tuple[Any, ...]:

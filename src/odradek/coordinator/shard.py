@@ -9,7 +9,7 @@ from odradek.coordinator.admin import AdminHandlers
 from odradek.coordinator.classic import ClassicHandlers
 from odradek.coordinator.config import CoordinatorConfig
 from odradek.coordinator.errors import ErrorCode
-from odradek.coordinator.group import ClassicGroup, ClassicMember, CommittedOffset, membership_view
+from odradek.coordinator.group import ClassicGroup, ClassicMember, CommittedOffset
 from odradek.coordinator.journal import Journal, recording
 from odradek.coordinator.records import (
     GroupMetadataKey,
@@ -331,20 +331,6 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
     def group_state(self, group_id: str) -> GroupState | None:
         group = self.groups.get(group_id)
         return None if group is None else group.state
-
-    def durable_state(self) -> dict[str, tuple[object, ...]]:
-        """Hard state only: what replaying this shard's records must reproduce."""
-        out: dict[str, tuple[object, ...]] = {}
-        for gid, group in self.groups.items():
-            if group.state is S.DEAD:
-                continue
-            persisted = None if group.persisted is None else membership_view(group.persisted)
-            offsets = tuple(
-                (tp, o.offset, o.leader_epoch, o.metadata, o.commit_timestamp, o.expire_timestamp)
-                for tp, o in sorted(group.offsets.items())
-            )
-            out[gid] = (persisted, offsets)
-        return out
 
 
 # ================================================================= runtime helpers

@@ -18,6 +18,7 @@ from odradek.coordinator import types as core
 from odradek.protocol.apikeys import ApiKey
 
 KEY_TYPE_GROUP = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
 COORDINATOR_NOT_AVAILABLE = 15
 INVALID_REQUEST = 42
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
@@ -189,32 +190,45 @@ async def leave_group(ctx: RequestContext, request: Any) -> Any:
 
 @handles(ApiKey.OFFSET_COMMIT, 2, 9)
 async def offset_commit(ctx: RequestContext, request: Any) -> Any:
-    retention = getattr(request, "retention_time", None)
-    commit = core.OffsetCommitRequest(
-        group_id=request.group_id,
-        topics=tuple(
-            core.OffsetCommitTopic(
-                t.name,
-                tuple(
-                    core.OffsetCommitPartition(
-                        int(p.partition_index),
-                        int(p.committed_offset),
-                        int(getattr(p, "committed_leader_epoch", -1)),
-                        p.committed_metadata,
-                    )
-                    for p in t.partitions
-                ),
+    # As KafkaApis does, partitions of topics this broker does not have get
+    # UNKNOWN_TOPIC_OR_PARTITION here and never reach the coordinator (which
+    # knows nothing of topics); if none is left, the coordinator is not asked.
+    topics = ctx.broker.topics
+    errors: dict[tuple[str, int], int] = {}
+    known: list[core.OffsetCommitTopic] = []
+    for t in request.topics:
+        partitions = []
+        for p in t.partitions:
+            index = int(p.partition_index)
+            if topics.partition(t.name, index) is None:
+                errors[(t.name, index)] = UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            partitions.append(
+                core.OffsetCommitPartition(
+                    index,
+                    int(p.committed_offset),
+                    int(getattr(p, "committed_leader_epoch", -1)),
+                    p.committed_metadata,
+                )
             )
-            for t in request.topics
-        ),
-        generation_id=int(request.generation_id_or_member_epoch),
-        member_id=request.member_id,
-        group_instance_id=getattr(request, "group_instance_id", None),
-        retention_time_ms=_ms(retention) if retention is not None else -1,
-        unknown_group_is_not_found=ctx.version >= 9,
-    )
-    response = await ctx.broker.groups.call(request.group_id, commit)
-    assert isinstance(response, core.OffsetCommitResponse)
+        if partitions:
+            known.append(core.OffsetCommitTopic(t.name, tuple(partitions)))
+    if known:
+        retention = getattr(request, "retention_time", None)
+        commit = core.OffsetCommitRequest(
+            group_id=request.group_id,
+            topics=tuple(known),
+            generation_id=int(request.generation_id_or_member_epoch),
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            retention_time_ms=_ms(retention) if retention is not None else -1,
+            unknown_group_is_not_found=ctx.version >= 9,
+        )
+        response = await ctx.broker.groups.call(request.group_id, commit)
+        assert isinstance(response, core.OffsetCommitResponse)
+        for topic in response.topics:
+            for part in topic.partitions:
+                errors[(topic.name, part.partition)] = part.error_code
     return respond(
         ctx,
         {
@@ -223,11 +237,14 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
                 {
                     "name": t.name,
                     "partitions": [
-                        {"partition_index": p.partition, "error_code": p.error_code}
+                        {
+                            "partition_index": p.partition_index,
+                            "error_code": errors[(t.name, int(p.partition_index))],
+                        }
                         for p in t.partitions
                     ],
                 }
-                for t in response.topics
+                for t in request.topics
             ],
         },
     )
