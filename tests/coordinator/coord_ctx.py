@@ -137,8 +137,17 @@ class Ctx:
             self._note_event(event)
         return result
 
-    def _run(self, call: Callable[[], Result], token: int | None, request: Request | None) -> None:
-        """Run one core call as the runtime would; subclasses inject faults here."""
+    def _run(
+        self,
+        call: Callable[[], Result],
+        token: int | None,
+        request: Request | None,
+        timer_key: str | None = None,
+    ) -> None:
+        """Run one core call (a request, or a timer) as the runtime would.
+
+        Subclasses inject faults here.
+        """
         self._apply(call())
 
     def send(self, request: Request) -> int:
@@ -165,9 +174,13 @@ class Ctx:
 
     def sleep(self, ms: int) -> None:
         target = self.time + ms
+        fired: dict[str, tuple[int, int]] = {}
         while (due := self.timer.next_due(target)) is not None:
             key, deadline = due
             self.time = max(self.time, deadline)
+            # A timer re-armed in the past would fire forever without time moving on.
+            assert fired.get(key) != (self.time, deadline), f"{key} re-armed in the past"
+            fired[key] = (self.time, deadline)
             self.fire(key)
         self.time = target
 
@@ -178,7 +191,7 @@ class Ctx:
             self.timer.cancel(key)
             return self.shard.on_timer(self.time, key, wall_ms=self.wall)
 
-        self._run(call, None, None)
+        self._run(call, None, None, key)
 
     def reload(self) -> None:
         """Coordinator failover: a fresh shard rebuilt from the records alone."""
@@ -329,13 +342,17 @@ class Ctx:
                 continue
             again = fresh.groups.get(gid)
             assert again is not None, f"{gid} is live but not in its records"
-            assert again.generation_id == group.generation_id, gid
+            assert again.generation_id == group.generation_id, (
+                f"{gid}: live generation {group.generation_id}, "
+                f"rebuilt from the records {again.generation_id}"
+            )
             live = membership_view(group.to_value())
             if group.state in (GroupState.STABLE, GroupState.EMPTY):
-                assert again.state is group.state, gid
-                assert membership_view(again.to_value()) == live, gid
+                assert again.state is group.state, (gid, group.state, again.state)
+                assert membership_view(again.to_value()) == live, f"{gid}: membership differs"
             elif group.state is GroupState.COMPLETING_REBALANCE:
-                assert again.persisted is not None and membership_view(again.persisted) == live
+                assert again.persisted is not None, gid
+                assert membership_view(again.persisted) == live, f"{gid}: join phase not written"
         for gid in fresh.groups:
             assert gid in self.shard.groups, f"{gid} came back from its records"
 
