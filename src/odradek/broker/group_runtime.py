@@ -138,10 +138,6 @@ class AsyncioTimer:
         self._handles.clear()
         self._fired.clear()
 
-    @property
-    def scheduled(self) -> int:
-        return len(self._handles)
-
 
 @dataclass(slots=True)
 class _Pending:

@@ -115,12 +115,15 @@ class ShardBase:
         )
 
     def _start_rebalance_tracking(self, group: ClassicGroup, now: int, reason: str) -> None:
-        if group.rebalance is None:
+        track = group.rebalance
+        if track is None:
             before: tuple[str, ...] = ()
             if group.persisted is not None:
                 before = tuple(m.group_instance_id or m.member_id for m in group.persisted.members)
-            group.rebalance = RebalanceTracking(started_ms=now, members_before=before)
-        group.rebalance.reasons.append(reason)
+            track = RebalanceTracking(started_ms=now, members_before=before)
+        group.rebalance = RebalanceTracking(
+            track.started_ms, track.members_before, (*track.reasons, reason)
+        )
 
     def _finish_rebalance(self, group: ClassicGroup, now: int) -> None:
         track = group.rebalance

@@ -8,6 +8,7 @@ and timers, rebuilt from ``persisted`` when the partition is loaded.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
 from odradek.coordinator.consumer_protocol import (
@@ -63,7 +64,7 @@ class ClassicMember:
         object.__setattr__(self, name, value)
 
     def save_fields(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in _MEMBER_FIELDS)
+        return _member_fields(self)  # type: ignore[no-any-return]
 
     def restore_fields(self, saved: tuple[Any, ...]) -> None:
         for name, value in zip(_MEMBER_FIELDS, saved, strict=True):
@@ -90,6 +91,7 @@ class ClassicMember:
 
 
 _MEMBER_FIELDS = tuple(f.name for f in fields(ClassicMember))
+_member_fields = attrgetter(*_MEMBER_FIELDS)
 
 
 class JoinMode:
@@ -97,13 +99,64 @@ class JoinMode:
     REGULAR = "regular"  # DelayedJoin: completes once everyone rejoined
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RebalanceTracking:
     """Kept from the first PreparingRebalance until Stable/Empty, for the rebalance event."""
 
-    started_ms: int
+    started_ms: int  # monotonic
     members_before: tuple[str, ...]
-    reasons: list[str] = field(default_factory=list)
+    reasons: tuple[str, ...] = ()
+
+
+class _GroupDict(dict[Any, Any]):
+    """A dict field of a group that saves its group into the undo log before changing.
+
+    Every way to change a dict in place goes through one of these methods.
+    """
+
+    __slots__ = ("_group",)
+
+    def __init__(self, group: ClassicGroup, items: Any = ()) -> None:
+        super().__init__(items)
+        self._group = group
+
+    def _touch(self) -> None:
+        journal = active_journal()
+        if journal is not None:
+            journal.save_group(self._group)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._touch()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self._touch()
+        super().__delitem__(key)
+
+    def __ior__(self, other: Any) -> _GroupDict:  # type: ignore[override,misc]
+        self._touch()
+        super().update(other)
+        return self
+
+    def pop(self, *args: Any) -> Any:
+        self._touch()
+        return super().pop(*args)
+
+    def popitem(self) -> Any:
+        self._touch()
+        return super().popitem()
+
+    def clear(self) -> None:
+        self._touch()
+        super().clear()
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self._touch()
+        return super().setdefault(key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._touch()
+        super().update(*args, **kwargs)
 
 
 @dataclass(slots=True)
@@ -136,24 +189,29 @@ class ClassicGroup:
     persisted: GroupMetadataValue | None = None
 
     # --- undo log support (see journal.py) ----------------------------------------
+    #
+    # Inside a coordinator call the group saves itself before its first change:
+    # an attribute set (here) or an in-place change of one of its dicts
+    # (_GroupDict). A call that only reads the group, or changes one member (a
+    # heartbeat), copies nothing of it.
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        journal = active_journal()
+        if journal is not None:
+            journal.save_group(self)
+        if name in _GROUP_DICT_FIELDS and type(value) is not _GroupDict:
+            value = _GroupDict(self, value)
+        object.__setattr__(self, name, value)
 
     def save_fields(self) -> tuple[Any, ...]:
         """The soft state, copied deep enough that later changes cannot reach the copy.
 
         Members are saved on their own when they change; hard state is changed
-        only by replay, never inside a call.
+        only by replay, never inside a call. Raises AttributeError while the
+        group is being constructed (nothing to save yet).
         """
-        saved = []
-        for name in _GROUP_SOFT_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, dict):
-                value = value.copy()
-            elif isinstance(value, RebalanceTracking):
-                value = RebalanceTracking(
-                    value.started_ms, value.members_before, list(value.reasons)
-                )
-            saved.append(value)
-        return tuple(saved)
+        values = _group_soft_fields(self)
+        return tuple(dict(v) if type(v) is _GroupDict else v for v in values)
 
     def restore_fields(self, saved: tuple[Any, ...]) -> None:
         for name, value in zip(_GROUP_SOFT_FIELDS, saved, strict=True):
@@ -351,6 +409,8 @@ class ClassicGroup:
 _GROUP_SOFT_FIELDS = tuple(
     f.name for f in fields(ClassicGroup) if f.name not in ("group_id", "offsets", "persisted")
 )
+_GROUP_DICT_FIELDS = frozenset(("members", "static_members", "pending_members", "pending_sync"))
+_group_soft_fields = attrgetter(*_GROUP_SOFT_FIELDS)
 
 
 def membership_view(value: GroupMetadataValue) -> tuple[object, ...]:

@@ -1,26 +1,28 @@
 """The undo log that makes each coordinator call atomic.
 
-A call (one request or one timer) mutates the soft state of the groups it
-names, the members of those groups and the shard's timers. Before it runs, the
-shard saves each named group's soft fields (cheap: scalars and shallow dict
-copies); members save their own fields the first time they are changed while a
-journal is active (``ClassicMember.__setattr__``), so a heartbeat costs one
-member copy, not one per member of the group; the shard's timer wrapper saves
-the previous deadline of every key it touches. ``undo`` puts all of it back.
+A call (one request or one timer) changes the soft state of groups, of their
+members and the shard's timers. Each of them saves itself into the active
+journal just before its first change in the call: a group its soft fields
+(scalars and shallow copies of its dicts, ``ClassicGroup.__setattr__`` and
+``_GroupDict``), a member its fields (``ClassicMember.__setattr__``), the
+shard's timer wrapper the previous deadline of each key it touches. So a
+heartbeat saves one member and one timer, not the group, and a call that only
+reads saves nothing. Before the call the shard also notes which of the groups
+it names do not exist yet, so that undoing it removes a group it created.
+``undo`` puts everything back.
 
 Hard state (offsets, the last GroupMetadata record) is only changed by
 ``replay``, after the records were appended, so it never needs undoing.
 
-The journal is found through a context variable because members are changed
-from many places; calls are synchronous and never interleave, so at most one
+The journal is found through a context variable because state is changed from
+many places; calls are synchronous and never interleave, so at most one
 journal is active at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
+from contextvars import ContextVar, Token
 from typing import Any, Protocol
 
 
@@ -41,9 +43,20 @@ class Journal:
         self.objects: dict[int, tuple[Journaled, tuple[Any, ...]]] = {}
         self.timers: dict[str, int | None] = {}
 
-    def save_group(self, group_id: str, group: Journaled | None) -> None:
-        if group_id not in self.groups:
-            self.groups[group_id] = None if group is None else (group, group.save_fields())
+    def note_absent(self, group_id: str) -> None:
+        """``group_id`` does not exist before the call: undoing removes it if created."""
+        self.groups.setdefault(group_id, None)
+
+    def save_group(self, group: Any) -> None:
+        """Save ``group`` before its first change in this call."""
+        try:
+            group_id = group.group_id
+            if group_id in self.groups:
+                return  # saved already, or created by this call
+            saved = group.save_fields()
+        except AttributeError:
+            return  # still being constructed: a new group has nothing to restore
+        self.groups[group_id] = (group, saved)
 
     def save_object(self, obj: Journaled) -> None:
         """Save ``obj``'s fields before its first change in this call."""
@@ -81,15 +94,15 @@ class Journal:
 _ACTIVE: ContextVar[Journal | None] = ContextVar("odradek_coordinator_journal", default=None)
 
 
-def active_journal() -> Journal | None:
-    return _ACTIVE.get()
+# The journal of the call in progress, or None (a bound method: no Python frame on
+# the hot path, where every member and group change asks for it).
+active_journal: Callable[[], Journal | None] = _ACTIVE.get
 
 
-@contextmanager
-def recording(journal: Journal) -> Iterator[Journal]:
-    """Make ``journal`` the one that changes are saved into, for the duration of a call."""
-    token = _ACTIVE.set(journal)
-    try:
-        yield journal
-    finally:
-        _ACTIVE.reset(token)
+def start_recording(journal: Journal) -> Token[Journal | None]:
+    """Make ``journal`` the one that changes are saved into, until ``stop_recording``."""
+    return _ACTIVE.set(journal)
+
+
+def stop_recording(token: Token[Journal | None]) -> None:
+    _ACTIVE.reset(token)

@@ -10,7 +10,7 @@ from odradek.coordinator.classic import ClassicHandlers
 from odradek.coordinator.config import CoordinatorConfig
 from odradek.coordinator.errors import ErrorCode
 from odradek.coordinator.group import ClassicGroup, ClassicMember, CommittedOffset
-from odradek.coordinator.journal import Journal, recording
+from odradek.coordinator.journal import Journal, start_recording, stop_recording
 from odradek.coordinator.records import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -129,7 +129,6 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
     def on_timer(self, now_ms: int, key: str, *, wall_ms: int | None = None) -> Result:
         """A timer scheduled through ``Timer.schedule`` fired (possibly early, or stale)."""
         kind, parts = parse_timer_key(key)
-        touched = list(self.groups) if kind == CLEANUP else parts[:1]
 
         def body() -> None:
             self.timer.fired(key)
@@ -152,7 +151,7 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
             elif kind == PENDING:
                 self._on_pending_timer(now_ms, group, parts[1])
 
-        return self._atomically(now_ms, wall_ms, touched, body)
+        return self._atomically(now_ms, wall_ms, (), body)  # timers create no group
 
     def abort(self) -> None:
         """Undo the last ``handle``/``on_timer``, whose records could not be appended."""
@@ -166,18 +165,19 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
     ) -> Result:
         journal = Journal()
         for group_id in group_ids:
-            journal.save_group(group_id, self.groups.get(group_id))
+            if group_id not in self.groups:
+                journal.note_absent(group_id)
         self._last_journal = None
         self._out = out = Result()
         self._wall_ms = now_ms if wall_ms is None else wall_ms
+        recording = start_recording(journal)
         try:
-            with recording(journal):
-                body()
+            body()
         except BaseException:
+            stop_recording(recording)
             journal.undo(self.groups, self.timer.restore)
             raise
-        finally:
-            self._out = Result()
+        stop_recording(recording)
         self._last_journal = journal
         return out
 
@@ -337,7 +337,7 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
 
 
 def _groups_named_by(request: Request) -> tuple[str, ...]:
-    """The groups a request may change: the undo log saves them before it runs."""
+    """The groups a request may create: undoing it must remove them again."""
     if isinstance(request, DescribeGroupsRequest | DeleteGroupsRequest):
         return tuple(request.group_ids)
     if isinstance(request, ListGroupsRequest):
