@@ -397,10 +397,14 @@ def test_records_over_max_message_bytes_fail_only_that_request(
 # --- reloads ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("reload_fails_once", [False, True])
 def test_failed_replay_reloads_the_partition_from_its_log(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, reload_fails_once: bool
 ) -> None:
-    """Appended but not replayed: memory may be behind the log, so rebuild from the log."""
+    """Appended but not replayed: memory may be behind the log, so rebuild from the log.
+
+    If the reload's own read fails, it is reported, counted and retried.
+    """
 
     async def scenario() -> None:
         (y,), gen = await form(rig, "y", 1)
@@ -413,11 +417,23 @@ def test_failed_replay_reloads_the_partition_from_its_log(
             raise RuntimeError("injected replay failure")
 
         monkeypatch.setattr(shard, "replay", broken)
+        if reload_fails_once:
+            read = rig.plog.iter_batches_from
+            reads: list[int] = []
+
+            def flaky(offset: int) -> Any:
+                reads.append(offset)
+                if len(reads) == 1:
+                    raise OSError("injected read error")
+                return read(offset)
+
+            monkeypatch.setattr(rig.plog, "iter_batches_from", flaky)
         r = await rig.call(commit_request("y", "t", range(1), gen, y))
         assert commit_errors(r) == {E.COORDINATOR_NOT_AVAILABLE}
         assert (await parked).error_code == E.NOT_COORDINATOR  # the partition was unloaded
         await rig.until(lambda: rig.runner.loaded)
         assert rig.runner.shard is not shard and rig.runner.reloads == 1
+        assert rig.runner.load_failures == int(reload_fails_once)
         # The commit was appended, so it survived; the group is as its records say.
         fetched = await rig.call(OffsetFetchRequest("y", None))
         assert fetched.topics[0].partitions[0].committed_offset == 100

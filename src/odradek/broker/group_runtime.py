@@ -60,7 +60,7 @@ from odradek.coordinator.types import (
     Response,
 )
 from odradek.log import PartitionLog
-from odradek.log.errors import LogError
+from odradek.log.errors import LogError, MessageTooLargeError
 from odradek.protocol.records import build_batch, decode_batch_records, iter_batches
 
 log = logging.getLogger("odradek.coordinator.runtime")
@@ -145,8 +145,12 @@ class _Pending:
     future: asyncio.Future[Response]
 
 
-class RecordsTooLarge(Exception):
-    """A call's records do not fit ``max.message.bytes`` as the call requires."""
+class AppendRefused(Exception):
+    """The log refused a call's records before writing any of them."""
+
+    def __init__(self, reason: str, *, too_large: bool) -> None:
+        super().__init__(reason)
+        self.too_large = too_large  # over max.message.bytes (else: any other refusal)
 
 
 class LogAndMemoryDiverged(Exception):
@@ -327,8 +331,9 @@ class ShardRunner:
             )
             self._answer(token, error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR))
             return
-        if not self._commit(result, type(request).__name__):
-            self._answer(token, error_response(request, _too_large_error(request)))
+        refused = self._commit(result, type(request).__name__)
+        if refused is not None:
+            self._answer(token, error_response(request, _refused_error(request, refused)))
 
     def _expire(self, key: str) -> None:
         try:
@@ -338,7 +343,7 @@ class ShardRunner:
             log.exception("%s-%d: timer %s failed", OFFSETS_TOPIC, self.partition, key)
             self._retry_timer(key)
             return
-        if self._commit(result, f"timer {key}"):
+        if self._commit(result, f"timer {key}") is None:
             self._timer_failures.pop(key, None)
         else:
             self._retry_timer(key)
@@ -352,23 +357,23 @@ class ShardRunner:
         self.shard.timer.schedule(key, self.mono_ms() + backoff)
         log.warning("%s-%d: timer %s retried in %d ms", OFFSETS_TOPIC, self.partition, key, backoff)
 
-    def _commit(self, result: Result, what: str) -> bool:
+    def _commit(self, result: Result, what: str) -> AppendRefused | None:
         """Append, replay, then answer: the order that keeps responses truthful.
 
-        Returns False if the records were too large to append: the core has
-        undone the call and its responses are dropped (the caller answers the
-        request that caused it). Raises LogAndMemoryDiverged when only a reload
-        can tell what is durable.
+        Returns why, if the log refused the records before writing any: the
+        core has undone the call and its responses are dropped (the caller
+        answers the request that caused it). Raises LogAndMemoryDiverged when
+        only a reload can tell what is durable.
         """
         try:
             self._append_and_replay(result)
-        except RecordsTooLarge as exc:
+        except AppendRefused as refused:
             self.shard.abort()
             self.operation_failures += 1
-            log.error("%s-%d: %s undone: %s", OFFSETS_TOPIC, self.partition, what, exc)
-            return False
+            log.error("%s-%d: %s undone: %s", OFFSETS_TOPIC, self.partition, what, refused)
+            return refused
         self._deliver(result)
-        return True
+        return None
 
     def _append_and_replay(self, result: Result) -> None:
         if not result.records:
@@ -378,9 +383,9 @@ class ShardRunner:
             try:
                 self.plog.append(batch, from_client=False)
             except LogError as exc:
-                if index == 0:
-                    # Refused before anything was written (e.g. over max.message.bytes).
-                    raise RecordsTooLarge(str(exc)) from exc
+                if index == 0:  # validated before anything was written
+                    too_large = isinstance(exc, MessageTooLargeError)
+                    raise AppendRefused(str(exc), too_large=too_large) from exc
                 raise LogAndMemoryDiverged(f"append of batch {index + 1}") from exc
             except Exception as exc:
                 raise LogAndMemoryDiverged("append failed") from exc
@@ -400,9 +405,10 @@ class ShardRunner:
             if len(batch) <= limit:
                 return [batch]
             if result.atomic or len(records) == 1:
-                raise RecordsTooLarge(
+                raise AppendRefused(
                     f"{len(records)} records need a {len(batch)}-byte batch; "
-                    f"max.message.bytes is {limit}"
+                    f"max.message.bytes is {limit}",
+                    too_large=True,
                 )
             half = len(records) // 2
             return encode(records[:half]) + encode(records[half:])
@@ -427,9 +433,9 @@ class ShardRunner:
             pending.future.set_result(response)
 
 
-def _too_large_error(request: Request) -> ErrorCode:
-    """What Kafka answers when a call's records exceed max.message.bytes."""
-    if isinstance(request, OffsetCommitRequest):
+def _refused_error(request: Request, refused: AppendRefused) -> ErrorCode:
+    """What Kafka answers when the log refuses a call's records."""
+    if refused.too_large and isinstance(request, OffsetCommitRequest):
         return ErrorCode.INVALID_COMMIT_OFFSET_SIZE  # as Kafka's classic coordinator maps it
     return ErrorCode.UNKNOWN_SERVER_ERROR  # appendGroupMetadataErrorToResponseError
 

@@ -13,12 +13,11 @@ from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
-from odradek.coordinator import partition_for
+from odradek.coordinator import ErrorCode, partition_for
 from odradek.coordinator import types as core
 from odradek.protocol.apikeys import ApiKey
 
 KEY_TYPE_GROUP = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
 COORDINATOR_NOT_AVAILABLE = 15
 INVALID_REQUEST = 42
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
@@ -201,7 +200,7 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
         for p in t.partitions:
             index = int(p.partition_index)
             if topics.partition(t.name, index) is None:
-                errors[(t.name, index)] = UNKNOWN_TOPIC_OR_PARTITION
+                errors[(t.name, index)] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             partitions.append(
                 core.OffsetCommitPartition(
