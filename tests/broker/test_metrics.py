@@ -58,6 +58,10 @@ def test_metrics_endpoint(tmp_path: Path) -> None:
         assert samples['odradek_log_end_offset{partition="0",topic="metered"}'] == 50
         assert samples['odradek_log_size_bytes{partition="0",topic="metered"}'] > 0
         assert samples['odradek_group_state{group="metered-group",state="Empty"}'] == 1
+        # Coordinator failures (tests/broker/test_group_runtime.py makes them happen).
+        assert samples["odradek_coordinator_operation_failures_total"] == 0
+        assert samples["odradek_coordinator_partition_reloads_total"] == 0
+        assert samples["odradek_coordinator_load_failures_total"] == 0
     finally:
         broker.stop()
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from coord_ctx import Ctx, join_response, subscription, sync_response
+from coord_ctx import (
+    Ctx,
+    commit,
+    commit_error,
+    ctx0,
+    join_response,
+    stable,
+    subscription,
+    sync_response,
+)
 
 from odradek.coordinator import (
     CoordinatorConfig,
@@ -44,50 +53,6 @@ E = ErrorCode
 S = GroupState
 
 
-def ctx0(**kw: int) -> Ctx:
-    return Ctx(CoordinatorConfig(group_initial_rebalance_delay_ms=0, **kw))
-
-
-def stable(ctx: Ctx, n: int, group: str = "g", **kw: Any) -> tuple[list[str], int]:
-    """n dynamic members in a Stable group (initial delay 0); returns (member ids, generation)."""
-    m0, t0 = ctx.join_new(group, client_id="c0", **kw)
-    responses = {m0: join_response(ctx, t0)}  # the first member completes alone
-    if n > 1:
-        tokens = dict(ctx.join_new(group, client_id=f"c{i}", **kw) for i in range(1, n))
-        tokens = {m0: ctx.join(group, m0, client_id="c0", **kw), **tokens}
-        responses = {m: join_response(ctx, t) for m, t in tokens.items()}
-    gen = responses[m0].generation_id
-    leader = responses[m0].leader
-    followers = [ctx.sync(group, m, gen) for m in responses if m != leader]
-    lead = ctx.sync(group, leader, gen, tuple((m, m.encode()) for m in responses))
-    for t in [*followers, lead]:
-        assert sync_response(ctx, t).error_code == 0
-    assert ctx.state(group) is S.STABLE
-    return list(responses), gen
-
-
-def commit(
-    group: str,
-    topic: str,
-    partition: int,
-    offset: int,
-    gen: int = -1,
-    member: str = "",
-    **kw: object,
-) -> OffsetCommitRequest:
-    return OffsetCommitRequest(
-        group,
-        (OffsetCommitTopic(topic, (P(partition, offset),)),),
-        gen,
-        member,
-        **kw,  # type: ignore[arg-type]
-    )
-
-
-def commit_error(ctx: Ctx, req: OffsetCommitRequest) -> int:
-    return int(ctx.call(req).topics[0].partitions[0].error_code)
-
-
 # --- 1-4: loading, routing, validation ---------------------------------------------------
 
 
@@ -115,8 +80,12 @@ def test_3_empty_group_id() -> None:
     assert sync_response(ctx, ctx.sync("", "m", 1)).error_code == E.INVALID_GROUP_ID
     assert ctx.heartbeat("", "m", 1) == E.INVALID_GROUP_ID
     assert ctx.call(LeaveGroupRequest("", ())).error_code == E.INVALID_GROUP_ID
-    assert commit_error(ctx, commit("", "t", 0, 5)) == E.NONE  # allowed for commits
-    assert ctx.call(DescribeGroupsRequest(("",))).groups[0].error_code == E.NONE
+    # Every group API, OffsetCommit included (Kafka 4.x still takes commits for "").
+    assert commit_error(ctx, commit("", "t", 0, 5)) == E.INVALID_GROUP_ID
+    assert ctx.call(OffsetFetchRequest("", None)).error_code == E.INVALID_GROUP_ID
+    assert ctx.call(DescribeGroupsRequest(("",))).groups[0].error_code == E.INVALID_GROUP_ID
+    assert ctx.call(DeleteGroupsRequest(("",))).results[0].error_code == E.INVALID_GROUP_ID
+    assert ctx.call(OffsetDeleteRequest("", ())).error_code == E.INVALID_GROUP_ID
 
 
 @pytest.mark.parametrize("session", [5999, 1_800_001])
@@ -696,3 +665,81 @@ def test_heartbeat_response_type() -> None:
     ctx = ctx0()
     assert isinstance(ctx.call(HeartbeatRequest("g", 1, "m")), HeartbeatResponse)
     assert isinstance(ctx.call(SyncGroupRequest("g", 1, "m")), SyncGroupResponse)
+
+
+# --- Kafka 4.x rules the classic coordinator follows ------------------------------------------
+
+
+def test_initial_delay_extends_for_any_rebalance_from_empty() -> None:
+    """A fleet restarting into an existing (Empty) group gets one rebalance, not one per arrival.
+
+    Kafka 4.x sets newMemberAdded whenever the rebalance started from Empty
+    (previousState == EMPTY), not only for generation 0.
+    """
+    ctx = Ctx()  # default 3000 ms initial delay
+    kw: dict[str, Any] = {"rebalance_ms": 30_000}
+    m, t = ctx.join_new(client_id="old", **kw)
+    ctx.sleep(3000)
+    gen = join_response(ctx, t).generation_id
+    ctx.leave("g", (m, None))
+    assert ctx.state() is S.EMPTY and ctx.shard.groups["g"].generation_id == gen + 1
+    tokens = []
+    for name in ("a", "b", "c"):  # arrivals 2 s apart: each lands inside the running delay
+        tokens.append(ctx.join_new(client_id=name, **kw)[1])
+        ctx.sleep(2000)
+    ctx.sleep(30_000)
+    generations = {join_response(ctx, t).generation_id for t in tokens}
+    assert generations == {gen + 2}, generations
+    assert ctx.history().count("CompletingRebalance") == 2  # the first group, then the fleet
+
+
+def test_static_member_replaced_while_first_join_parked_is_not_new() -> None:
+    """Kafka 4.x replaceStaticMember builds a fresh member: not expelled at session timeout."""
+    ctx = ctx0()
+    kw: dict[str, Any] = {"session_ms": 10_000, "rebalance_ms": 60_000}
+    (a,), gen = stable(ctx, 1, **kw)
+    first = ctx.join(instance_id="s", client_id="s", **kw)  # new static member: parked, PR
+    assert ctx.state() is S.PREPARING_REBALANCE and not ctx.done(first)
+    second = ctx.join(instance_id="s", client_id="s", **kw)  # its process restarted
+    assert join_response(ctx, first).error_code == E.FENCED_INSTANCE_ID
+    for _ in range(6):  # 30 s: three session timeouts of the parked replacement
+        ctx.sleep(5000)
+        assert ctx.heartbeat("g", a, gen) == E.REBALANCE_IN_PROGRESS
+    assert not ctx.done(second), ctx.response(second)
+    ta = ctx.join("g", a, **kw)
+    r = join_response(ctx, second)
+    assert r.error_code == E.NONE and r.generation_id == gen + 1
+    assert join_response(ctx, ta).generation_id == gen + 1
+
+
+def test_batched_leave_removes_all_then_completes_join_once() -> None:
+    ctx = ctx0()
+    (a, b, c), gen = stable(ctx, 3)
+    ta, tb = ctx.join("g", a), ctx.join("g", b)  # PR, waiting for c
+    r = ctx.leave("g", (c, None), (b, None))
+    assert [m.error_code for m in r.members] == [E.NONE, E.NONE]
+    assert join_response(ctx, tb).error_code == E.UNKNOWN_MEMBER_ID
+    ra = join_response(ctx, ta)
+    assert (ra.generation_id, [m.member_id for m in ra.members]) == (gen + 1, [a])
+    assert ctx.state() is S.COMPLETING_REBALANCE
+    assert ctx.shard.groups["g"].generation_id == gen + 1
+
+
+@pytest.mark.parametrize("member", ["m", ""])
+@pytest.mark.parametrize("instance", [None, "i"])
+def test_simple_commit_accepted_whatever_the_member_id(member: str, instance: str | None) -> None:
+    """validateOffsetCommit: generation -1 to an Empty or missing group skips member checks."""
+    ctx = ctx0()
+    missing = commit("new", "t", 0, 1, member=member, group_instance_id=instance)
+    assert commit_error(ctx, missing) == E.NONE
+    (a,), _gen = stable(ctx, 1)
+    ctx.leave("g", (a, None))
+    assert ctx.state() is S.EMPTY
+    empty = commit("g", "t", 0, 2, member=member or a, group_instance_id=instance)
+    assert commit_error(ctx, empty) == E.NONE
+
+
+def test_offset_delete_empty_group_id() -> None:
+    ctx = ctx0()
+    r = ctx.call(OffsetDeleteRequest("", (OffsetDeleteTopic("t", (0,)),)))
+    assert r.error_code == E.INVALID_GROUP_ID

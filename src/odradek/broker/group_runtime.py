@@ -8,6 +8,20 @@ never announces state that is not durable. Requests for a partition that is
 still being replayed at start-up get COORDINATOR_LOAD_IN_PROGRESS (or the
 core's other loading answers).
 
+Clocks: the core's ``now_ms`` is the event loop's monotonic clock, the clock
+the timers run on, so timers and the deadlines they guard always agree and a
+wall-clock step (NTP) moves neither. The wall clock only stamps records.
+
+Failures stay as small as Kafka keeps them. A call into the core is atomic:
+if it raises, or its records cannot be appended (too large for
+``max.message.bytes``), the core undoes it and only the request that caused
+it gets an error; a failed timer call is retried with backoff. Only when the
+log and memory may disagree (an append failed half-way, or replaying appended
+records failed) is the partition reloaded, and a load that fails is retried
+with backoff, never left "loading" for good. Every failure is logged and
+counted (``ShardRunner.operation_failures``, ``reloads``, ``load_failures``:
+exported as metrics).
+
 Timers requested by the core are asyncio timers that, when due, enqueue the
 key on the same queue, so timers and requests never run concurrently.
 """
@@ -29,14 +43,24 @@ from odradek.broker.topics import TopicManager
 from odradek.coordinator import (
     CoordinatorConfig,
     CoordinatorRecord,
+    ErrorCode,
     GroupCoordinatorShard,
     Result,
     error_response,
     loading_response,
     partition_for,
 )
-from odradek.coordinator.types import CoordinatorEvent, Request, Response
+from odradek.coordinator.events import log_events
+from odradek.coordinator.timer import IdGenerator
+from odradek.coordinator.types import (
+    CoordinatorEvent,
+    OffsetCommitRequest,
+    Request,
+    RequestToken,
+    Response,
+)
 from odradek.log import PartitionLog
+from odradek.log.errors import LogError, MessageTooLargeError
 from odradek.protocol.records import build_batch, decode_batch_records, iter_batches
 
 log = logging.getLogger("odradek.coordinator.runtime")
@@ -46,13 +70,19 @@ OFFSETS_TOPIC = "__consumer_offsets"
 # id: the rebalance history `odradek groups history` reads, with any Kafka consumer.
 EVENTS_TOPIC = "__odradek_group_events"
 EVENTS_RETENTION_MS = 7 * 24 * 3600 * 1000
-COORDINATOR_NOT_AVAILABLE = 15
 REPLAY_YIELD_EVERY = 2000  # records replayed between yields to the event loop
 QUEUE_BOUND = 10000
+TIMER_RETRY_MS = (1_000, 30_000)  # first and largest backoff for a failed timer call
+LOAD_RETRY_S = (0.5, 30.0)  # first and largest backoff for a failed load
 
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
+
+
+def loop_clock_ms() -> int:
+    """The running event loop's monotonic clock, the one its timers fire on."""
+    return int(asyncio.get_running_loop().time() * 1000)
 
 
 class UuidIds:
@@ -63,38 +93,68 @@ class UuidIds:
 
 
 class AsyncioTimer:
-    """The core's keyed timers on the event loop; due keys go onto the shard's queue."""
+    """The core's keyed timers on the event loop; a due key goes onto the shard's queue.
 
-    def __init__(self, fire: Callable[[str], None], now_ms: Callable[[], int]) -> None:
+    Each schedule gets a sequence number that travels with its fire, so the
+    worker can drop a fire whose key was rescheduled or cancelled while the
+    fire waited in the queue (``take_fired``).
+    """
+
+    def __init__(self, fire: Callable[[str, int], None], now_ms: Callable[[], int]) -> None:
         self._fire = fire
         self._now_ms = now_ms
         self._handles: dict[str, asyncio.TimerHandle] = {}
+        self._fired: dict[str, int] = {}  # key -> sequence of its fire still in the queue
+        self._seq = 0
 
     def schedule(self, key: str, deadline_ms: int) -> None:
         self.cancel(key)
+        self._seq += 1
         delay_s = max(deadline_ms - self._now_ms(), 0) / 1000
         loop = asyncio.get_running_loop()
-        self._handles[key] = loop.call_later(delay_s, self._due, key)
+        self._handles[key] = loop.call_later(delay_s, self._due, key, self._seq)
 
     def cancel(self, key: str) -> None:
+        self._fired.pop(key, None)
         handle = self._handles.pop(key, None)
         if handle is not None:
             handle.cancel()
 
-    def _due(self, key: str) -> None:
+    def _due(self, key: str, seq: int) -> None:
         self._handles.pop(key, None)
-        self._fire(key)
+        self._fired[key] = seq
+        self._fire(key, seq)
+
+    def take_fired(self, key: str, seq: int) -> bool:
+        """True once for the latest fire of ``key``; False for a superseded one."""
+        if self._fired.get(key) != seq:
+            return False
+        del self._fired[key]
+        return True
 
     def cancel_all(self) -> None:
         for handle in self._handles.values():
             handle.cancel()
         self._handles.clear()
+        self._fired.clear()
 
 
 @dataclass(slots=True)
 class _Pending:
     request: Request
     future: asyncio.Future[Response]
+
+
+class AppendRefused(Exception):
+    """The log refused a call's records before writing any of them."""
+
+    def __init__(self, reason: str, *, too_large: bool) -> None:
+        super().__init__(reason)
+        self.too_large = too_large  # over max.message.bytes (else: any other refusal)
+
+
+class LogAndMemoryDiverged(Exception):
+    """Records may be in the log without being in memory: only a reload can tell."""
 
 
 class ShardRunner:
@@ -106,20 +166,33 @@ class ShardRunner:
         plog: PartitionLog,
         config: CoordinatorConfig,
         *,
-        now_ms: Callable[[], int] = wall_clock_ms,
+        wall_ms: Callable[[], int] = wall_clock_ms,
+        mono_ms: Callable[[], int] = loop_clock_ms,
+        ids: IdGenerator | None = None,
         on_events: Callable[[list[CoordinatorEvent]], None] | None = None,
     ) -> None:
         self.partition = partition
         self.plog = plog
-        self.now_ms = now_ms
+        self.config = config
+        self.wall_ms = wall_ms
+        self.mono_ms = mono_ms
+        self.ids = ids or UuidIds()
         self.loaded = False
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(QUEUE_BOUND)
-        self.timer = AsyncioTimer(self._enqueue_timer, now_ms)
-        self.shard = GroupCoordinatorShard(config, timer=self.timer, ids=UuidIds())
+        self.timer = AsyncioTimer(self._enqueue_timer, mono_ms)
+        self.shard = self._new_shard()
         self._pending: dict[int, _Pending] = {}
         self._next_token = 0
         self._on_events = on_events
         self._worker: asyncio.Task[None] | None = None
+        self._timer_failures: dict[str, int] = {}
+        # Counters, exported as metrics.
+        self.operation_failures = 0  # calls that failed alone (core exception, too large)
+        self.reloads = 0  # reloads after the log and memory may have diverged
+        self.load_failures = 0  # loads that failed and were retried
+
+    def _new_shard(self) -> GroupCoordinatorShard:
+        return GroupCoordinatorShard(self.config, timer=self.timer, ids=self.ids)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -138,13 +211,34 @@ class ShardRunner:
         """Answer every request still waiting with COORDINATOR_NOT_AVAILABLE (clients retry)."""
         for pending in self._pending.values():
             if not pending.future.done():
-                response = error_response(pending.request, COORDINATOR_NOT_AVAILABLE)
+                response = error_response(pending.request, ErrorCode.COORDINATOR_NOT_AVAILABLE)
                 pending.future.set_result(response)
         self._pending.clear()
 
+    async def _load_until_loaded(self) -> None:
+        """Load the partition; a failed load is reported, counted and retried with backoff."""
+        delay_s, max_delay_s = LOAD_RETRY_S
+        while True:
+            try:
+                await self._load()
+                return
+            except Exception:
+                self.load_failures += 1
+                self.timer.cancel_all()
+                log.exception(
+                    "loading %s-%d failed (%d failures so far); retrying in %.1fs",
+                    OFFSETS_TOPIC,
+                    self.partition,
+                    self.load_failures,
+                    delay_s,
+                )
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, max_delay_s)
+
     async def _load(self) -> None:
-        """Replay the partition from its start; the core's state is what the records say."""
+        """Replay the partition from its start into a fresh shard; state is what records say."""
         started = time.monotonic()
+        shard = self._new_shard()
         count = 0
         for batch in self.plog.iter_batches_from(self.plog.start_offset):
             for pos, header in iter_batches(batch):
@@ -153,11 +247,14 @@ class ShardRunner:
                 for record in decode_batch_records(batch, pos, header):
                     if record.key is None:
                         continue
-                    self.shard.replay(CoordinatorRecord(record.key, record.value))
+                    shard.replay(CoordinatorRecord(record.key, record.value))
                     count += 1
                     if count % REPLAY_YIELD_EVERY == 0:
                         await asyncio.sleep(0)
-        self._apply(self.shard.on_loaded(self.now_ms()))
+        result = shard.on_loaded(self.mono_ms(), wall_ms=self.wall_ms())
+        self.shard = shard
+        self._append_and_replay(result)  # e.g. a loaded group over group.max.size rebalances
+        self._deliver(result)
         self.loaded = True
         if count:
             log.info(
@@ -167,6 +264,17 @@ class ShardRunner:
                 count,
                 time.monotonic() - started,
             )
+
+    async def _reload(self) -> None:
+        """The log and memory may disagree: fail what waits and rebuild from the log."""
+        self.reloads += 1
+        self.loaded = False
+        log.error("reloading %s-%d from its log", OFFSETS_TOPIC, self.partition)
+        self._deliver(self.shard.on_unloaded())
+        self._fail_pending()
+        self.timer.cancel_all()
+        self._timer_failures.clear()
+        await self._load_until_loaded()
 
     # --- entry points ------------------------------------------------------------------
 
@@ -178,66 +286,158 @@ class ShardRunner:
         await self._queue.put(("request", (request, future)))
         return await future
 
-    def _enqueue_timer(self, key: str) -> None:
+    def _enqueue_timer(self, key: str, seq: int) -> None:
         try:
-            self._queue.put_nowait(("timer", key))
+            self._queue.put_nowait(("timer", (key, seq)))
         except asyncio.QueueFull:
             # Never drop a timer: retry shortly (the core re-checks deadlines anyway).
-            asyncio.get_running_loop().call_later(0.01, self._enqueue_timer, key)
+            asyncio.get_running_loop().call_later(0.01, self._enqueue_timer, key, seq)
 
     # --- the serial executor -----------------------------------------------------------
 
     async def _run(self) -> None:
-        try:
-            await self._load()
-        except Exception:
-            log.exception("loading %s-%d failed", OFFSETS_TOPIC, self.partition)
-            return
+        await self._load_until_loaded()
         while True:
             kind, item = await self._queue.get()
             try:
                 if kind == "request":
-                    request, future = item
-                    if future.cancelled():
-                        continue
-                    token = self._next_token
-                    self._next_token += 1
-                    self._pending[token] = _Pending(request, future)
-                    self._apply(self.shard.handle(self.now_ms(), token, request))
+                    self._serve(*item)
                 else:
-                    self._apply(self.shard.on_timer(self.now_ms(), item))
+                    key, seq = item
+                    if self.timer.take_fired(key, seq):
+                        self._expire(key)
             except Exception:
-                log.exception("coordinator partition %d failed; reloading it", self.partition)
+                # LogAndMemoryDiverged, or a bug in this loop: either way only the log
+                # can say what is true now.
+                log.exception("%s-%d: log and memory may disagree", OFFSETS_TOPIC, self.partition)
                 await self._reload()
 
-    def _apply(self, result: Result) -> None:
-        """Append, replay, then answer: the order that keeps responses truthful."""
-        if result.records:
-            batch = build_batch(
-                [(r.key, r.value, ()) for r in result.records], timestamp_ms=self.now_ms()
+    def _serve(self, request: Request, future: asyncio.Future[Response]) -> None:
+        if future.cancelled():
+            return
+        token = self._next_token
+        self._next_token += 1
+        self._pending[token] = _Pending(request, future)
+        try:
+            result = self.shard.handle(self.mono_ms(), token, request, wall_ms=self.wall_ms())
+        except Exception:
+            # The core undid the call: only this request fails.
+            self.operation_failures += 1
+            log.exception(
+                "%s-%d: %s failed; answered UNKNOWN_SERVER_ERROR, nothing changed",
+                OFFSETS_TOPIC,
+                self.partition,
+                type(request).__name__,
             )
-            self.plog.append(batch, from_client=False)
+            self._answer(token, error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR))
+            return
+        refused = self._commit(result, type(request).__name__)
+        if refused is not None:
+            self._answer(token, error_response(request, _refused_error(request, refused)))
+
+    def _expire(self, key: str) -> None:
+        try:
+            result = self.shard.on_timer(self.mono_ms(), key, wall_ms=self.wall_ms())
+        except Exception:
+            self.operation_failures += 1
+            log.exception("%s-%d: timer %s failed", OFFSETS_TOPIC, self.partition, key)
+            self._retry_timer(key)
+            return
+        if self._commit(result, f"timer {key}") is None:
+            self._timer_failures.pop(key, None)
+        else:
+            self._retry_timer(key)
+
+    def _retry_timer(self, key: str) -> None:
+        """The core kept the failed timer's state; fire it again after a growing backoff."""
+        failures = self._timer_failures.get(key, 0) + 1
+        self._timer_failures[key] = failures
+        first, largest = TIMER_RETRY_MS
+        backoff = min(first * 2 ** (failures - 1), largest)
+        self.shard.timer.schedule(key, self.mono_ms() + backoff)
+        log.warning("%s-%d: timer %s retried in %d ms", OFFSETS_TOPIC, self.partition, key, backoff)
+
+    def _commit(self, result: Result, what: str) -> AppendRefused | None:
+        """Append, replay, then answer: the order that keeps responses truthful.
+
+        Returns why, if the log refused the records before writing any: the
+        core has undone the call and its responses are dropped (the caller
+        answers the request that caused it). Raises LogAndMemoryDiverged when
+        only a reload can tell what is durable.
+        """
+        try:
+            self._append_and_replay(result)
+        except AppendRefused as refused:
+            self.shard.abort()
+            self.operation_failures += 1
+            log.error("%s-%d: %s undone: %s", OFFSETS_TOPIC, self.partition, what, refused)
+            return refused
+        self._deliver(result)
+        return None
+
+    def _append_and_replay(self, result: Result) -> None:
+        if not result.records:
+            return
+        batches = self._batches(result)
+        for index, batch in enumerate(batches):
+            try:
+                self.plog.append(batch, from_client=False)
+            except LogError as exc:
+                if index == 0:  # validated before anything was written
+                    too_large = isinstance(exc, MessageTooLargeError)
+                    raise AppendRefused(str(exc), too_large=too_large) from exc
+                raise LogAndMemoryDiverged(f"append of batch {index + 1}") from exc
+            except Exception as exc:
+                raise LogAndMemoryDiverged("append failed") from exc
+        try:
             for record in result.records:
                 self.shard.replay(record)
-        for token, response in result.responses:
-            pending = self._pending.pop(token, None)
-            if pending is not None and not pending.future.done():
-                pending.future.set_result(response)
-        if result.events and self._on_events is not None:
-            self._on_events(result.events)
+        except Exception as exc:
+            raise LogAndMemoryDiverged("replay of appended records failed") from exc
 
-    async def _reload(self) -> None:
-        """After a failure the in-memory state may be ahead of the log: rebuild it."""
-        self.loaded = False
-        unloaded = self.shard.on_unloaded()
-        for token, response in unloaded.responses:
-            pending = self._pending.pop(token, None)
-            if pending is not None and not pending.future.done():
-                pending.future.set_result(response)
-        self._fail_pending()
-        self.timer.cancel_all()
-        self.shard = GroupCoordinatorShard(self.shard.config, timer=self.timer, ids=UuidIds())
-        await self._load()
+    def _batches(self, result: Result) -> list[bytes]:
+        """One batch for an atomic result; as many as needed for the others."""
+        limit = self.plog.config.max_message_bytes
+        now = self.wall_ms()
+
+        def encode(records: list[CoordinatorRecord]) -> list[bytes]:
+            batch = build_batch([(r.key, r.value, ()) for r in records], timestamp_ms=now)
+            if len(batch) <= limit:
+                return [batch]
+            if result.atomic or len(records) == 1:
+                raise AppendRefused(
+                    f"{len(records)} records need a {len(batch)}-byte batch; "
+                    f"max.message.bytes is {limit}",
+                    too_large=True,
+                )
+            half = len(records) // 2
+            return encode(records[:half]) + encode(records[half:])
+
+        return encode(result.records)
+
+    def _deliver(self, result: Result) -> None:
+        for token, response in result.responses:
+            self._answer(token, response)
+        if result.events:
+            log_events(result.events)
+            if self._on_events is not None:
+                try:
+                    self._on_events(result.events)
+                except Exception:
+                    # Events are observations: they must never fail a group operation.
+                    log.exception("%s-%d: event listener failed", OFFSETS_TOPIC, self.partition)
+
+    def _answer(self, token: RequestToken, response: Response) -> None:
+        pending = self._pending.pop(token, None)
+        if pending is not None and not pending.future.done():
+            pending.future.set_result(response)
+
+
+def _refused_error(request: Request, refused: AppendRefused) -> ErrorCode:
+    """What Kafka answers when the log refuses a call's records."""
+    if refused.too_large and isinstance(request, OffsetCommitRequest):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE  # as Kafka's classic coordinator maps it
+    return ErrorCode.UNKNOWN_SERVER_ERROR  # appendGroupMetadataErrorToResponseError
 
 
 def encode_event(event: CoordinatorEvent) -> bytes:

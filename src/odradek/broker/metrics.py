@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from odradek.broker.security.metrics_http import serve_metrics
@@ -44,11 +44,18 @@ class Snapshot:
     logs: list[tuple[str, int, int, int, int]] = field(
         default_factory=list
     )  # topic, p, start, end, bytes
+    # Coordinator failures summed over the __consumer_offsets partitions.
+    coordinator_operation_failures: int = 0
+    coordinator_reloads: int = 0
+    coordinator_load_failures: int = 0
 
 
 def take_snapshot(broker: Broker) -> Snapshot:
     snap = Snapshot()
     for runner in broker.groups.runners:
+        snap.coordinator_operation_failures += runner.operation_failures
+        snap.coordinator_reloads += runner.reloads
+        snap.coordinator_load_failures += runner.load_failures
         if not runner.loaded:
             continue
         for group_id, group in runner.shard.groups.items():
@@ -131,6 +138,22 @@ class StateCollector(Collector):
             end.add_metric([topic, str(partition)], log_end)
             size.add_metric([topic, str(partition)], size_bytes)
         yield from (state, members, generation, committed, lag, start, end, size)
+        yield CounterMetricFamily(
+            "odradek_coordinator_operation_failures",
+            "Group requests or timers that failed alone and were undone (error in the "
+            "coordinator, records over max.message.bytes)",
+            value=snap.coordinator_operation_failures,
+        )
+        yield CounterMetricFamily(
+            "odradek_coordinator_partition_reloads",
+            "__consumer_offsets partitions reloaded because log and memory may have diverged",
+            value=snap.coordinator_reloads,
+        )
+        yield CounterMetricFamily(
+            "odradek_coordinator_load_failures",
+            "Loads of a __consumer_offsets partition that failed (each is retried)",
+            value=snap.coordinator_load_failures,
+        )
 
 
 class BrokerMetrics:

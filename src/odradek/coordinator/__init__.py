@@ -4,10 +4,15 @@ One :class:`GroupCoordinatorShard` owns the classic consumer groups of one
 ``__consumer_offsets`` partition (``partition_for(group_id, n)`` picks it, as
 Kafka does). It performs no I/O and reads no clock, randomness or threads:
 
-- time comes in as ``now_ms`` on every call;
+- time comes in on every call: ``now_ms`` from a monotonic clock (every
+  deadline and timer is computed from it) and ``wall_ms`` from the wall clock
+  (only for timestamps written into records and events, and for offsets
+  retention, which Kafka defines on those timestamps); callers with a single
+  clock may omit ``wall_ms``;
 - timers go out through an injected :class:`Timer` (``schedule(key,
   deadline_ms)`` replaces an earlier deadline for ``key``; ``cancel(key)``);
-  the runtime calls ``on_timer(now_ms, key)`` when one is due;
+  the runtime calls ``on_timer(now_ms, key)`` when one is due. A timer that
+  fires before its deadline is re-armed, never dropped;
 - member ids are ``f"{client_id}-{uuid}"`` (``group_instance_id`` instead of
   ``client_id`` for static members) with the uuid from an injected
   :class:`IdGenerator`.
@@ -19,22 +24,26 @@ Calling it
 1. Loading: ``shard.replay(record)`` for every record of the partition from
    the start, then ``shard.on_loaded(now_ms)``. Until then answer requests with
    ``loading_response(request)``. A new, empty partition just calls
-   ``on_loaded``.
+   ``on_loaded``. If loading fails, discard the shard and start over.
 2. Serving: ``result = shard.handle(now_ms, token, request)`` and
-   ``result = shard.on_timer(now_ms, key)``. For each :class:`Result`, append
-   ``result.records`` to the partition, ``replay`` each of them in order, and
-   only then send every ``(token, response)`` in ``result.responses``. The
-   token is whatever the runtime passed in with the request; JoinGroup and
-   SyncGroup responses can come back from a later call, so responses are
-   matched by token, never by position. ``result.events`` are structured
-   observations (state transitions, completed rebalances) also logged via
-   ``logging.getLogger("odradek.coordinator")``.
+   ``result = shard.on_timer(now_ms, key)``. Both are atomic: if they raise,
+   the shard is exactly as before the call (answer that request with an
+   error; nothing else is affected). For each :class:`Result`, append
+   ``result.records`` to the partition (in one batch if ``result.atomic``),
+   ``replay`` each of them in order, and only then send every
+   ``(token, response)`` in ``result.responses``. If the append fails,
+   call ``shard.abort()`` instead of replaying: the call is undone and its
+   responses must not be sent. The token is whatever the runtime passed in
+   with the request; JoinGroup and SyncGroup responses can come back from a
+   later call, so responses are matched by token, never by position.
+   ``result.events`` are structured observations (state transitions,
+   completed rebalances); ``events.log_events`` logs them.
 3. Unloading: ``shard.on_unloaded()`` answers parked requests with
    NOT_COORDINATOR and cancels the shard's timers.
 
 The same shard object must see every call in order (one serial executor per
-partition). A failed append is not rolled back by the core: the runtime should
-unload and reload the partition from its log.
+partition). Only when replaying appended records fails does the shard no
+longer match its log; then the runtime reloads the partition.
 
 Requests and responses are the neutral dataclasses of :mod:`.types`; error
 codes are Kafka's numbers (:class:`ErrorCode`). Records are Kafka's

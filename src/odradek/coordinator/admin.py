@@ -27,6 +27,9 @@ class AdminHandlers(OffsetHandlers):
     def _describe_groups(self, now: int, token: RequestToken, req: DescribeGroupsRequest) -> None:
         out = []
         for gid in req.group_ids:
+            if not gid:
+                out.append(DescribedGroup(int(E.INVALID_GROUP_ID), gid, "", "", ""))
+                continue
             group = self.groups.get(gid)
             if group is None or group.state is S.DEAD:
                 # v0-5: unknown groups are "Dead" with NONE (v6 wants GROUP_ID_NOT_FOUND).
@@ -73,10 +76,12 @@ class AdminHandlers(OffsetHandlers):
         results = []
         for gid in req.group_ids:
             group = self.groups.get(gid)
-            if group is None or group.state is S.DEAD:
+            if not gid:
+                error = E.INVALID_GROUP_ID
+            elif group is None or group.state is S.DEAD:
                 error = E.GROUP_ID_NOT_FOUND
             elif group.state is S.EMPTY:
-                self._delete_group(group, now, "deleted by DeleteGroups")
+                self._delete_group(group, "deleted by DeleteGroups")
                 error = E.NONE
             else:
                 error = E.NON_EMPTY_GROUP

@@ -11,7 +11,7 @@ from odradek.coordinator.core import ShardBase
 from odradek.coordinator.errors import ErrorCode
 from odradek.coordinator.group import ClassicGroup, ClassicMember, JoinMode, Waiter
 from odradek.coordinator.state import GroupState
-from odradek.coordinator.timer import PENDING, timer_key
+from odradek.coordinator.timer import HEARTBEAT, JOIN, PENDING, SYNC, timer_key
 from odradek.coordinator.types import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -59,7 +59,7 @@ class ClassicHandlers(ShardBase):
             if not req.protocol_type or not req.protocols:
                 self._respond(token, _join_error(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
                 return
-            group = ClassicGroup(req.group_id, state_timestamp_ms=now)
+            group = ClassicGroup(req.group_id, state_timestamp_ms=self._wall_ms)
             self.groups[req.group_id] = group
             # Like Kafka's new coordinator, persist the group as soon as it exists.
             self._write_group(group)
@@ -213,8 +213,9 @@ class ClassicHandlers(ShardBase):
             join_waiter=Waiter(token),
             is_new=True,
         )
-        # Lets the initial delayed join extend while new members keep arriving.
-        if group.state is S.PREPARING_REBALANCE and group.generation_id == 0:
+        # Lets the initial delayed join extend while new members keep arriving: any
+        # rebalance that started from Empty, whatever the generation (Kafka 4.x).
+        if group.state is S.PREPARING_REBALANCE and group.previous_state is S.EMPTY:
             group.new_member_added = True
         group.add_member(member)
         # A new member cannot heartbeat yet; bound how long its JoinGroup may stay parked.
@@ -281,7 +282,6 @@ class ClassicHandlers(ShardBase):
         self._event(
             ev.STATIC_MEMBER_REPLACED,
             group.group_id,
-            now,
             instance_id=instance_id,
             old_member_id=old_id,
             new_member_id=new_id,
@@ -340,7 +340,7 @@ class ClassicHandlers(ShardBase):
         self._cancel_sync(group)
         initial = group.state is S.EMPTY
         self._start_rebalance_tracking(group, now, reason)
-        self._transition(group, S.PREPARING_REBALANCE, now, reason)
+        self._transition(group, S.PREPARING_REBALANCE, reason)
         if initial:
             delay = self.config.group_initial_rebalance_delay_ms
             group.initial_delay_ms = delay
@@ -374,11 +374,10 @@ class ClassicHandlers(ShardBase):
         if not group.maybe_elect_new_joined_leader() and group.members:
             # Nobody rejoined: wait another rebalance timeout for session expiry to clean up.
             self._schedule_join(group, JoinMode.REGULAR, now + group.rebalance_timeout_ms)
-            self._event(ev.JOIN_PHASE_EXTENDED, group.group_id, now, members=list(group.members))
+            self._event(ev.JOIN_PHASE_EXTENDED, group.group_id, members=list(group.members))
             return
         self._init_next_generation(group, now)
         if group.state is S.EMPTY:
-            self._write_group(group)
             self._finish_rebalance(group, now)
             return
         for member in group.members.values():
@@ -391,17 +390,31 @@ class ClassicHandlers(ShardBase):
         self._schedule_sync(group, now + group.rebalance_timeout_ms)
 
     def _init_next_generation(self, group: ClassicGroup, now: int) -> None:
+        """Open the next generation and write it down before anyone hears of it.
+
+        Kafka persists a generation only at the leader's SyncGroup (or on
+        Empty), so a coordinator that fails over during CompletingRebalance
+        hands the same generation number out again to a different membership,
+        and a stale member's commit at that number would be accepted. Writing
+        the group here, with the previous generation's assignments cleared
+        (they are void now), keeps generation numbers unique across reloads;
+        a loaded group whose members have no assignment rebalances at once
+        (see ``on_loaded``).
+        """
         group.generation_id += 1
         group.new_member_added = False
         if group.members:
             group.protocol_name = group.select_protocol()
             group.subscribed_topics = group.compute_subscribed_topics()
-            self._transition(group, S.COMPLETING_REBALANCE, now, "join phase completed")
+            for member in group.members.values():
+                member.assignment = b""
+            self._transition(group, S.COMPLETING_REBALANCE, "join phase completed")
         else:
             group.protocol_name = None
             group.subscribed_topics = group.compute_subscribed_topics()
-            self._transition(group, S.EMPTY, now, "join phase completed with no members")
+            self._transition(group, S.EMPTY, "join phase completed with no members")
         group.pending_sync.clear()
+        self._write_group(group)
 
     def _reset_and_propagate_assignment_error(
         self, group: ClassicGroup, now: int, error: ErrorCode
@@ -434,7 +447,6 @@ class ClassicHandlers(ShardBase):
         self._event(
             ev.MEMBER_REMOVED,
             group.group_id,
-            now,
             member_id=member.member_id,
             group_instance_id=member.group_instance_id,
             reason=why,
@@ -478,7 +490,7 @@ class ClassicHandlers(ShardBase):
                     m.assignment = assignments.get(m.member_id, b"")
                 self._write_group(group)
                 self._propagate_assignment(group, now, E.NONE)
-                self._transition(group, S.STABLE, now, f"leader {member.member_id} synced")
+                self._transition(group, S.STABLE, f"leader {member.member_id} synced")
                 self._finish_rebalance(group, now)
         elif state is S.STABLE:
             self._remove_pending_sync(group, member.member_id)
@@ -562,7 +574,11 @@ class ClassicHandlers(ShardBase):
         if group.state is S.DEAD:
             self._respond(token, LeaveGroupResponse(int(E.COORDINATOR_NOT_AVAILABLE)))
             return
+        # Remove every listed member first, then move the group on once (Kafka 4.x):
+        # completing the join phase after each removal could hand a generation to
+        # a member that is leaving in the same request.
         results = []
+        removed: list[str] = []
         for lm in req.members:
             why = "member left the group"
             if lm.reason:
@@ -571,33 +587,47 @@ class ClassicHandlers(ShardBase):
                 # KIP-345 admin removal by instance id.
                 current = group.static_member_id(lm.group_instance_id)
                 if current is not None:
-                    self._remove_member_and_update(group, group.members[current], now, why)
+                    self._drop_member(group, group.members[current], now, why)
+                    removed.append(current)
                     error = E.NONE
                 else:
                     error = E.UNKNOWN_MEMBER_ID
             elif lm.member_id in group.pending_members:
                 del group.pending_members[lm.member_id]
                 self._cancel_pending(group, lm.member_id)
-                self._maybe_complete_join(group, now)
+                removed.append(lm.member_id)
                 error = E.NONE
             elif group.is_static_member_fenced(lm.group_instance_id, lm.member_id):
                 error = E.FENCED_INSTANCE_ID
             elif lm.member_id in group.members:
-                self._remove_member_and_update(group, group.members[lm.member_id], now, why)
+                self._drop_member(group, group.members[lm.member_id], now, why)
+                removed.append(lm.member_id)
                 error = E.NONE
             else:
                 error = E.UNKNOWN_MEMBER_ID
             results.append(LeaveGroupMemberResponse(lm.member_id, lm.group_instance_id, int(error)))
+        if removed:
+            reason = f"members {removed} left the group"
+            if group.state in (S.STABLE, S.COMPLETING_REBALANCE):
+                self._maybe_prepare_rebalance(group, now, reason)
+            elif group.state is S.PREPARING_REBALANCE:
+                self._maybe_complete_join(group, now)
         self._respond(token, LeaveGroupResponse(int(E.NONE), tuple(results)))
 
     # ================================================================= timers
 
+    # Each expiry first checks that its deadline (kept in the group, on the monotonic
+    # clock) has passed. A fire before the deadline is not stale by itself: the
+    # runtime's timer and the clock it passes may disagree, so re-arm at the
+    # deadline instead of dropping the timer. A missing deadline means the timer
+    # was replaced or cancelled.
+
     def _on_join_timer(self, now: int, group: ClassicGroup) -> None:
-        if (
-            group.state is not S.PREPARING_REBALANCE
-            or group.join_deadline_ms is None
-            or now < group.join_deadline_ms
-        ):
+        deadline = group.join_deadline_ms
+        if group.state is not S.PREPARING_REBALANCE or deadline is None:
+            return
+        if now < deadline:
+            self.timer.schedule(timer_key(JOIN, group.group_id), deadline)
             return
         if (
             group.join_mode == JoinMode.INITIAL
@@ -614,7 +644,11 @@ class ClassicHandlers(ShardBase):
         self._complete_join(group, now)
 
     def _on_sync_timer(self, now: int, group: ClassicGroup) -> None:
-        if group.sync_deadline_ms is None or now < group.sync_deadline_ms:
+        deadline = group.sync_deadline_ms
+        if deadline is None:
+            return
+        if now < deadline:
+            self.timer.schedule(timer_key(SYNC, group.group_id), deadline)
             return
         generation = group.sync_generation
         self._cancel_sync(group)
@@ -639,13 +673,17 @@ class ClassicHandlers(ShardBase):
         if member is None or member.heartbeat_deadline_ms is None:
             return
         if now < member.heartbeat_deadline_ms:
+            self.timer.schedule(
+                timer_key(HEARTBEAT, group.group_id, member_id), member.heartbeat_deadline_ms
+            )
             return
         if member.is_new:
             self._remove_member_and_update(
                 group, member, now, f"new member {member_id} join timed out"
             )
         elif member.join_waiter is not None or member.sync_waiter is not None:
-            # Members parked in the rebalance count as alive (hasSatisfiedHeartbeat).
+            # Members parked in the rebalance count as alive (hasSatisfiedHeartbeat);
+            # completing the join or the sync schedules their next deadline.
             return
         else:
             self._remove_member_and_update(
@@ -654,13 +692,15 @@ class ClassicHandlers(ShardBase):
 
     def _on_pending_timer(self, now: int, group: ClassicGroup, member_id: str) -> None:
         deadline = group.pending_members.get(member_id)
-        if group.state is S.DEAD or deadline is None or now < deadline:
+        if group.state is S.DEAD or deadline is None:
+            return
+        if now < deadline:
+            self.timer.schedule(timer_key(PENDING, group.group_id, member_id), deadline)
             return
         del group.pending_members[member_id]
         self._event(
             ev.MEMBER_REMOVED,
             group.group_id,
-            now,
             member_id=member_id,
             reason="pending member expired",
         )

@@ -2,6 +2,13 @@
 
 Handlers never return values; they append records, responses and events to
 the ``Result`` of the call in progress (``self._out``).
+
+Two clocks reach the core. ``now`` (the ``now_ms`` of each call) is monotonic:
+every deadline and timer is computed from it, so a wall-clock step can neither
+expire a member early nor keep a timer from firing. ``self._wall_ms`` is the
+wall clock of the call in progress: it only stamps what is written down
+(commit and state timestamps in records, event times) and drives offsets
+retention, which Kafka defines on record timestamps.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from odradek.coordinator import events as ev
 from odradek.coordinator.config import CoordinatorConfig
 from odradek.coordinator.errors import ErrorCode
 from odradek.coordinator.group import ClassicGroup, ClassicMember, RebalanceTracking
+from odradek.coordinator.journal import active_journal
 from odradek.coordinator.records import group_metadata_record
 from odradek.coordinator.state import GroupState, check_transition
 from odradek.coordinator.timer import HEARTBEAT, JOIN, PENDING, SYNC, IdGenerator, Timer, timer_key
@@ -23,14 +31,55 @@ from odradek.coordinator.types import (
 )
 
 
+class JournaledTimer:
+    """The injected timer, plus a record of what is scheduled so a failed call can undo.
+
+    Every ``schedule``/``cancel`` made inside a call saves the key's previous
+    deadline into the active journal; ``restore`` puts it back. ``fired`` tells
+    it that the runtime's timer dropped a key because it fired.
+    """
+
+    def __init__(self, inner: Timer) -> None:
+        self.inner = inner
+        self.deadlines: dict[str, int] = {}
+
+    def schedule(self, key: str, deadline_ms: int) -> None:
+        self._save(key)
+        self.deadlines[key] = deadline_ms
+        self.inner.schedule(key, deadline_ms)
+
+    def cancel(self, key: str) -> None:
+        self._save(key)
+        self.deadlines.pop(key, None)
+        self.inner.cancel(key)
+
+    def fired(self, key: str) -> None:
+        self._save(key)
+        self.deadlines.pop(key, None)
+
+    def restore(self, key: str, deadline_ms: int | None) -> None:
+        if deadline_ms is None:
+            self.deadlines.pop(key, None)
+            self.inner.cancel(key)
+        elif self.deadlines.get(key) != deadline_ms:
+            self.deadlines[key] = deadline_ms
+            self.inner.schedule(key, deadline_ms)
+
+    def _save(self, key: str) -> None:
+        journal = active_journal()
+        if journal is not None:
+            journal.save_timer(key, self.deadlines.get(key))
+
+
 class ShardBase:
     def __init__(self, config: CoordinatorConfig, timer: Timer, ids: IdGenerator) -> None:
         self.config = config
-        self.timer = timer
+        self.timer = JournaledTimer(timer)
         self.ids = ids
         self.groups: dict[str, ClassicGroup] = {}
         self.loaded = False
         self._out = Result()
+        self._wall_ms = 0  # wall clock of the call in progress
 
     # --- output -----------------------------------------------------------------
 
@@ -40,24 +89,23 @@ class ShardBase:
     def _respond(self, token: RequestToken, response: Response) -> None:
         self._out.responses.append((token, response))
 
-    def _event(self, kind: str, group_id: str, now: int, **fields: object) -> None:
-        self._out.events.append(ev.make_event(kind, group_id, now, **fields))
+    def _event(self, kind: str, group_id: str, **fields: object) -> None:
+        self._out.events.append(ev.make_event(kind, group_id, self._wall_ms, **fields))
 
     def _write_group(self, group: ClassicGroup) -> None:
         self._record(group_metadata_record(group.group_id, group.to_value()))
 
     # --- state machine ------------------------------------------------------------
 
-    def _transition(self, group: ClassicGroup, dst: GroupState, now: int, reason: str) -> None:
+    def _transition(self, group: ClassicGroup, dst: GroupState, reason: str) -> None:
         check_transition(group.state, dst)
         src = group.state
         group.previous_state = src
         group.state = dst
-        group.state_timestamp_ms = now
+        group.state_timestamp_ms = self._wall_ms  # persisted: KIP-211 retention reads it
         self._event(
             ev.STATE_TRANSITION,
             group.group_id,
-            now,
             from_state=src.value,
             to_state=dst.value,
             generation=group.generation_id,
@@ -67,12 +115,15 @@ class ShardBase:
         )
 
     def _start_rebalance_tracking(self, group: ClassicGroup, now: int, reason: str) -> None:
-        if group.rebalance is None:
+        track = group.rebalance
+        if track is None:
             before: tuple[str, ...] = ()
             if group.persisted is not None:
                 before = tuple(m.group_instance_id or m.member_id for m in group.persisted.members)
-            group.rebalance = RebalanceTracking(started_ms=now, members_before=before)
-        group.rebalance.reasons.append(reason)
+            track = RebalanceTracking(started_ms=now, members_before=before)
+        group.rebalance = RebalanceTracking(
+            track.started_ms, track.members_before, (*track.reasons, reason)
+        )
 
     def _finish_rebalance(self, group: ClassicGroup, now: int) -> None:
         track = group.rebalance
@@ -84,7 +135,6 @@ class ShardBase:
         self._event(
             ev.REBALANCE_COMPLETED,
             group.group_id,
-            now,
             generation=group.generation_id,
             state=group.state.value,
             duration_ms=now - track.started_ms,

@@ -1,13 +1,16 @@
 """Structured observations: every state transition and every completed rebalance.
 
-Events are returned in ``Result.events`` for the runtime (metrics, CLI views)
-and also logged through stdlib ``logging`` with the event dict under
-``extra={"odradek_event": ...}`` so a JSON log formatter can pick them up.
+Events are returned in ``Result.events`` for the runtime (metrics, CLI views).
+The runtime logs them with :func:`log_events` once the call that produced
+them is durable (a call that fails is undone, and so are its events), through
+stdlib ``logging`` with the event dict under ``extra={"odradek_event": ...}``
+so a JSON log formatter can pick them up.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from odradek.coordinator.types import CoordinatorEvent
@@ -24,14 +27,20 @@ GROUP_LOADED = "group_loaded"
 
 
 def make_event(kind: str, group_id: str, at_ms: int, **fields: Any) -> CoordinatorEvent:
-    event = CoordinatorEvent(kind=kind, group_id=group_id, at_ms=at_ms, fields=fields)
-    if logger.isEnabledFor(logging.INFO):
-        payload = {"kind": kind, "group": group_id, "at_ms": at_ms, **fields}
+    return CoordinatorEvent(kind=kind, group_id=group_id, at_ms=at_ms, fields=fields)
+
+
+def log_events(events: Iterable[CoordinatorEvent]) -> None:
+    """One structured log line per event (``odradek.coordinator`` logger)."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    for event in events:
+        payload = {"kind": event.kind, "group": event.group_id, "at_ms": event.at_ms}
+        payload.update(event.fields)
         logger.info(
             "%s group=%s %s",
-            kind,
-            group_id,
-            " ".join(f"{k}={v}" for k, v in fields.items()),
+            event.kind,
+            event.group_id,
+            " ".join(f"{k}={v}" for k, v in event.fields.items()),
             extra={"odradek_event": payload},
         )
-    return event

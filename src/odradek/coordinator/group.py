@@ -7,13 +7,16 @@ and timers, rebuilt from ``persisted`` when the partition is loaded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
+from typing import Any
 
 from odradek.coordinator.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
     ConsumerProtocolError,
     subscribed_topics,
 )
+from odradek.coordinator.journal import active_journal
 from odradek.coordinator.records import GroupMetadataValue, MemberMetadataValue
 from odradek.coordinator.state import GroupState
 from odradek.coordinator.types import RequestToken
@@ -50,7 +53,22 @@ class ClassicMember:
     sync_waiter: Waiter | None = None
     # A member whose first JoinGroup is still parked (no generation yet).
     is_new: bool = False
+    # Monotonic deadline of the session (or of a new member's parked join).
     heartbeat_deadline_ms: int | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Inside a coordinator call, save the member before its first change (undo log).
+        journal = active_journal()
+        if journal is not None:
+            journal.save_object(self)
+        object.__setattr__(self, name, value)
+
+    def save_fields(self) -> tuple[Any, ...]:
+        return _member_fields(self)  # type: ignore[no-any-return]
+
+    def restore_fields(self, saved: tuple[Any, ...]) -> None:
+        for name, value in zip(_MEMBER_FIELDS, saved, strict=True):
+            object.__setattr__(self, name, value)
 
     @property
     def is_static(self) -> bool:
@@ -72,18 +90,73 @@ class ClassicMember:
         raise ValueError(f"member {self.member_id} supports none of {sorted(candidates)}")
 
 
+_MEMBER_FIELDS = tuple(f.name for f in fields(ClassicMember))
+_member_fields = attrgetter(*_MEMBER_FIELDS)
+
+
 class JoinMode:
     INITIAL = "initial"  # InitialDelayedJoin: never completes early
     REGULAR = "regular"  # DelayedJoin: completes once everyone rejoined
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RebalanceTracking:
     """Kept from the first PreparingRebalance until Stable/Empty, for the rebalance event."""
 
-    started_ms: int
+    started_ms: int  # monotonic
     members_before: tuple[str, ...]
-    reasons: list[str] = field(default_factory=list)
+    reasons: tuple[str, ...] = ()
+
+
+class _GroupDict(dict[Any, Any]):
+    """A dict field of a group that saves its group into the undo log before changing.
+
+    Every way to change a dict in place goes through one of these methods.
+    """
+
+    __slots__ = ("_group",)
+
+    def __init__(self, group: ClassicGroup, items: Any = ()) -> None:
+        super().__init__(items)
+        self._group = group
+
+    def _touch(self) -> None:
+        journal = active_journal()
+        if journal is not None:
+            journal.save_group(self._group)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._touch()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self._touch()
+        super().__delitem__(key)
+
+    def __ior__(self, other: Any) -> _GroupDict:  # type: ignore[override,misc]
+        self._touch()
+        super().update(other)
+        return self
+
+    def pop(self, *args: Any) -> Any:
+        self._touch()
+        return super().pop(*args)
+
+    def popitem(self) -> Any:
+        self._touch()
+        return super().popitem()
+
+    def clear(self) -> None:
+        self._touch()
+        super().clear()
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self._touch()
+        return super().setdefault(key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._touch()
+        super().update(*args, **kwargs)
 
 
 @dataclass(slots=True)
@@ -114,6 +187,35 @@ class ClassicGroup:
     # Hard state.
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     persisted: GroupMetadataValue | None = None
+
+    # --- undo log support (see journal.py) ----------------------------------------
+    #
+    # Inside a coordinator call the group saves itself before its first change:
+    # an attribute set (here) or an in-place change of one of its dicts
+    # (_GroupDict). A call that only reads the group, or changes one member (a
+    # heartbeat), copies nothing of it.
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        journal = active_journal()
+        if journal is not None:
+            journal.save_group(self)
+        if name in _GROUP_DICT_FIELDS and type(value) is not _GroupDict:
+            value = _GroupDict(self, value)
+        object.__setattr__(self, name, value)
+
+    def save_fields(self) -> tuple[Any, ...]:
+        """The soft state, copied deep enough that later changes cannot reach the copy.
+
+        Members are saved on their own when they change; hard state is changed
+        only by replay, never inside a call. Raises AttributeError while the
+        group is being constructed (nothing to save yet).
+        """
+        values = _group_soft_fields(self)
+        return tuple(dict(v) if type(v) is _GroupDict else v for v in values)
+
+    def restore_fields(self, saved: tuple[Any, ...]) -> None:
+        for name, value in zip(_GROUP_SOFT_FIELDS, saved, strict=True):
+            setattr(self, name, value)
 
     # --- queries ---------------------------------------------------------------
 
@@ -227,9 +329,25 @@ class ClassicGroup:
         return member
 
     def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> ClassicMember:
-        """Give a static member a new id; the caller fences the old id's waiters."""
-        member = self.members.pop(old_id)
-        member.member_id = new_id
+        """Swap in a fresh member under a new id (Kafka's replaceStaticMember).
+
+        The new member keeps the old one's identity, timeouts, protocols and
+        assignment, but nothing of its progress: it is not "new" (its first
+        JoinGroup is not pending), has no parked request and no deadline. The
+        caller fences the old id's parked requests.
+        """
+        old = self.members.pop(old_id)
+        member = ClassicMember(
+            member_id=new_id,
+            group_instance_id=old.group_instance_id,
+            client_id=old.client_id,
+            client_host=old.client_host,
+            rebalance_timeout_ms=old.rebalance_timeout_ms,
+            session_timeout_ms=old.session_timeout_ms,
+            protocol_type=old.protocol_type,
+            protocols=old.protocols,
+            assignment=old.assignment,
+        )
         self.members[new_id] = member
         if self.leader_id == old_id:
             self.leader_id = new_id
@@ -286,6 +404,13 @@ class ClassicGroup:
             ),
             members=members,
         )
+
+
+_GROUP_SOFT_FIELDS = tuple(
+    f.name for f in fields(ClassicGroup) if f.name not in ("group_id", "offsets", "persisted")
+)
+_GROUP_DICT_FIELDS = frozenset(("members", "static_members", "pending_members", "pending_sync"))
+_group_soft_fields = attrgetter(*_GROUP_SOFT_FIELDS)
 
 
 def membership_view(value: GroupMetadataValue) -> tuple[object, ...]:

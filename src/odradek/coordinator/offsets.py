@@ -43,12 +43,16 @@ class OffsetHandlers(ShardBase):
     # ================================================================= OffsetCommit
 
     def _offset_commit(self, now: int, token: RequestToken, req: OffsetCommitRequest) -> None:
-        error = self._validate_offset_commit(now, req)
+        # Kafka 4.x still takes commits for the empty group id (a pre-0.9 habit); no
+        # client of a consumer group sends one, and Odradek refuses it like every
+        # other group API does (docs/coordinator.md).
+        error = E.INVALID_GROUP_ID if not req.group_id else self._validate_offset_commit(now, req)
         if error is not None:
             err = error
             self._respond(token, self._commit_response(req, lambda _t, _p: err))
             return
         max_meta = self.config.offset_metadata_max_bytes
+        wall = self._wall_ms  # commit and expire timestamps are wall-clock, as Kafka's
         results: dict[tuple[str, int], ErrorCode] = {}
         for topic in req.topics:
             for p in topic.partitions:
@@ -57,26 +61,29 @@ class OffsetHandlers(ShardBase):
                     results[(topic.name, p.partition)] = E.OFFSET_METADATA_TOO_LARGE
                     continue
                 expire = (
-                    now + req.retention_time_ms
+                    wall + req.retention_time_ms
                     if req.retention_time_ms != DEFAULT_RETENTION_TIME
                     else -1
                 )
-                value = OffsetCommitValue(p.offset, p.leader_epoch, metadata, now, expire)
+                value = OffsetCommitValue(p.offset, p.leader_epoch, metadata, wall, expire)
                 self._record(offset_commit_record(req.group_id, topic.name, p.partition, value))
                 results[(topic.name, p.partition)] = E.NONE
         self._respond(token, self._commit_response(req, lambda t, p: results[(t, p)]))
 
     def _validate_offset_commit(self, now: int, req: OffsetCommitRequest) -> ErrorCode | None:
+        """Kafka 4.x OffsetMetadataManager / ClassicGroup.validateOffsetCommit."""
         group = self.groups.get(req.group_id)
         if group is None:
             if req.generation_id < 0:
-                # A "simple" group that does not use group management; replay creates it.
-                if req.member_id or req.group_instance_id is not None:
-                    return E.UNKNOWN_MEMBER_ID
+                # A "simple" group that does not use group management (the admin client,
+                # a manually assigned consumer), whatever member id it sends; replay of
+                # the offset records creates it.
                 return None
             return E.GROUP_ID_NOT_FOUND if req.unknown_group_is_not_found else E.ILLEGAL_GENERATION
         if group.state is S.DEAD:
             return E.COORDINATOR_NOT_AVAILABLE
+        if req.generation_id < 0 and group.state is S.EMPTY:
+            return None  # same: no member to validate in an Empty group
         if req.generation_id >= 0 or req.member_id or req.group_instance_id is not None:
             error = self._validate_member(group, req.member_id, req.group_instance_id)
             if error is not None:
@@ -116,6 +123,9 @@ class OffsetHandlers(ShardBase):
     # ================================================================= OffsetFetch
 
     def _offset_fetch(self, now: int, token: RequestToken, req: OffsetFetchRequest) -> None:
+        if not req.group_id:
+            self._respond(token, OffsetFetchResponse(int(E.INVALID_GROUP_ID)))
+            return
         group = self.groups.get(req.group_id)
         offsets = group.offsets if group is not None else {}
         if req.topics is None:
@@ -143,6 +153,9 @@ class OffsetHandlers(ShardBase):
     # ================================================================= OffsetDelete
 
     def _offset_delete(self, now: int, token: RequestToken, req: OffsetDeleteRequest) -> None:
+        if not req.group_id:
+            self._respond(token, OffsetDeleteResponse(int(E.INVALID_GROUP_ID)))
+            return
         group = self.groups.get(req.group_id)
         if group is None or group.state is S.DEAD:
             self._respond(token, OffsetDeleteResponse(int(E.GROUP_ID_NOT_FOUND)))
@@ -170,6 +183,7 @@ class OffsetHandlers(ShardBase):
     # ================================================================= retention
 
     def _expired_offsets(self, group: ClassicGroup, now: int) -> list[tuple[str, int]]:
+        """``now`` is the wall clock: retention is measured on record timestamps."""
         retention = self.config.offsets_retention_ms
 
         def expired(o: CommittedOffset, base: int) -> bool:
@@ -200,30 +214,31 @@ class OffsetHandlers(ShardBase):
             return [tp for tp, o in group.offsets.items() if expired(o, o.commit_timestamp)]
         return []
 
-    def _cleanup_group_metadata(self, now: int) -> None:
+    def _cleanup_group_metadata(self) -> None:
+        """Expire offsets by their (wall-clock) timestamps; remove Empty groups left bare."""
+        wall = self._wall_ms
         for group in list(self.groups.values()):
             if group.state is S.DEAD:
                 continue
-            expired = sorted(self._expired_offsets(group, now))
+            expired = sorted(self._expired_offsets(group, wall))
             if expired:
                 self._event(
                     ev.OFFSETS_EXPIRED,
                     group.group_id,
-                    now,
                     partitions=[f"{t}-{p}" for t, p in expired],
                 )
             if group.state is S.EMPTY and len(group.offsets) == len(expired):
                 # Tombstones every offset, the expired ones included.
-                self._delete_group(group, now, "empty group without offsets")
+                self._delete_group(group, "empty group without offsets")
                 continue
             for topic, partition in expired:
                 self._record(offset_tombstone(group.group_id, topic, partition))
 
-    def _delete_group(self, group: ClassicGroup, now: int, reason: str) -> None:
+    def _delete_group(self, group: ClassicGroup, reason: str) -> None:
         """Tombstone an Empty group and whatever offsets it still has."""
         for topic, partition in sorted(group.offsets):
             self._record(offset_tombstone(group.group_id, topic, partition))
         self._cancel_all_group_timers(group)
         group.pending_members.clear()
-        self._transition(group, S.DEAD, now, reason)
+        self._transition(group, S.DEAD, reason)
         self._record(group_tombstone(group.group_id))

@@ -20,6 +20,7 @@ from odradek.coordinator.types import CoordinatorRecord
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
 GROUP_METADATA_VALUE_VERSION = 3
+MAX_STRING_BYTES = 32767  # int16 length prefix of the non-flexible key/value versions
 
 
 class RecordFormatError(ValueError):
@@ -98,6 +99,11 @@ class _Writer:
             self.i16(-1)
             return
         data = v.encode("utf-8")
+        if len(data) > MAX_STRING_BYTES:
+            raise RecordFormatError(
+                f"a string of {len(data)} bytes does not fit a record field "
+                f"(at most {MAX_STRING_BYTES})"
+            )
         self.i16(len(data))
         self._parts.append(data)
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from odradek.coordinator import events as ev
 from odradek.coordinator.admin import AdminHandlers
 from odradek.coordinator.classic import ClassicHandlers
 from odradek.coordinator.config import CoordinatorConfig
 from odradek.coordinator.errors import ErrorCode
-from odradek.coordinator.group import ClassicGroup, ClassicMember, CommittedOffset, membership_view
+from odradek.coordinator.group import ClassicGroup, ClassicMember, CommittedOffset
+from odradek.coordinator.journal import Journal, start_recording, stop_recording
 from odradek.coordinator.records import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -75,14 +78,31 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
         ids: IdGenerator,
     ) -> None:
         super().__init__(config or CoordinatorConfig(), timer, ids)
+        self._last_journal: Journal | None = None
 
     # ================================================================= entry points
+    #
+    # ``now_ms`` is monotonic: deadlines and timers use it. ``wall_ms`` (the wall
+    # clock, default ``now_ms`` for callers with a single clock) only stamps
+    # records and events and drives offsets retention.
+    #
+    # ``handle`` and ``on_timer`` are atomic: if they raise, the shard is exactly
+    # as it was before the call (groups, members, timers). After they return, the
+    # caller appends ``result.records`` and replays them; if the append fails
+    # instead, ``abort()`` undoes the call so the shard matches the log again.
 
-    def handle(self, now_ms: int, token: RequestToken, request: Request) -> Result:
+    def handle(
+        self, now_ms: int, token: RequestToken, request: Request, *, wall_ms: int | None = None
+    ) -> Result:
         """Run one request. Its response may be in this Result or a later one."""
         if not self.loaded:
             raise RuntimeError("handle() before on_loaded(): answer with loading_response()")
-        self._out = out = Result()
+        touched = _groups_named_by(request)
+        return self._atomically(
+            now_ms, wall_ms, touched, lambda: self._dispatch(now_ms, token, request)
+        )
+
+    def _dispatch(self, now_ms: int, token: RequestToken, request: Request) -> None:
         if isinstance(request, JoinGroupRequest):
             self._join_group(now_ms, token, request)
         elif isinstance(request, SyncGroupRequest):
@@ -105,41 +125,75 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
             self._offset_delete(now_ms, token, request)
         else:
             raise TypeError(f"unsupported request {type(request).__name__}")
-        self._out = Result()
-        return out
 
-    def on_timer(self, now_ms: int, key: str) -> Result:
-        """A timer scheduled through ``Timer.schedule`` is due."""
-        self._out = out = Result()
-        if self.loaded:
-            kind, parts = parse_timer_key(key)
+    def on_timer(self, now_ms: int, key: str, *, wall_ms: int | None = None) -> Result:
+        """A timer scheduled through ``Timer.schedule`` fired (possibly early, or stale)."""
+        kind, parts = parse_timer_key(key)
+
+        def body() -> None:
+            self.timer.fired(key)
+            if not self.loaded:
+                return
             if kind == CLEANUP:
-                self._cleanup_group_metadata(now_ms)
+                self._cleanup_group_metadata()
                 self._schedule_cleanup(now_ms)
-            else:
-                group = self.groups.get(parts[0]) if parts else None
-                if group is not None:
-                    if kind == JOIN:
-                        self._on_join_timer(now_ms, group)
-                    elif kind == SYNC:
-                        self._on_sync_timer(now_ms, group)
-                    elif kind == HEARTBEAT:
-                        self._on_heartbeat_timer(now_ms, group, parts[1])
-                    elif kind == PENDING:
-                        self._on_pending_timer(now_ms, group, parts[1])
-        self._out = Result()
+                self._out.atomic = False  # many independent tombstones: any batching will do
+                return
+            group = self.groups.get(parts[0]) if parts else None
+            if group is None:
+                return
+            if kind == JOIN:
+                self._on_join_timer(now_ms, group)
+            elif kind == SYNC:
+                self._on_sync_timer(now_ms, group)
+            elif kind == HEARTBEAT:
+                self._on_heartbeat_timer(now_ms, group, parts[1])
+            elif kind == PENDING:
+                self._on_pending_timer(now_ms, group, parts[1])
+
+        return self._atomically(now_ms, wall_ms, (), body)  # timers create no group
+
+    def abort(self) -> None:
+        """Undo the last ``handle``/``on_timer``, whose records could not be appended."""
+        journal, self._last_journal = self._last_journal, None
+        if journal is None:
+            raise RuntimeError("abort() without a call to undo (or after its records replayed)")
+        journal.undo(self.groups, self.timer.restore)
+
+    def _atomically(
+        self, now_ms: int, wall_ms: int | None, group_ids: Iterable[str], body: Callable[[], None]
+    ) -> Result:
+        journal = Journal()
+        for group_id in group_ids:
+            if group_id not in self.groups:
+                journal.note_absent(group_id)
+        self._last_journal = None
+        self._out = out = Result()
+        self._wall_ms = now_ms if wall_ms is None else wall_ms
+        recording = start_recording(journal)
+        try:
+            body()
+        except BaseException:
+            stop_recording(recording)
+            journal.undo(self.groups, self.timer.restore)
+            raise
+        stop_recording(recording)
+        self._last_journal = journal
         return out
 
-    def on_loaded(self, now_ms: int) -> Result:
-        """All records of the partition were replayed: build live groups and start timers."""
+    def on_loaded(self, now_ms: int, *, wall_ms: int | None = None) -> Result:
+        """All records of the partition were replayed: build live groups and start timers.
+
+        Not atomic: if it raises, discard the shard and load a fresh one.
+        """
         self._out = out = Result()
+        self._wall_ms = now_ms if wall_ms is None else wall_ms
         self.loaded = True
         for group in list(self.groups.values()):
             self._materialize(group)
             self._event(
                 ev.GROUP_LOADED,
                 group.group_id,
-                now_ms,
                 state=group.state.value,
                 generation=group.generation_id,
                 members=list(group.members),
@@ -150,6 +204,12 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
                 self._schedule_heartbeat(group, member, now_ms + member.session_timeout_ms)
             if len(group.members) > self.config.group_max_size:
                 self._prepare_rebalance(group, now_ms, "loaded group is over group.max.size")
+            elif group.members and not any(m.assignment for m in group.members.values()):
+                # Written when its join phase completed, before the leader's assignment:
+                # that rebalance was lost with the old coordinator, so start another.
+                self._prepare_rebalance(
+                    group, now_ms, "loaded group has no assignment (rebalance interrupted)"
+                )
         self._schedule_cleanup(now_ms)
         self._out = Result()
         return out
@@ -157,6 +217,7 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
     def on_unloaded(self) -> Result:
         """The partition moved away: parked requests get NOT_COORDINATOR, timers stop."""
         self._out = out = Result()
+        self._last_journal = None
         for group in self.groups.values():
             for member in group.members.values():
                 self._fail_waiters(member, E.NOT_COORDINATOR)
@@ -171,7 +232,11 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
     # ================================================================= replay
 
     def replay(self, record: CoordinatorRecord) -> None:
-        """Apply one ``__consumer_offsets`` record to the hard state."""
+        """Apply one ``__consumer_offsets`` record to the hard state.
+
+        Replaying the records of a call commits it: it can no longer be aborted.
+        """
+        self._last_journal = None
         key = decode_key(record.key)
         if isinstance(key, OffsetCommitKey):
             tp = (key.topic, key.partition)
@@ -267,22 +332,17 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
         group = self.groups.get(group_id)
         return None if group is None else group.state
 
-    def durable_state(self) -> dict[str, tuple[object, ...]]:
-        """Hard state only: what replaying this shard's records must reproduce."""
-        out: dict[str, tuple[object, ...]] = {}
-        for gid, group in self.groups.items():
-            if group.state is S.DEAD:
-                continue
-            persisted = None if group.persisted is None else membership_view(group.persisted)
-            offsets = tuple(
-                (tp, o.offset, o.leader_epoch, o.metadata, o.commit_timestamp, o.expire_timestamp)
-                for tp, o in sorted(group.offsets.items())
-            )
-            out[gid] = (persisted, offsets)
-        return out
-
 
 # ================================================================= runtime helpers
+
+
+def _groups_named_by(request: Request) -> tuple[str, ...]:
+    """The groups a request may create: undoing it must remove them again."""
+    if isinstance(request, DescribeGroupsRequest | DeleteGroupsRequest):
+        return tuple(request.group_ids)
+    if isinstance(request, ListGroupsRequest):
+        return ()
+    return (request.group_id,)
 
 
 def error_response(request: Request, error: ErrorCode | int) -> Response:

@@ -383,3 +383,6 @@ class Result:
     records: list[CoordinatorRecord] = field(default_factory=list)
     responses: list[tuple[RequestToken, Response]] = field(default_factory=list)
     events: list[CoordinatorEvent] = field(default_factory=list)
+    # True: the records are one unit and must be appended in one batch (requests).
+    # False: independent records that may be split over several batches (cleanup).
+    atomic: bool = True

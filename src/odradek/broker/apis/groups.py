@@ -22,7 +22,7 @@ from typing import Any
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from odradek.coordinator import partition_for
+from odradek.coordinator import ErrorCode, partition_for
 from odradek.coordinator import types as core
 from odradek.protocol.apikeys import ApiKey
 
@@ -289,50 +289,64 @@ def _every_partition(request_topics: Any, error_code: int) -> list[dict[str, Any
 async def offset_commit(ctx: RequestContext, request: Any) -> Any:
     if not _group_allowed(ctx, AclOperation.READ, request.group_id):
         return _commit_response(ctx, _every_partition(request.topics, GROUP_AUTHORIZATION_FAILED))
-    readable = [
-        t for t in request.topics if ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name)
-    ]
-    refused = _every_partition(
-        [t for t in request.topics if t not in readable], TOPIC_AUTHORIZATION_FAILED
-    )
-    if not readable:
-        return _commit_response(ctx, refused)
-    retention = getattr(request, "retention_time", None)
-    commit = core.OffsetCommitRequest(
-        group_id=request.group_id,
-        topics=tuple(
-            core.OffsetCommitTopic(
-                t.name,
-                tuple(
-                    core.OffsetCommitPartition(
-                        int(p.partition_index),
-                        int(p.committed_offset),
-                        int(getattr(p, "committed_leader_epoch", -1)),
-                        p.committed_metadata,
-                    )
-                    for p in t.partitions
-                ),
+    # As KafkaApis does, partitions of topics the principal may not READ get
+    # TOPIC_AUTHORIZATION_FAILED and those this broker does not have get
+    # UNKNOWN_TOPIC_OR_PARTITION here, never reaching the coordinator (which knows
+    # nothing of topics or ACLs); if none is left, the coordinator is not asked.
+    topics = ctx.broker.topics
+    errors: dict[tuple[str, int], int] = {}
+    known: list[core.OffsetCommitTopic] = []
+    for t in request.topics:
+        readable = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name)
+        partitions = []
+        for p in t.partitions:
+            index = int(p.partition_index)
+            if not readable:
+                errors[(t.name, index)] = TOPIC_AUTHORIZATION_FAILED
+                continue
+            if topics.partition(t.name, index) is None:
+                errors[(t.name, index)] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            partitions.append(
+                core.OffsetCommitPartition(
+                    index,
+                    int(p.committed_offset),
+                    int(getattr(p, "committed_leader_epoch", -1)),
+                    p.committed_metadata,
+                )
             )
-            for t in readable
-        ),
-        generation_id=int(request.generation_id_or_member_epoch),
-        member_id=request.member_id,
-        group_instance_id=getattr(request, "group_instance_id", None),
-        retention_time_ms=_ms(retention) if retention is not None else -1,
-        unknown_group_is_not_found=ctx.version >= 9,
-    )
-    response = await ctx.broker.groups.call(request.group_id, commit)
-    assert isinstance(response, core.OffsetCommitResponse)
-    committed = [
+        if partitions:
+            known.append(core.OffsetCommitTopic(t.name, tuple(partitions)))
+    if known:
+        retention = getattr(request, "retention_time", None)
+        commit = core.OffsetCommitRequest(
+            group_id=request.group_id,
+            topics=tuple(known),
+            generation_id=int(request.generation_id_or_member_epoch),
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            retention_time_ms=_ms(retention) if retention is not None else -1,
+            unknown_group_is_not_found=ctx.version >= 9,
+        )
+        response = await ctx.broker.groups.call(request.group_id, commit)
+        assert isinstance(response, core.OffsetCommitResponse)
+        for topic in response.topics:
+            for part in topic.partitions:
+                errors[(topic.name, part.partition)] = part.error_code
+    answered = [
         {
             "name": t.name,
             "partitions": [
-                {"partition_index": p.partition, "error_code": p.error_code} for p in t.partitions
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": errors[(t.name, int(p.partition_index))],
+                }
+                for p in t.partitions
             ],
         }
-        for t in response.topics
+        for t in request.topics
     ]
-    return _commit_response(ctx, committed + refused)
+    return _commit_response(ctx, answered)
 
 
 def _fetched_topics(
