@@ -603,6 +603,7 @@ class ConsumerCoordinator:
                     },
                 )
             self._pending = None
+            self._join_result = None
             self._join_prepare_commit = None
             self._join_prepare_deadline = None
             self._reset_state_and_rejoin(f"consumer pro-actively leaving the group: {reason}", True)
@@ -741,7 +742,15 @@ class ConsumerCoordinator:
                 if time.monotonic() + wait > deadline:
                     return False
                 time.sleep(wait)
-            self._initiate_join_group()
+            try:
+                self._initiate_join_group()
+            except KafkaError as exc:
+                with self.cond:
+                    self.state = MemberState.UNJOINED
+                if not exc.retriable:
+                    raise
+                self._retry_join_at = time.monotonic() + self._backoff_s()
+                return True
         kind, future, sent = self._pending  # type: ignore[misc]
         try:
             response = future.result(timeout=max(0.0, deadline - time.monotonic()))
