@@ -28,12 +28,14 @@ from odradek.client.coordinator import (
     Generation,
     MemberState,
 )
-from odradek.client.errors import KafkaError
+from odradek.client.errors import CorruptRecordError, KafkaError
+from odradek.client.fetcher import CompletedFetch, Fetcher
 from odradek.client.listener import ConsumerRebalanceListener
 from odradek.client.structs import PartitionMetadata, TopicPartition
 from odradek.client.subscription import SubscriptionState
 from odradek.protocol.apikeys import ApiKey
-from odradek.protocol.consumer_protocol import Assignment
+from odradek.protocol.consumer_protocol import Assignment, Subscription
+from odradek.protocol.records import build_batch
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -101,8 +103,10 @@ class FakeClient:
 
     def __init__(self, cluster: ClusterMetadata) -> None:
         self.cluster = cluster
+        self.refreshes = 0
 
     def refresh(self, topics: Any = None, *, all_topics: bool = False, timeout_s: Any = None):
+        self.refreshes += 1
         return self.cluster
 
     def add_topics(self, topics: Any) -> None:
@@ -437,3 +441,111 @@ def test_pattern_member_absorbs_topics_the_leader_assigned() -> None:
         assert len(conn.requests(ApiKey.JOIN_GROUP)) == 1
     finally:
         c.abandon()
+
+
+def test_eager_commit_before_rebalance_stops_fetching_and_never_blocks_poll() -> None:
+    """While the commit before an EAGER rebalance is in flight, ``poll`` returns at once
+    (no JoinGroup yet) and the partitions are pending revocation: not fetchable, so the
+    committed positions stay the last ones handed out. Its answer lets the join go on."""
+    group = Group(PARTS)
+    c, conn = stable_member_with_positions(group, auto_commit_interval_ms=600_000)
+    held: list[Future[Any]] = []
+    try:
+        answer = conn.answer
+
+        def hold_commits(api_key: int, body: dict[str, Any]) -> Any:
+            return None if api_key == ApiKey.OFFSET_COMMIT else answer(api_key, body)
+
+        conn.answer = hold_commits
+        c.request_rejoin("test")
+        started = time.monotonic()
+        assert c.poll(1.0) is False
+        assert time.monotonic() - started < 0.5, "poll waited for the commit"
+        assert len(conn.requests(ApiKey.JOIN_GROUP)) == 1  # only the first join
+        assert c.subscriptions.assigned_partitions() == set(PARTS)
+        assert not any(c.subscriptions.is_fetchable(tp) for tp in PARTS)
+        assert c.awaiting_response()
+        held = [f for _, key, _, f in conn.sent if key == ApiKey.OFFSET_COMMIT]
+        body = conn.requests(ApiKey.OFFSET_COMMIT)[-1]
+        held[-1].set_result(commit_reply(body, 0))
+        poll_until(c, lambda: len(conn.requests(ApiKey.JOIN_GROUP)) == 2)
+        assert len(conn.requests(ApiKey.OFFSET_COMMIT)) == 1
+    finally:
+        c.abandon()
+
+
+def test_no_busy_loop_while_a_rebalance_step_is_awaited() -> None:
+    """An auto-commit timer that expired during the rebalance (no auto-commit runs until it
+    is done) must not make ``time_to_next_poll`` zero: the consumer would spin."""
+    group = Group(PARTS)
+    c, conn = stable_member_with_positions(group, auto_commit_interval_ms=50)
+    try:
+        answer = conn.answer
+        conn.answer = lambda k, b: None if k == ApiKey.JOIN_GROUP else answer(k, b)
+        c.request_rejoin("test")
+        poll_until(c, lambda: len(conn.requests(ApiKey.JOIN_GROUP)) == 2)
+        time.sleep(0.1)  # the auto-commit interval passes while the JoinGroup is parked
+        assert c.awaiting_response()
+        assert c.time_to_next_poll() > 1.0
+    finally:
+        c.abandon()
+
+
+def test_leader_refreshes_metadata_only_when_it_lacks_a_topic() -> None:
+    """Java's ensureFreshMetadata: fresh metadata that has every subscribed topic is used as
+    it is (a refresh can wait behind a fetch long-poll and delays the whole group)."""
+    other = "t-other"
+
+    def answer(api_key: int, body: dict[str, Any]) -> Any:
+        if api_key == ApiKey.JOIN_GROUP:
+            members = [
+                SimpleNamespace(
+                    member_id=m, group_instance_id=None, metadata=Subscription.of(t).encode()
+                )
+                for m, t in ((MEMBER, [TOPIC]), ("m-2", [TOPIC, other]))
+            ]
+            return SimpleNamespace(**{**vars(join_ok(1, leader=MEMBER)), "members": members})
+        if api_key == ApiKey.SYNC_GROUP:
+            mine = next(a for a in body["assignments"] if a["member_id"] == MEMBER)
+            return SimpleNamespace(
+                error_code=0,
+                protocol_type="consumer",
+                protocol_name="range",
+                assignment=mine["assignment"],
+            )
+        return SimpleNamespace(error_code=0) if api_key == ApiKey.HEARTBEAT else None
+
+    c, _ = make_coordinator(answer, cluster=cluster_with({TOPIC: 4, other: 2}))
+    try:
+        poll_until(c, lambda: c.state is MemberState.STABLE and not c.rejoin_needed_or_pending())
+        assert c.client.refreshes == 0
+        assert c.subscriptions.assigned_partitions()  # range gave the leader some of t
+        # A member subscribes to a topic this leader's metadata does not have: refresh.
+        c.client.cluster = cluster_with({TOPIC: 4})
+        c.request_rejoin("test")
+        poll_until(c, lambda: c.state is MemberState.STABLE and not c.rejoin_needed_or_pending())
+        assert c.client.refreshes == 1
+    finally:
+        c.abandon()
+
+
+def test_fetched_data_of_partitions_pending_revocation_is_dropped_undecoded() -> None:
+    """Buffered fetches of partitions an EAGER member is about to revoke are dropped as
+    they are: decoding a large fetch only to drop it stalls ``poll`` mid-rebalance."""
+    subs = SubscriptionState("earliest")
+    subs.subscribe([TOPIC])
+    subs.assign_from_subscribed(PARTS[:2])
+    for tp in PARTS[:2]:
+        subs.seek(tp, 0)
+    config = ConsumerConfig.from_settings(bootstrap_servers="127.0.0.1:1", group_id="g")
+    fetcher = Fetcher(SimpleNamespace(), subs, config)  # type: ignore[arg-type]
+    batch = bytearray(build_batch([(b"k", b"v", ())] * 3, timestamp_ms=1))
+    batch[-1] ^= 0xFF  # a bad CRC: decoding it would raise
+    for tp in PARTS[:2]:
+        fetcher._completed.append(CompletedFetch(tp, 0, 0, 3, 0, 3, bytes(batch)))
+    subs.mark_pending_revocation([PARTS[0]])
+    assert not subs.is_fetchable(PARTS[0]) and subs.is_fetchable(PARTS[1])
+    with pytest.raises(CorruptRecordError):  # the other partition is decoded as usual
+        fetcher.fetched_records(10)
+    assert fetcher.fetched_records(10) == {}
+    assert subs.position(PARTS[0]) == 0

@@ -901,8 +901,16 @@ class ConsumerCoordinator:
             self.subscriptions.subscription
         )
         self.client.add_topics(all_topics)
-        with contextlib.suppress(KafkaError):
-            self.client.refresh(all_topics, timeout_s=self.config.request_timeout_ms / 1000)
+        # Java's ensureFreshMetadata: refresh only for a topic the metadata lacks or when it
+        # is due anyway. An unneeded refresh costs the whole group time: it may wait behind
+        # a fetch long-poll on the broker connection.
+        cluster = self.client.cluster
+        if (
+            any(cluster.partitions_for(t) is None for t in all_topics)
+            or self.client.metadata_age_s() * 1000 >= self.config.metadata_max_age_ms
+        ):
+            with contextlib.suppress(KafkaError):
+                self.client.refresh(all_topics, timeout_s=self.config.request_timeout_ms / 1000)
         snapshot = self._metadata_snapshot(all_topics)
         if getattr(response, "skip_assignment", False):
             log.info(
@@ -1285,7 +1293,12 @@ class ConsumerCoordinator:
         wait = (
             float("inf") if self.state_has_not_joined() else self.heartbeat.time_to_next_heartbeat()
         )
-        if self.auto_commit_enabled:
+        rebalancing = (
+            self.rejoin_needed or self.awaiting_response() or self._join_result is not None
+        )
+        if self.auto_commit_enabled and not rebalancing:
+            # No auto-commit runs until the rebalance is done: its timer, expired
+            # meanwhile, must not turn the consumer's wait into a busy loop.
             wait = min(wait, self._next_auto_commit.remaining())
         backoff = self._retry_join_at - time.monotonic()
         if backoff > 0 and not self.awaiting_response():

@@ -276,8 +276,8 @@ class Fetcher:
     def _initialize(self, cf: CompletedFetch) -> None:
         """Check a fresh CompletedFetch against the current state; decode its records."""
         tp = cf.tp
-        if not self._subs.is_assigned(tp):
-            cf.consumed = True
+        if not self._subs.is_assigned(tp) or self._subs.is_pending_revocation(tp):
+            cf.consumed = True  # dropped undecoded: decoding a large fetch costs the poll
             return
         try:
             position = self._subs.position(tp)

@@ -353,6 +353,10 @@ class SubscriptionState:
                 if st is not None:
                     st.pending_revocation = True
 
+    def is_pending_revocation(self, tp: TopicPartition) -> bool:
+        st = self._assignment.get(tp)
+        return st is not None and st.pending_revocation
+
     def is_paused(self, tp: TopicPartition) -> bool:
         st = self._assignment.get(tp)
         return st is not None and st.paused
