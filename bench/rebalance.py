@@ -9,8 +9,20 @@ is a crash) on a 6-partition topic, the same client settings for both brokers:
   session.timeout.ms, as with Kafka);
 - leave: clean close (LeaveGroup) of one survivor -> the last member holds all 6.
 
+The same rounds run with Odradek's own client as the three members, on Odradek
+(column "odradek client"; ``--skip-odradek-client`` leaves it out).
+
 Each is repeated ``--repeat`` times per broker, alternating brokers; the median is
-reported. Then coordinator capacity, Odradek only:
+reported.
+
+Consumption during rebalances, on Odradek, for confluent-kafka (the reference client)
+and Odradek's client, cooperative-sticky and range (eager): two members consume a
+backlog at a fixed processing pace; a third joins, then leaves cleanly. Reported:
+records/s handed to the two original members while the group is stable, while the
+third joins (partitions they keep) and while it leaves, each with the window's length.
+A cooperative member should keep its pace through both (KIP-429); an eager one stops.
+
+Then coordinator capacity, Odradek only:
 
 - heartbeats/s over the network: a stable group built with real JoinGroup v5 /
   SyncGroup v3 requests (kio via ``odradek.protocol.codec``), then pipelined
@@ -24,6 +36,7 @@ reported. Then coordinator capacity, Odradek only:
     python bench/rebalance.py --reference tansu
     python bench/rebalance.py --reference-bootstrap 127.0.0.1:9093 --repeat 5
     python bench/rebalance.py --skip-capacity --reference tansu
+    python bench/rebalance.py --skip-latency --skip-capacity   # consumption only
     python bench/rebalance.py --json out.json
 
 Odradek is started with ``odradek.testing.start_broker`` on a temporary data
@@ -41,6 +54,7 @@ import contextlib
 import json
 import os
 import platform
+import random
 import selectors
 import signal
 import socket
@@ -78,9 +92,12 @@ def log(text: str) -> None:
 
 
 def member_main(spec_json: str) -> int:
-    """Run by ``--member``: one confluent-kafka group member printing JSON events."""
-    from confluent_kafka import Consumer
+    """Run by ``--member``: one group member (confluent-kafka or Odradek) printing JSON events.
 
+    Without ``consume`` it only polls (the latency rounds). With it, it processes what it
+    gets at ``records_per_s`` (a stand-in for the application's work) and reports each
+    batch as ``{"ev": "records", "t", "n": {partition: count}}``.
+    """
     spec = json.loads(spec_json)
     out_lock = threading.Lock()
 
@@ -100,28 +117,71 @@ def member_main(spec_json: str) -> int:
     threading.Thread(target=watch_stdin, daemon=True).start()
     current: set[int] = set()
 
-    def on_assign(_c: Any, parts: list) -> None:
-        current.update(p.partition for p in parts)
+    def assigned(parts: list[int]) -> None:
+        current.update(parts)
         emit("assigned", current=sorted(current))
 
-    def on_revoke(_c: Any, parts: list) -> None:
-        current.difference_update(p.partition for p in parts)
+    def revoked(parts: list[int]) -> None:
+        current.difference_update(parts)
         emit("revoked", current=sorted(current))
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": spec["bootstrap"],
-            "group.id": spec["group"],
-            "client.id": spec["name"],
+    consume = spec.get("consume")
+    batch = consume["batch"] if consume else 500
+    pace = consume["records_per_s"] if consume else None
+    if spec.get("client", "confluent") == "odradek":
+        from odradek.client import Consumer, ConsumerRebalanceListener
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_assigned(self, parts: set) -> None:
+                assigned([tp.partition for tp in parts])
+
+            def on_partitions_revoked(self, parts: set) -> None:
+                revoked([tp.partition for tp in parts])
+
+        consumer = Consumer(
+            bootstrap_servers=spec["bootstrap"],
+            group_id=spec["group"],
+            client_id=spec["name"],
+            max_poll_records=batch,
             **spec["settings"],
-        }
-    )
-    consumer.subscribe([spec["topic"]], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+        )
+        consumer.subscribe([spec["topic"]], listener=Listener())
+
+        def poll() -> list[int]:
+            return [r.partition for r in consumer.poll(0.1)]
+
+    else:
+        from confluent_kafka import Consumer as ConfluentConsumer
+
+        consumer = ConfluentConsumer(
+            {
+                "bootstrap.servers": spec["bootstrap"],
+                "group.id": spec["group"],
+                "client.id": spec["name"],
+                **spec["settings"],
+            }
+        )
+        consumer.subscribe(
+            [spec["topic"]],
+            on_assign=lambda _c, ps: assigned([p.partition for p in ps]),
+            on_revoke=lambda _c, ps: revoked([p.partition for p in ps]),
+            on_lost=lambda _c, ps: revoked([p.partition for p in ps]),
+        )
+
+        def poll() -> list[int]:
+            return [m.partition() for m in consumer.consume(batch, 0.1) if m.error() is None]
+
     emit("subscribed")
     deadline = time.monotonic() + spec["max_seconds"]
     try:
         while not stop.is_set() and time.monotonic() < deadline:
-            consumer.poll(0.1)
+            parts = poll()
+            if parts and consume:
+                counts: dict[int, int] = {}
+                for p in parts:
+                    counts[p] = counts.get(p, 0) + 1
+                emit("records", n=counts)
+                time.sleep(len(parts) / pace)
     finally:
         consumer.close()
         emit("closed")
@@ -129,13 +189,25 @@ def member_main(spec_json: str) -> int:
 
 
 class MemberProc:
-    def __init__(self, bootstrap: str, topic: str, group: str, name: str) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        name: str,
+        *,
+        client: str = "confluent",
+        settings: dict[str, Any] | None = None,
+        consume: dict[str, Any] | None = None,
+    ) -> None:
         spec = {
             "bootstrap": bootstrap,
             "topic": topic,
             "group": group,
             "name": name,
-            "settings": CLIENT_SETTINGS,
+            "client": client,
+            "settings": CLIENT_SETTINGS if settings is None else settings,
+            "consume": consume,
             "max_seconds": 300,
         }
         self.events: list[dict[str, Any]] = []
@@ -162,6 +234,34 @@ class MemberProc:
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self.events)
+
+    def first(self, ev: str) -> float:
+        """Time of the first ``ev`` event (waits for it)."""
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for e in self.snapshot():
+                if e["ev"] == ev:
+                    return float(e["t"])
+            time.sleep(0.02)
+        raise TimeoutError(f"no {ev} event")
+
+    def holding(self, at: float) -> set[int]:
+        """The partitions held at time ``at`` (by the rebalance callbacks)."""
+        held: set[int] = set()
+        for e in self.snapshot():
+            if "current" in e and e["t"] <= at:
+                held = set(e["current"])
+        return held
+
+    def delivered(self, start: float, end: float, parts: set[int] | None = None) -> int:
+        """Records handed to the application in [start, end), from ``parts`` (default all)."""
+        return sum(
+            n
+            for e in self.snapshot()
+            if e["ev"] == "records" and start <= e["t"] < end
+            for p, n in e["n"].items()
+            if parts is None or int(p) in parts
+        )
 
     def kill(self) -> float:
         t = time.monotonic()
@@ -236,13 +336,28 @@ def create_topic(bootstrap: str, topic: str) -> None:
     raise RuntimeError(f"topic {topic} not in metadata")
 
 
-def latency_round(bootstrap: str, tag: str) -> dict[str, float]:
+# CLIENT_SETTINGS in Odradek's client's spelling (the odradek-client latency column).
+ODRADEK_CLIENT_SETTINGS: dict[str, Any] = {
+    "session_timeout_ms": 6000,
+    "heartbeat_interval_ms": 1000,
+    "partition_assignment_strategy": ["range"],
+    "enable_auto_commit": False,
+    "auto_offset_reset": "earliest",
+    "metadata_max_age_ms": 2000,
+}
+
+
+def latency_round(bootstrap: str, tag: str, client: str = "confluent") -> dict[str, float]:
     """One join / kill / leave round on a fresh topic and group."""
     topic = f"bench-rebalance-{tag}-{uuid.uuid4().hex[:8]}"
     group = f"{topic}-group"
     create_topic(bootstrap, topic)
+    settings = ODRADEK_CLIENT_SETTINGS if client == "odradek" else CLIENT_SETTINGS
     spawned_at = time.monotonic()
-    members = [MemberProc(bootstrap, topic, group, f"bench-m{i}") for i in range(MEMBERS)]
+    members = [
+        MemberProc(bootstrap, topic, group, f"bench-m{i}", client=client, settings=settings)
+        for i in range(MEMBERS)
+    ]
     try:
         joined = wait_covered(members, spawned_at, even=True)
         subscribed = max(
@@ -274,13 +389,14 @@ LATENCY_ROWS = [
 ]
 
 
-def run_latency(targets: list[tuple[str, str]], repeat: int) -> dict[str, dict[str, Any]]:
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in targets}
-    failures: dict[str, list[str]] = {name: [] for name, _ in targets}
+def run_latency(targets: list[tuple[str, str, str]], repeat: int) -> dict[str, dict[str, Any]]:
+    """``targets``: (column name, bootstrap, client) triples."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in targets}
+    failures: dict[str, list[str]] = {name: [] for name, _, _ in targets}
     for rep in range(repeat):
-        for name, bootstrap in targets:
+        for name, bootstrap, client in targets:
             try:
-                r = latency_round(bootstrap, f"{name}-{rep}")
+                r = latency_round(bootstrap, f"{client}-{rep}", client)
             except Exception as exc:  # reported in the table, the run goes on
                 failures[name].append(f"{type(exc).__name__}: {exc}")
                 log(f"  round {rep + 1} {name:<8} FAILED {exc}")
@@ -299,6 +415,191 @@ def run_latency(targets: list[tuple[str, str]], repeat: int) -> dict[str, dict[s
         out[name]["runs"] = results
         out[name]["failures"] = failures[name]
     return out
+
+
+# =============================================================== consumption during a rebalance
+
+BACKLOG = 100_000  # records on the topic before the members start; never drained in a round
+PACE = 2_000  # records/s each member processes (a stand-in for the application's work)
+CONSUME_BATCH = 100
+STEADY_S = 3.0
+HEARTBEAT_S = 1.0  # heartbeat interval of the consumption rounds
+CONSUMPTION_CASES = [
+    ("confluent", "cooperative-sticky"),
+    ("odradek", "cooperative-sticky"),
+    ("confluent", "range"),
+    ("odradek", "range"),
+]
+
+
+def consumption_settings(client: str, strategy: str) -> dict[str, Any]:
+    """The same group settings for both clients, in each one's spelling."""
+    if client == "odradek":
+        return {
+            "session_timeout_ms": 6000,
+            "heartbeat_interval_ms": int(HEARTBEAT_S * 1000),
+            "partition_assignment_strategy": [strategy],
+            "enable_auto_commit": True,
+            "auto_commit_interval_ms": 1000,
+            "auto_offset_reset": "earliest",
+            "metadata_max_age_ms": 2000,
+        }
+    return {
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": int(HEARTBEAT_S * 1000),
+        "partition.assignment.strategy": strategy,
+        "enable.auto.commit": True,
+        "auto.commit.interval.ms": 1000,
+        "auto.offset.reset": "earliest",
+        "topic.metadata.refresh.interval.ms": 2000,
+    }
+
+
+def produce_backlog(bootstrap: str, topic: str, count: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all"})
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value=b"x" * 100, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(60) != 0:
+        raise RuntimeError("backlog not fully produced")
+
+
+def consumption_round(bootstrap: str, client: str, strategy: str, tag: str) -> dict[str, float]:
+    """Two members consume a backlog at PACE each; a third joins, then leaves cleanly.
+
+    Rates are records/s handed to the two original members: steady (STEADY_S while the
+    group is stable), while the third joins (from its subscribe() until the 2/2/2 split,
+    counting only partitions they keep) and while it leaves (from its close() until the
+    two hold all 6, counting the partitions they held).
+    """
+    topic = f"bench-coop-{tag}-{uuid.uuid4().hex[:8]}"
+    group = f"{topic}-group"
+    create_topic(bootstrap, topic)
+    produce_backlog(bootstrap, topic, BACKLOG)
+    settings = consumption_settings(client, strategy)
+    consume = {"batch": CONSUME_BATCH, "records_per_s": PACE}
+    phase = random.Random(tag)
+
+    def member(name: str) -> MemberProc:
+        return MemberProc(
+            bootstrap, topic, group, name, client=client, settings=settings, consume=consume
+        )
+
+    spawned_at = time.monotonic()
+    owners = [member("bench-a"), member("bench-b")]
+    members = list(owners)
+    try:
+        wait_covered(owners, spawned_at, even=True)
+        time.sleep(1.0)
+        steady_start = time.monotonic()
+        time.sleep(STEADY_S)
+        steady_end = time.monotonic()
+        steady = sum(m.delivered(steady_start, steady_end) for m in owners)
+
+        # A random point in the owners' heartbeat cycle (they learn of a rebalance at
+        # their next heartbeat): fixed sleeps would measure one phase of it every time.
+        time.sleep(phase.uniform(0, HEARTBEAT_S))
+        members.append(member("bench-c"))
+        join_start = members[2].first("subscribed")
+        join_end = wait_covered(members, join_start, even=True)
+        kept = [m.holding(join_start) & m.holding(join_end) for m in owners]
+        held = sum(len(m.holding(join_start)) for m in owners)
+        during_join = sum(
+            m.delivered(join_start, join_end, k) for m, k in zip(owners, kept, strict=True)
+        )
+
+        time.sleep(1.0 + phase.uniform(0, HEARTBEAT_S))
+        leave_start = members[2].close()
+        leave_end = wait_covered(owners, leave_start, even=True)
+        during_leave = sum(
+            m.delivered(leave_start, leave_end, m.holding(leave_start)) for m in owners
+        )
+        for m in owners:
+            m.close()
+        return {
+            "steady_per_s": steady / (steady_end - steady_start),
+            "join_per_s": during_join / (join_end - join_start),
+            "join_s": join_end - join_start,
+            "kept_share": sum(len(k) for k in kept) / held,
+            "leave_per_s": during_leave / (leave_end - leave_start),
+            "leave_s": leave_end - leave_start,
+        }
+    finally:
+        for m in members:
+            m.cleanup()
+
+
+def run_consumption(
+    bootstrap: str, repeat: int, cases: list[tuple[str, str]]
+) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    runs: dict[str, list[dict[str, float]]] = {}
+    for rep in range(repeat):
+        for client, strategy in cases:
+            key = f"{client} {strategy}"
+            try:
+                r = consumption_round(bootstrap, client, strategy, f"{client}-{rep}")
+            except Exception as exc:  # reported, the run goes on
+                out.setdefault(key, {}).setdefault("failures", []).append(repr(exc))
+                log(f"  round {rep + 1} {key:<30} FAILED {exc}")
+                continue
+            runs.setdefault(key, []).append(r)
+            log(f"  round {rep + 1} {key:<30} " + " ".join(f"{k}={v:.2f}" for k, v in r.items()))
+    for client, strategy in cases:
+        key = f"{client} {strategy}"
+        results = runs.get(key, [])
+        entry = out.setdefault(key, {})
+        entry.setdefault("failures", [])
+        entry["runs"] = results
+        for field in (
+            "steady_per_s",
+            "join_per_s",
+            "join_s",
+            "kept_share",
+            "leave_per_s",
+            "leave_s",
+        ):
+            entry[field] = statistics.median(r[field] for r in results) if results else None
+    return out
+
+
+def consumption_table(data: dict[str, dict[str, Any]], repeat: int) -> str:
+    lines = [
+        [
+            f"median of {repeat}: records/s to the 2 original members",
+            "steady",
+            "while a 3rd joins",
+            "join/steady",
+            "join, s",
+            "while it leaves",
+            "leave/steady",
+            "leave, s",
+        ]
+    ]
+    for key, d in data.items():
+        if d.get("steady_per_s") is None:
+            lines.append([key] + ["-"] * 7)
+            continue
+        steady = d["steady_per_s"]
+        lines.append(
+            [
+                key,
+                f"{steady:,.0f}",
+                f"{d['join_per_s']:,.0f}",
+                f"{d['join_per_s'] / steady:.2f}",
+                f"{d['join_s']:.2f}",
+                f"{d['leave_per_s']:,.0f}",
+                f"{d['leave_per_s'] / steady:.2f}",
+                f"{d['leave_s']:.2f}",
+            ]
+        )
+    return markdown_table(lines)
 
 
 # =============================================================== heartbeats over the network
@@ -724,17 +1025,19 @@ def run_storm(groups: int, members: int) -> dict[str, Any]:
 
 
 def latency_table(lat: dict[str, dict[str, Any]], repeat: int) -> str:
+    """One column per target; with a reference broker, odradek/reference for the first two."""
     names = list(lat)
+    compare = len(names) >= 2 and names[1] not in ("odradek client",)
     head = [f"median of {repeat} (seconds)", *names]
-    if len(names) == 2:
+    if compare:
         head.append(f"{names[0]}/{names[1]}")
     lines = [head]
     for key, label in LATENCY_ROWS:
         row = [label]
         vals = [lat[n][key] for n in names]
         row += ["-" if v is None else f"{v:.3f}" for v in vals]
-        if len(names) == 2:
-            a, b = vals
+        if compare:
+            a, b = vals[0], vals[1]
             row.append(f"{a / b:.2f}x" if a is not None and b else "-")
         lines.append(row)
     return markdown_table(lines)
@@ -756,6 +1059,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-capacity", action="store_true")
+    parser.add_argument("--skip-consumption", action="store_true")
+    parser.add_argument(
+        "--skip-odradek-client",
+        action="store_true",
+        help="latency: leave out the column with Odradek's client as the members",
+    )
+    parser.add_argument(
+        "--consumption-repeat", type=int, default=3, help="rounds per client and protocol"
+    )
+    parser.add_argument(
+        "--consumption-clients",
+        default="confluent,odradek",
+        help="comma-separated clients for the consumption rounds",
+    )
     parser.add_argument("--hb-groups", type=int, default=20)
     parser.add_argument("--hb-members", type=int, default=10)
     parser.add_argument("--hb-connections", type=int, default=4)
@@ -775,27 +1092,32 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"client_settings": CLIENT_SETTINGS}
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
-        targets: list[tuple[str, str]] = []
-        if not args.skip_latency:
-            if not args.skip_odradek:
-                if args.bootstrap:
-                    targets.append(("odradek", args.bootstrap))
-                else:
-                    from odradek.testing import start_broker
+        targets: list[tuple[str, str, str]] = []
+        odradek_bootstrap: str | None = None
+        if not args.skip_odradek and not (args.skip_latency and args.skip_consumption):
+            if args.bootstrap:
+                odradek_bootstrap = args.bootstrap
+            else:
+                from odradek.testing import start_broker
 
-                    tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="odradek-rb-"))
-                    settings = {"group.initial.rebalance.delay.ms": str(args.initial_delay_ms)}
-                    broker = start_broker(Path(tmp) / "data", settings=settings)
-                    stack.callback(broker.stop)
-                    targets.append(("odradek", broker.bootstrap))
+                tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="odradek-rb-"))
+                settings = {"group.initial.rebalance.delay.ms": str(args.initial_delay_ms)}
+                broker = start_broker(Path(tmp) / "data", settings=settings)
+                stack.callback(broker.stop)
+                odradek_bootstrap = broker.bootstrap
+        if not args.skip_latency:
+            if odradek_bootstrap is not None:
+                targets.append(("odradek", odradek_bootstrap, "confluent"))
             if args.reference_bootstrap:
-                targets.append(("reference", args.reference_bootstrap))
+                targets.append(("reference", args.reference_bootstrap, "confluent"))
             elif args.reference == "tansu":
                 from odradek.testing_reference import start_reference_broker
 
                 ref = start_reference_broker()
                 stack.callback(ref.stop)
-                targets.append(("tansu", ref.bootstrap))
+                targets.append(("tansu", ref.bootstrap, "confluent"))
+            if odradek_bootstrap is not None and not args.skip_odradek_client:
+                targets.append(("odradek client", odradek_bootstrap, "odradek"))
         log("settings:")
         log(f"  confluent-kafka {version()}, librdkafka {libversion()[0]}")
         log(f"  python {platform.python_version()}, {os.cpu_count()} cpus, {platform.platform()}")
@@ -803,12 +1125,26 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  client settings (every broker): {json.dumps(CLIENT_SETTINGS)}")
         if not args.bootstrap and not args.skip_odradek:
             log(f"  odradek: group.initial.rebalance.delay.ms={args.initial_delay_ms}")
-        for name, bootstrap in targets:
-            log(f"  {name}: {bootstrap}")
+        for name, bootstrap, client in targets:
+            log(f"  {name}: {bootstrap} ({client} members)")
         if targets:
             log(f"latency ({args.repeat} rounds per broker, alternating):")
             lat = run_latency(targets, args.repeat)
             results["latency"] = lat
+        if not args.skip_consumption and odradek_bootstrap is not None:
+            log(
+                f"consumption during rebalances (odradek broker, {args.consumption_repeat} "
+                f"rounds): 2 members at {PACE} records/s each on a {BACKLOG:,}-record "
+                f"backlog, a 3rd joins then leaves; auto-commit every 1 s"
+            )
+            cases = [
+                (client, strategy)
+                for client, strategy in CONSUMPTION_CASES
+                if client in args.consumption_clients.split(",")
+            ]
+            results["consumption"] = run_consumption(
+                odradek_bootstrap, args.consumption_repeat, cases
+            )
         if not args.skip_capacity:
             log(
                 f"heartbeats over the network: {args.hb_groups} groups x {args.hb_members} "
@@ -831,6 +1167,16 @@ def main(argv: list[str] | None = None) -> int:
         for name, data in results["latency"].items():
             if data["failures"]:
                 print(f"{name}: {len(data['failures'])} failed rounds: {data['failures']}")
+    if "consumption" in results:
+        print()
+        print(
+            f"consumption during rebalances: odradek broker, 2 members at {PACE} records/s "
+            f"each ({CONSUME_BATCH} per poll), session 6 s, heartbeat 1 s, auto-commit 1 s"
+        )
+        print(consumption_table(results["consumption"], args.consumption_repeat))
+        for key, data in results["consumption"].items():
+            if data["failures"]:
+                print(f"{key}: {len(data['failures'])} failed rounds: {data['failures']}")
     if "heartbeats" in results:
         hb = results["heartbeats"]
         st = results["storm"]

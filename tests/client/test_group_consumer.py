@@ -8,6 +8,7 @@ setting (group.max.size) or many session timeouts run against Odradek only.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -28,6 +29,7 @@ from odradek.client import (
     NewTopic,
     OffsetAndMetadata,
     Producer,
+    RebalanceInProgressCommitError,
     TopicPartition,
 )
 from odradek.client.coordinator import FencedInstanceIdError, GroupMaxSizeReachedError
@@ -401,6 +403,100 @@ def test_third_member_joins_eager_vs_cooperative(cluster: Cluster, protocol: str
     finally:
         for m in members:
             m.stop()
+
+
+def poll_and_commit(
+    consumer: Consumer, into: list[tuple[str, int, int]], process_s: float = 0.0
+) -> int:
+    """One poll; the records are "processed" (``process_s``) and committed when possible."""
+    batch = consumer.poll(0.1)
+    into.extend((r.topic, r.partition, r.offset) for r in batch)
+    if batch:
+        time.sleep(process_s)
+        # During a rebalance: committed by the next commit or by the revoke callback.
+        with contextlib.suppress(RebalanceInProgressCommitError):
+            consumer.commit()
+    return len(batch)
+
+
+@pytest.mark.parametrize("protocol", ["cooperative", "eager"])
+def test_owner_keeps_consuming_while_its_rejoin_is_in_flight(
+    odradek_cluster: Cluster, protocol: str
+) -> None:
+    """KIP-429: a cooperative member keeps fetching the partitions it owns while its
+    JoinGroup / SyncGroup are in flight; an eager member owns nothing during a rebalance.
+
+    A third member joins while the second ("laggard") is not polled for a few seconds, so
+    the group waits in PreparingRebalance with the owner's JoinGroup parked at the broker.
+    """
+    cluster = odradek_cluster
+    strategy = ["cooperative-sticky"] if protocol == "cooperative" else ["range"]
+    topic = create_topic(cluster.bootstrap, unique(f"g-inflight-{protocol}"), 4)
+    group = unique("g")
+    settings = {"partition_assignment_strategy": strategy, "max_poll_records": 10}
+    owner, laggard = cluster.consumer(group, **settings), cluster.consumer(group, **settings)
+    got: dict[str, list[tuple[str, int, int]]] = {"owner": [], "laggard": []}
+    members: list[Member] = []
+    try:
+        owner.subscribe([topic], listener=Recorder(owner))
+        laggard.subscribe([topic], listener=Recorder(laggard))
+        deadline = time.monotonic() + 30
+        while not (len(owner.assignment()) == len(laggard.assignment()) == 2):
+            assert time.monotonic() < deadline, "no 2/2 split"
+            poll_and_commit(owner, got["owner"])
+            poll_and_commit(laggard, got["laggard"])
+        owned = owner.assignment()
+        produce(cluster.bootstrap, topic, 4000, 4)
+
+        members.append(Member(cluster, group, [topic], name="new", **settings))
+        in_flight: list[float] = []  # when a poll returned mid-rebalance
+        during: list[tuple[float, int]] = []  # (when, records) returned mid-rebalance
+        assignment_during: set[TopicPartition] = set()
+        window_end = time.monotonic() + 3.0
+        while time.monotonic() < window_end:  # the laggard is not polled meanwhile
+            mark = len(got["owner"])
+            n = poll_and_commit(owner, got["owner"], process_s=0.02)
+            if owner._coordinator.rebalance_in_progress():
+                in_flight.append(time.monotonic())
+                assignment_during |= owner.assignment()
+                if n:
+                    during.append((time.monotonic(), n))
+                    assert {(t, p) for t, p, _ in got["owner"][mark:]} <= {
+                        (tp.topic, tp.partition) for tp in owned
+                    }
+        assert in_flight and in_flight[-1] - in_flight[0] >= 1.5, "the owner never rejoined"
+        if protocol == "cooperative":
+            assert during, "the owner returned no records while its rejoin was in flight"
+            assert during[-1][0] >= window_end - 1.0, f"records stopped flowing: {during}"
+            assert assignment_during == owned
+        else:
+            assert during == [] and assignment_during == set()
+
+        everyone = [owner, laggard, members[0].consumer]
+        want = expected_records(topic, 4000, 4)
+
+        def done() -> bool:
+            counts: Counter[tuple[str, int, int]] = Counter(got["owner"] + got["laggard"])
+            counts.update(members[0].records)
+            return set(counts) >= want and sorted(len(c.assignment()) for c in everyone) == [
+                1,
+                1,
+                2,
+            ]
+
+        deadline = time.monotonic() + 60
+        while not done():
+            assert time.monotonic() < deadline, "the group did not consume everything"
+            members[0].check()
+            poll_and_commit(owner, got["owner"])
+            poll_and_commit(laggard, got["laggard"])
+        counts = Counter(got["owner"] + got["laggard"] + members[0].records)
+        assert max(counts.values()) == 1, "a record was consumed twice"
+    finally:
+        for m in members:
+            m.stop()
+        owner.close()
+        laggard.close()
 
 
 def test_pattern_subscription_picks_up_new_topic(cluster: Cluster) -> None:

@@ -2,20 +2,29 @@
 
     python group_driver.py SPEC_JSON
 
-SPEC: {"client": "confluent" | "kafka-python" | "aiokafka", "bootstrap", "topic", "group",
-       "name", "session_ms", "heartbeat_ms", "strategy": "range" | "cooperative-sticky",
-       "instance_id": str | null, "max_records": int | null, "max_seconds": float}
+SPEC: {"client": "confluent" | "kafka-python" | "aiokafka" | "odradek", "bootstrap",
+       "topic", "group", "name", "session_ms", "heartbeat_ms",
+       "strategy": "range" | "cooperative-sticky", "instance_id": str | null,
+       "max_records": int | null, "max_seconds": float,
+       "batch": int (records per poll, default 500; confluent and odradek),
+       "records_per_s": float | null (processing pace; confluent and odradek),
+       "commit": "sync" (default) | "async" (confluent and odradek)}
 
 The member subscribes to the topic, and after every poll that returned records
 commits exactly those records synchronously (offset + 1), so nothing it has
-handed out is left uncommitted when a rebalance comes. It writes one JSON line
-per event to stdout, each stamped with ``time.monotonic()`` (CLOCK_MONOTONIC,
-the same clock in every process of the machine):
+handed out is left uncommitted when a rebalance comes. (A cooperative member
+may consume while its group rebalances, when a commit can fail, and a
+synchronous commit may wait for the rebalance: confluent and odradek members
+can commit asynchronously instead, and commit what they still owe, failed or
+unconfirmed, in the revoke callback.) It
+writes one JSON line per event to stdout, each stamped with ``time.monotonic()``
+(CLOCK_MONOTONIC, the same clock in every process of the machine):
 
     {"ev": "started", "t", "client"}
     {"ev": "assigned" | "revoked" | "lost", "t", "parts": [...], "current": [...]}
                                                # parts: what the callback was given
     {"ev": "records", "t", "items": [[partition, offset], ...]}
+                      # odradek adds "rebalancing": its own JoinGroup/SyncGroup in flight
     {"ev": "committed", "t", "offsets": {partition: next_offset}}
     {"ev": "commit_error", "t", "error": str}
     {"ev": "closing" | "closed", "t"}
@@ -61,11 +70,45 @@ class Control:
 
 
 class Tracker:
-    """The member's current assignment, fed by the rebalance callbacks."""
+    """The member's current assignment, fed by the rebalance callbacks, and its commits."""
 
-    def __init__(self) -> None:
+    def __init__(self, spec: dict | None = None) -> None:
         self.current: set[int] = set()
         self.consumed = 0
+        self.owed: dict[int, int] = {}  # partition -> next offset whose commit failed
+        self.records_per_s = (spec or {}).get("records_per_s")
+
+    def process(self, records: int) -> None:
+        """Stand for the application's processing time, at the spec's pace."""
+        if self.records_per_s:
+            time.sleep(records / self.records_per_s)
+
+    def commit(self, nexts: dict[int, int], commit_fn, errors: tuple) -> None:
+        """Commit ``{partition: next offset}`` with ``commit_fn``; a failure is owed."""
+        try:
+            commit_fn(nexts)
+        except errors as exc:
+            self.owed.update(nexts)
+            emit("commit_error", error=repr(exc))
+            return
+        self.committed(nexts)
+
+    def commit_async(self, nexts: dict[int, int], commit_async_fn) -> None:
+        """Start a commit; owed until ``committed`` confirms it (or the revoke callback)."""
+        self.owed.update(nexts)
+        commit_async_fn(nexts)
+
+    def committed(self, offsets: dict[int, int]) -> None:
+        for p, o in offsets.items():
+            if self.owed.get(p, -1) <= o:
+                self.owed.pop(p, None)
+        emit("committed", offsets=offsets)
+
+    def commit_owed(self, parts, commit_fn, errors: tuple) -> None:
+        """Before letting partitions go: commit what is still owed for them."""
+        owed = {p: self.owed[p] for p in parts if p in self.owed}
+        if owed:
+            self.commit(owed, commit_fn, errors)
 
     def assigned(self, parts) -> None:
         parts = list(parts)
@@ -96,13 +139,26 @@ def run_confluent(spec: dict, ctl: Control, deadline: float) -> None:
     }
     if spec.get("instance_id"):
         conf["group.instance.id"] = spec["instance_id"]
-    tracker = Tracker()
+    if spec.get("commit") == "async":
+        conf["on_commit"] = lambda err, parts: on_commit(err, parts)
+    tracker = Tracker(spec)
     consumer = Consumer(conf)
+
+    def commit_fn(nexts: dict[int, int], asynchronous: bool = False) -> None:
+        tps = [TopicPartition(spec["topic"], p, o) for p, o in nexts.items()]
+        consumer.commit(offsets=tps, asynchronous=asynchronous)
+
+    def on_commit(err, parts) -> None:  # asynchronous commits, inside consume()
+        if err is not None or any(p.error is not None for p in parts):
+            emit("commit_error", error=str(err or [p.error for p in parts if p.error]))
+        else:
+            tracker.committed({p.partition: p.offset for p in parts})
 
     def on_assign(_c, parts):
         tracker.assigned(p.partition for p in parts)
 
     def on_revoke(_c, parts):
+        tracker.commit_owed([p.partition for p in parts], commit_fn, (KafkaException,))
         tracker.revoked(p.partition for p in parts)
 
     def on_lost(_c, parts):
@@ -112,7 +168,7 @@ def run_confluent(spec: dict, ctl: Control, deadline: float) -> None:
     emit("started", client="confluent")
     try:
         while time.monotonic() < deadline and not ctl.close_requested.is_set():
-            msgs = consumer.consume(num_messages=500, timeout=0.2)
+            msgs = consumer.consume(num_messages=spec.get("batch") or 500, timeout=0.2)
             batch, nexts = [], {}
             for m in msgs:
                 if m.error() is not None:
@@ -123,12 +179,11 @@ def run_confluent(spec: dict, ctl: Control, deadline: float) -> None:
             if not batch:
                 continue
             emit("records", items=batch)
-            tps = [TopicPartition(spec["topic"], p, o) for p, o in nexts.items()]
-            try:
-                consumer.commit(offsets=tps, asynchronous=False)
-                emit("committed", offsets=nexts)
-            except KafkaException as exc:
-                emit("commit_error", error=str(exc))
+            tracker.process(len(batch))
+            if spec.get("commit") == "async":
+                tracker.commit_async(nexts, lambda n: commit_fn(n, asynchronous=True))
+            else:
+                tracker.commit(nexts, commit_fn, (KafkaException,))
             tracker.consumed += len(batch)
             if spec.get("max_records") and tracker.consumed >= spec["max_records"]:
                 break
@@ -283,10 +338,82 @@ def run_aiokafka(spec: dict, ctl: Control, deadline: float) -> None:
     asyncio.run(main())
 
 
+def run_odradek(spec: dict, ctl: Control, deadline: float) -> None:
+    from odradek.client import Consumer, ConsumerRebalanceListener, KafkaError, TopicPartition
+
+    tracker = Tracker(spec)
+    topic = spec["topic"]
+    consumer = Consumer(
+        bootstrap_servers=spec["bootstrap"],
+        group_id=spec["group"],
+        client_id=spec["name"],
+        group_instance_id=spec.get("instance_id"),
+        session_timeout_ms=spec["session_ms"],
+        heartbeat_interval_ms=spec["heartbeat_ms"],
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        partition_assignment_strategy=[spec["strategy"]],
+        metadata_max_age_ms=2000,
+        max_poll_records=spec.get("batch") or 500,
+    )
+
+    def commit_fn(nexts: dict[int, int]) -> None:
+        consumer.commit({TopicPartition(topic, p): o for p, o in nexts.items()})
+
+    def on_commit(offsets, error) -> None:  # asynchronous commits, inside poll()
+        if error is not None:
+            emit("commit_error", error=repr(error))
+        else:
+            tracker.committed({tp.partition: om.offset for tp, om in offsets.items()})
+
+    def commit_async_fn(nexts: dict[int, int]) -> None:
+        offsets = {TopicPartition(topic, p): o for p, o in nexts.items()}
+        consumer.commit_async(offsets, callback=on_commit)
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked):
+            tracker.commit_owed([tp.partition for tp in revoked], commit_fn, (KafkaError,))
+            tracker.revoked(tp.partition for tp in revoked)
+
+        def on_partitions_assigned(self, assigned):
+            tracker.assigned(tp.partition for tp in assigned)
+
+        def on_partitions_lost(self, lost):
+            tracker.revoked((tp.partition for tp in lost), ev="lost")
+
+    consumer.subscribe([topic], listener=Listener())
+    emit("started", client="odradek")
+    try:
+        while time.monotonic() < deadline and not ctl.close_requested.is_set():
+            polled = consumer.poll(0.2)
+            batch, nexts = [], {}
+            for m in polled:
+                batch.append([m.partition, m.offset])
+                nexts[m.partition] = m.offset + 1
+            if not batch:
+                continue
+            # Whether this member's own JoinGroup / SyncGroup was in flight as poll returned.
+            rebalancing = consumer._coordinator.rebalance_in_progress()
+            emit("records", items=batch, rebalancing=rebalancing)
+            tracker.process(len(batch))
+            if spec.get("commit") == "async":
+                tracker.commit_async(nexts, commit_async_fn)
+            else:
+                tracker.commit(nexts, commit_fn, (KafkaError,))
+            tracker.consumed += len(batch)
+            if spec.get("max_records") and tracker.consumed >= spec["max_records"]:
+                break
+    finally:
+        emit("closing")
+        consumer.close()
+        emit("closed")
+
+
 RUNNERS = {
     "confluent": run_confluent,
     "kafka-python": run_kafka_python,
     "aiokafka": run_aiokafka,
+    "odradek": run_odradek,
 }
 
 
@@ -303,7 +430,11 @@ def main(spec_json: str) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    for name in ("kafka.coordinator", "aiokafka.consumer.group_coordinator"):
+    for name in (
+        "kafka.coordinator",
+        "aiokafka.consumer.group_coordinator",
+        "odradek.client.coordinator",
+    ):
         logging.getLogger(name).setLevel(logging.DEBUG if debug == "1" else logging.INFO)
     for name in filter(None, debug.split(",") if debug != "1" else []):
         logging.getLogger(name).setLevel(logging.DEBUG)

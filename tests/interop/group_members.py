@@ -71,6 +71,9 @@ class Member:
         instance_id: str | None = None,
         max_records: int | None = None,
         max_seconds: float = 120.0,
+        batch: int | None = None,
+        records_per_s: float | None = None,
+        commit: str = "sync",
         debug: bool = False,
     ) -> None:
         self.client = client
@@ -87,6 +90,9 @@ class Member:
             "instance_id": instance_id,
             "max_records": max_records,
             "max_seconds": max_seconds,
+            "batch": batch,
+            "records_per_s": records_per_s,
+            "commit": commit,
             "debug": "1" if debug else os.environ.get(DEBUG_ENV, ""),
         }
         self.events: list[dict[str, Any]] = []
@@ -429,6 +435,44 @@ def coordinator_transitions(broker: Any, group: str) -> list[str]:
         if m and m.group(1) == group:
             out.append(m.group(2))
     return out
+
+
+_REBALANCING = ("PreparingRebalance", "CompletingRebalance")
+
+
+def rebalance_windows(bootstrap: str, group: str) -> list[tuple[float, float]] | None:
+    """When ``group`` was not Stable: (start, end) pairs on this machine's ``time.monotonic()``,
+    from an Odradek broker's rebalance history (``odradek groups history`` reads the same
+    events); None when the broker keeps none. A window still open ends now.
+
+    The broker stamps each state transition with the wall clock; the driver processes
+    stamp events with CLOCK_MONOTONIC; both are read here to convert.
+    """
+    import argparse
+
+    from odradek.cli.history import STATE_TRANSITION, NoHistory, history_range, read_events
+    from odradek.client import AdminClient
+
+    try:
+        with AdminClient(bootstrap_servers=bootstrap, default_api_timeout_ms=15_000) as admin:
+            low, high = history_range(admin)
+    except NoHistory:
+        return None
+    args = argparse.Namespace(bootstrap=bootstrap, connect_timeout=5.0)
+    events = [e for e in read_events(args, group, low, high) if e.get("kind") == STATE_TRANSITION]
+    wall_minus_mono = time.time() - time.monotonic()
+    windows: list[tuple[float, float]] = []
+    start: float | None = None
+    for e in sorted(events, key=lambda e: e["at_ms"]):
+        at = e["at_ms"] / 1000 - wall_minus_mono
+        if e.get("to_state") in _REBALANCING:
+            start = at if start is None else start
+        elif start is not None:
+            windows.append((start, at))
+            start = None
+    if start is not None:
+        windows.append((start, time.monotonic()))
+    return windows
 
 
 def new_names(prefix: str) -> tuple[str, str]:

@@ -10,11 +10,15 @@ Two ways to read, as in the Java client (seed 004, section 2.1):
 * ``assign(partitions)``: exactly these partitions, no group membership (offsets can
   still be committed to ``group_id``).
 
-``poll`` first lets the coordinator do its work (find the coordinator, join/sync,
-auto-commit, fatal heartbeat errors), then fetches; positions of newly assigned
+``poll`` first lets the coordinator do its work (find the coordinator, the next step
+of a rebalance, auto-commit, fatal heartbeat errors), then fetches. It never waits for
+a rebalance to finish: a COOPERATIVE member keeps consuming the partitions it owns while
+its JoinGroup / SyncGroup are in flight (an EAGER member owns none by then), and the
+coordinator's responses end the fetch wait early. Positions of newly assigned
 partitions come from the committed offsets (OffsetFetch), else ``auto_offset_reset``
-(ListOffsets). The next fetch is sent before records are returned (pipelining), and
-the fetch wait is bounded by ``coordinator.time_to_next_poll()``.
+(ListOffsets), once the member is stable. The next fetch is sent before records are
+returned (pipelining), and the fetch wait is bounded by
+``coordinator.time_to_next_poll()``.
 
 Commits: ``commit()`` (Java's commitSync: the current positions or an explicit
 ``{tp: offset}``), ``commit_async(offsets=None, callback=fn)`` (``fn(offsets, error)``
@@ -120,7 +124,9 @@ class Consumer:
         self._fetcher = Fetcher(self._client, self._subscriptions, self.config)
         self._coordinator: ConsumerCoordinator | None = None
         if self.config.group_id:
-            self._coordinator = ConsumerCoordinator(self._client, self._subscriptions, self.config)
+            self._coordinator = ConsumerCoordinator(
+                self._client, self._subscriptions, self.config, wakeup=self._fetcher.wakeup
+            )
         self._closed = False
         self._closing = False
 
@@ -270,7 +276,8 @@ class Consumer:
         ``offsets`` maps partitions to the offset of the *next* record to read (an int or
         an ``OffsetAndMetadata``). Retriable errors are retried until ``timeout``
         (default ``default_api_timeout_ms``); raises ``CommitFailedError`` when the
-        member was removed from the group or the group is rebalancing.
+        member was removed from the group, ``RebalanceInProgressCommitError`` while the
+        group rebalances (poll, then commit again).
         """
         coordinator = self._require_group("commit")
         coordinator.commit_sync(offsets, self._timeout_s(timeout))
@@ -319,12 +326,14 @@ class Consumer:
         limit = max_records or self.config.max_poll_records
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
-            remaining = max(0.0, deadline - time.monotonic())
-            if self._coordinator is not None and not self._coordinator.poll(remaining):
-                if time.monotonic() >= deadline:
-                    return ConsumerRecords({})
-                continue
-            records = self._poll_once(max(0.0, deadline - time.monotonic()), limit)
+            # The coordinator never waits for a rebalance here: a member keeps fetching
+            # what it owns while its JoinGroup / SyncGroup are in flight (KIP-429).
+            stable = True
+            if self._coordinator is not None:
+                stable = self._coordinator.poll(max(0.0, deadline - time.monotonic()))
+            records = self._poll_once(
+                max(0.0, deadline - time.monotonic()), limit, update_positions=stable
+            )
             if records:
                 # Pipelining: put the next fetch on the wire before handing records out.
                 self._fetcher.send_fetches()
@@ -333,24 +342,31 @@ class Consumer:
                 return ConsumerRecords({})
 
     def _poll_once(
-        self, timeout_s: float, limit: int
+        self, timeout_s: float, limit: int, *, update_positions: bool = True
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """One fetch round. Positions of new partitions are looked up only when the
+        group is stable (``update_positions``), as Java's updateAssignmentMetadataIfNeeded."""
+        backoff = self.config.retry_backoff_ms / 1000
         self._client.maybe_refresh(timeout_s=self.config.request_timeout_ms / 1000)
-        if not self._update_fetch_positions(timeout_s):
-            timeout_s = min(timeout_s, self.config.retry_backoff_ms / 1000)
+        if update_positions and not self._update_fetch_positions(timeout_s):
+            timeout_s = min(timeout_s, backoff)
         records = self._fetcher.fetched_records(limit)
         if records:
             return records
         self._fetcher.send_fetches()
         wait = timeout_s
-        if self._coordinator is not None:
-            wait = min(wait, self._coordinator.time_to_next_poll())
+        coordinator = self._coordinator
+        if coordinator is not None:
+            wait = min(wait, coordinator.time_to_next_poll())
         if not self._fetcher.has_available_fetches():
-            if self._fetcher.has_in_flight():
-                self._fetcher.wait_for_fetches(wait)
-            elif wait > 0:
-                # Nothing fetchable (paused, no leader, no position): back off briefly.
-                time.sleep(min(wait, self.config.retry_backoff_ms / 1000))
+            if not self._fetcher.has_in_flight() and not (
+                coordinator is not None and coordinator.awaiting_response()
+            ):
+                # Nothing will wake us (paused, no leader, no position): back off briefly.
+                wait = min(wait, backoff)
+            # A fetch response, or the coordinator's wakeup (a rebalance step can go on),
+            # ends the wait early.
+            self._fetcher.wait_for_fetches(wait)
         return self._fetcher.fetched_records(limit)
 
     def _update_fetch_positions(self, timeout_s: float) -> bool:

@@ -9,10 +9,15 @@ What it does, in the order of seed 004 (section 2.2), seed 000 (section 2) and s
   COORDINATOR_LOAD_IN_PROGRESS and connection failures mark the coordinator unknown
   and are retried after ``retry_backoff_ms``.
 * **The join/sync loop** (``ensure_active_group``) runs on the application thread inside
-  ``Consumer.poll`` and keeps its in-flight JoinGroup/SyncGroup across polls, so a short
-  poll timeout never restarts a rebalance. Before joining: ``on_join_prepare`` (commit when
-  auto-commit is on; EAGER revokes everything, COOPERATIVE only partitions the new
-  subscription excludes; all owned partitions are *lost* when the generation was reset).
+  ``Consumer.poll`` and never waits for the rebalance, as in Java: each poll starts or
+  collects one step (JoinGroup, SyncGroup, the commit before them) and returns, so the
+  consumer keeps fetching what it owns meanwhile; the responses wake the consumer's wait
+  for fetches. Before joining: ``on_join_prepare`` (when auto-commit is on, commit first:
+  sent asynchronously and retried on retriable errors until the rebalance timeout, EAGER
+  partitions marked pending revocation meanwhile; then EAGER revokes everything,
+  COOPERATIVE only partitions the new subscription excludes, and keeps fetching the rest
+  through the whole rebalance; all owned partitions are *lost* when the generation was
+  reset).
   JoinGroup errors as in Java: MEMBER_ID_REQUIRED (KIP-394: keep the id the broker handed
   out and join again at once), UNKNOWN_MEMBER_ID (forget the member id, rejoin),
   REBALANCE_IN_PROGRESS / ILLEGAL_GENERATION (rejoin at once), coordinator errors (look up
@@ -20,11 +25,17 @@ What it does, in the order of seed 004 (section 2.2), seed 000 (section 2) and s
   INVALID_SESSION_TIMEOUT, authorization (fatal: raised from ``poll``). The leader decodes
   every member's subscription, refreshes metadata for the whole group subscription, runs
   the chosen assignor and sends the assignments in its SyncGroup; followers send an empty
-  one. ``on_join_complete`` decodes the assignment, and with COOPERATIVE revokes what was
-  taken away (then requests another rebalance), hands the new assignment to the assignor
-  (``on_assignment``) and to ``SubscriptionState``, and calls ``on_partitions_assigned``
-  with what was added (every partition under EAGER). Listener callbacks always run on the
-  application thread.
+  one. Response handlers compare with the generation the request was *sent* with, so an
+  error for an older generation does not reset a newer one. ``on_join_complete`` decodes
+  the assignment, and with COOPERATIVE revokes what was taken away (then requests another
+  rebalance), takes topics the leader assigned from this member's pattern into the
+  subscription (Java's maybeUpdateJoinedSubscription: no extra rebalance when its metadata
+  catches up), hands the new assignment to the assignor (``on_assignment``) and to
+  ``SubscriptionState``, and calls ``on_partitions_assigned`` with what was added (every
+  partition under EAGER). Listener callbacks always run on the application thread; when
+  one raises, the error reaches ``poll`` and the next ``poll`` finishes the join (Java
+  runs onJoinComplete again: the callbacks then get what is still new, usually nothing),
+  so the next rebalance still commits and revokes first.
 * **Heartbeats** run on ``heartbeat.HeartbeatThread`` (session, heartbeat and poll
   timers). Heartbeat errors are mapped like Java's ``HeartbeatResponseHandler``:
   REBALANCE_IN_PROGRESS requests a rejoin (the member stays valid), ILLEGAL_GENERATION /
@@ -36,8 +47,11 @@ What it does, in the order of seed 004 (section 2.2), seed 000 (section 2) and s
   (``require_stable`` on v7+), cached across polls while the request is in flight.
   ``commit_sync`` retries retriable errors until its timeout and raises
   ``CommitFailedError`` when the member is no longer part of the group (ILLEGAL_GENERATION,
-  UNKNOWN_MEMBER_ID) or the group is rebalancing (REBALANCE_IN_PROGRESS, raised as
-  ``RebalanceInProgressCommitError``, a ``CommitFailedError``).
+  UNKNOWN_MEMBER_ID, or FENCED_INSTANCE_ID for a generation that has passed), and
+  ``RebalanceInProgressCommitError`` (its own type: retriable, but only after a ``poll``,
+  so it is raised at once) while the group rebalances: as in Java, a member commits only
+  when it is stable, and a cooperative member that consumed during a rebalance commits
+  after it (or in ``on_partitions_revoked``).
   ``commit_async`` callbacks run on the application thread in the next ``poll`` /
   commit call. Auto-commit runs every ``auto_commit_interval_ms`` inside ``poll``, before
   every rebalance and on close.
@@ -80,14 +94,18 @@ from odradek.client.cluster import KafkaClient
 from odradek.client.config import ConsumerConfig
 from odradek.client.connection import BrokerConnection, ConnectionState
 from odradek.client.errors import (
+    CommitFailedError,
     IllegalStateError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
     NoBrokersAvailableError,
+    RebalanceInProgressCommitError,
+    RetriableCommitFailedError,
     UnsupportedVersionError,
     error_for_code,
     make_error,
+    retriable_without_poll,
 )
 from odradek.client.heartbeat import Heartbeat, HeartbeatThread, Timer
 from odradek.client.structs import TopicPartition
@@ -128,39 +146,8 @@ _COORDINATOR_ERRORS = (_COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR)
 _JOIN_GROUP_TIMEOUT_LAPSE_MS = 5_000  # Java's AbstractCoordinator.JOIN_GROUP_TIMEOUT_LAPSE
 _COORDINATOR_NODE_BASE = 2**31 - 1  # Java: the coordinator connection id is MAX_VALUE - id
 
-RebalanceInProgressError = error_for_code(_REBALANCE_IN_PROGRESS)
 FencedInstanceIdError = error_for_code(_FENCED_INSTANCE_ID)
 GroupMaxSizeReachedError = error_for_code(_GROUP_MAX_SIZE_REACHED)
-
-
-class CommitFailedError(KafkaError):
-    """The commit cannot be completed: the member left the group or the group rebalanced.
-
-    As in Java, this happens when the consumer was kicked out (ILLEGAL_GENERATION,
-    UNKNOWN_MEMBER_ID, typically after ``max_poll_interval_ms`` passed between polls) or
-    when it is not part of an active group; call ``poll`` to rejoin.
-    """
-
-    def __init__(self, message: str | None = None) -> None:
-        super().__init__(
-            message
-            or "Commit cannot be completed since the group has already rebalanced and assigned "
-            "the partitions to another member. This means that the time between subsequent "
-            "calls to poll() was longer than the configured max_poll_interval_ms, which "
-            "typically implies that the poll loop is spending too much time processing "
-            "messages. You can address this either by increasing max_poll_interval_ms or by "
-            "reducing the maximum size of batches returned in poll() with max_poll_records."
-        )
-
-
-class RebalanceInProgressCommitError(CommitFailedError, RebalanceInProgressError):  # type: ignore[misc,valid-type]
-    """The commit failed because the group is rebalancing; ``poll`` then commit again."""
-
-
-class RetriableCommitFailedError(KafkaError):
-    """An asynchronous commit failed with a retriable error (handed to the callback)."""
-
-    retriable = True
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -222,7 +209,7 @@ class ConsumerCoordinator:
         subscriptions: SubscriptionState,
         config: ConsumerConfig,
         *,
-        on_unsubscribed_buffers: Callable[[], None] | None = None,
+        wakeup: Callable[[], None] | None = None,
     ) -> None:
         if not config.group_id:
             raise IllegalStateError("a group coordinator needs group_id")
@@ -250,7 +237,8 @@ class ConsumerCoordinator:
             retry_backoff_ms=config.retry_backoff_ms,
         )
         self._heartbeat_thread: HeartbeatThread | None = None
-        self._on_unsubscribed_buffers = on_unsubscribed_buffers
+        # Ends the consumer's wait for fetches when a rebalance step can go on.
+        self._wakeup: Callable[[], None] = wakeup or (lambda: None)
 
         # Membership state (guarded by cond).
         self.generation: Generation = NO_GENERATION
@@ -261,7 +249,16 @@ class ConsumerCoordinator:
         self.is_leader = False
         self.joined_subscription: frozenset[str] | None = None
         self.assignment_snapshot: dict[str, int] | None = None
+        # The JoinGroup or SyncGroup in flight, with the generation it was sent with.
         self._pending: tuple[str, Future[Any], Generation] | None = None
+        # A successful SyncGroup whose assignment is not applied yet (Java's completed
+        # joinFuture): kept when a listener raises, so the next poll finishes the join.
+        self._join_result: tuple[Generation, bytes] | None = None
+        self._retry_join_at = 0.0  # monotonic: back off before the next join step
+        # Commit before the rebalance (Java's onJoinPrepare): retried until this deadline.
+        self._join_prepare_deadline: float | None = None
+        self._join_prepare_commit: tuple[Future[Any], Generation] | None = None
+        self._pattern_matched: tuple[Any, float] | None = None  # (pattern, metadata time)
         self._closed = False
 
         # The coordinator and its connection (guarded by cond).
@@ -320,6 +317,11 @@ class ConsumerCoordinator:
                 log.info("group %s: request joining the group due to: %s", self.group_id, reason)
             self.rejoin_needed = True
             self.rejoin_reason = reason
+        self._wakeup()
+
+    def awaiting_response(self) -> bool:
+        """A rebalance step waits for the coordinator (its answer calls ``wakeup``)."""
+        return self._pending is not None or self._join_prepare_commit is not None
 
     def _reset_state_and_generation(self, reason: str, reset_member_id: bool) -> None:
         with self.cond:
@@ -601,6 +603,9 @@ class ConsumerCoordinator:
                     },
                 )
             self._pending = None
+            self._join_result = None
+            self._join_prepare_commit = None
+            self._join_prepare_deadline = None
             self._reset_state_and_rejoin(f"consumer pro-actively leaving the group: {reason}", True)
         return future
 
@@ -635,7 +640,7 @@ class ConsumerCoordinator:
                 )
                 self.joined_subscription = None
                 return True
-            return self.rejoin_needed or self._pending is not None
+            return self.rejoin_needed or self._pending is not None or self._join_result is not None
 
     def _subscription_metadata(self) -> list[dict[str, Any]]:
         """One protocol per assignor, each carrying this member's Subscription."""
@@ -691,16 +696,23 @@ class ConsumerCoordinator:
                 thread.disable()
             generation = self.generation
         future = self._send_join_group()
+        future.add_done_callback(lambda _f: self._wakeup())
         self._pending = ("join", future, generation)
 
     def ensure_active_group(self, deadline: float) -> bool:
-        """Join (or rejoin) and sync; False if ``deadline`` passes first (state is kept)."""
+        """Join (or rejoin) and sync; False if ``deadline`` passes first (state is kept).
+
+        ``poll`` passes a deadline of now: each step of the rebalance is started or
+        collected without waiting, and the consumer keeps fetching meanwhile.
+        """
         if not self.ensure_coordinator_ready(deadline):
             return False
         self._start_heartbeat_thread_if_needed()
         return self._join_group_if_needed(deadline)
 
     def _join_group_if_needed(self, deadline: float) -> bool:
+        """Java's joinGroupIfNeeded: prepare, JoinGroup, SyncGroup, complete, as far as
+        ``deadline`` allows; every step in flight is kept for the next call."""
         while self.rejoin_needed_or_pending():
             if not self.ensure_coordinator_ready(deadline):
                 return False
@@ -710,48 +722,93 @@ class ConsumerCoordinator:
                 self.needs_join_prepare = False
                 with self.cond:
                     generation = self.generation
-                self._on_join_prepare(generation)
-            if self._pending is None:
-                self._initiate_join_group()
-            kind, future, _sent = self._pending  # type: ignore[misc]
-            try:
-                response = future.result(timeout=max(0.0, deadline - time.monotonic()))
-            except FutureTimeout:
-                return False
-            except KafkaError as exc:
-                self._pending = None
-                with self.cond:
-                    self.state = MemberState.UNJOINED
-                if isinstance(exc, (KafkaConnectionError, KafkaTimeoutError)):
-                    self.mark_coordinator_unknown(f"{kind} request failed: {exc}")
-                    self._sleep_until(deadline, self._backoff_s())
-                    continue
-                raise
-            self._pending = None
-            if kind == "join":
-                error = self._handle_join_response(response)
-            else:
-                error = self._handle_sync_response(response)
-            if error is None:
-                continue  # sync sent, or the join completed: re-check rejoin_needed
-            with self.cond:
-                if self.state is not MemberState.UNJOINED and kind == "join":
-                    self.state = MemberState.UNJOINED
-            if isinstance(error, _RetryNow):
-                continue
-            if error.retriable:
-                self._sleep_until(deadline, self._backoff_s())
-                if time.monotonic() >= deadline:
+                if not self._on_join_prepare(generation, deadline):
+                    self.needs_join_prepare = True  # the commit before it is not done yet
+                    return False
+            if self._join_result is None:
+                if not self._advance_join(deadline):
                     return False
                 continue
-            raise error
+            self._finish_join()
         return True
+
+    def _advance_join(self, deadline: float) -> bool:
+        """Send the JoinGroup, or collect the JoinGroup / SyncGroup in flight and handle it.
+
+        False when ``deadline`` passes first (waiting for a response or a backoff)."""
+        if self._pending is None:
+            wait = self._retry_join_at - time.monotonic()
+            if wait > 0:
+                if time.monotonic() + wait > deadline:
+                    return False
+                time.sleep(wait)
+            try:
+                self._initiate_join_group()
+            except KafkaError as exc:
+                with self.cond:
+                    self.state = MemberState.UNJOINED
+                if not exc.retriable:
+                    raise
+                self._retry_join_at = time.monotonic() + self._backoff_s()
+                return True
+        kind, future, sent = self._pending  # type: ignore[misc]
+        try:
+            response = future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            return False
+        except KafkaError as exc:
+            self._pending = None
+            with self.cond:
+                self.state = MemberState.UNJOINED
+            if isinstance(exc, (KafkaConnectionError, KafkaTimeoutError)):
+                self.mark_coordinator_unknown(f"{kind} request failed: {exc}")
+                self._retry_join_at = time.monotonic() + self._backoff_s()
+                return True
+            raise
+        self._pending = None
+        if kind == "join":
+            error = self._handle_join_response(response, sent)
+        else:
+            error = self._handle_sync_response(response, sent)
+        if error is None:
+            return True  # SyncGroup sent, or the assignment is in: go on
+        with self.cond:
+            if self.state is not MemberState.UNJOINED and kind == "join":
+                self.state = MemberState.UNJOINED
+        if isinstance(error, _RetryNow):
+            return True
+        if error.retriable:
+            self._retry_join_at = time.monotonic() + self._backoff_s()
+            return True
+        raise error
+
+    def _finish_join(self) -> None:
+        """Apply the SyncGroup's assignment (Java's onJoinComplete). When a listener raises,
+        the error reaches ``poll`` and the next ``poll`` runs this again: the assignment
+        is in place by then, so the callbacks see nothing more, and the member is ready
+        for the next rebalance (commit first, revoke what it owns)."""
+        assert self._join_result is not None
+        generation, assignment = self._join_result
+        with self.cond:
+            current, state = self.generation, self.state
+        if current != generation or state is not MemberState.STABLE:
+            self._join_result = None
+            self._reset_state_and_rejoin(
+                f"rebalance failed since the generation/state was modified by the heartbeat "
+                f"thread to {current}/{state.value} before the rebalance callback",
+                reset_member_id=True,
+            )
+            return
+        self._on_join_complete(generation, assignment)
+        self._join_result = None
+        self._retry_join_at = 0.0
+        self.needs_join_prepare = True
 
     @staticmethod
     def _sleep_until(deadline: float, seconds: float) -> None:
         time.sleep(max(0.0, min(seconds, deadline - time.monotonic())))
 
-    def _handle_join_response(self, response: Any) -> KafkaError | None:
+    def _handle_join_response(self, response: Any, sent: Generation) -> KafkaError | None:
         code = _code(response.error_code)
         if code == _NONE:
             protocol_type = getattr(response, "protocol_type", None)
@@ -785,7 +842,9 @@ class ConsumerCoordinator:
                 else:
                     self.is_leader = False
                     assignments = {}
-                self._pending = ("sync", self._send_sync_group(generation, assignments), generation)
+                future = self._send_sync_group(generation, assignments)
+                future.add_done_callback(lambda _f: self._wakeup())
+                self._pending = ("sync", future, generation)
             except KafkaError as exc:
                 self.request_rejoin(f"sync failed: {exc}")
                 return exc
@@ -793,7 +852,11 @@ class ConsumerCoordinator:
         if code == _COORDINATOR_LOAD_IN_PROGRESS:
             return make_error(code, "JoinGroup")
         if code == _UNKNOWN_MEMBER_ID:
-            self._reset_state_and_rejoin("encountered UNKNOWN_MEMBER_ID from JOIN_GROUP", True)
+            with self.cond:
+                if self.generation == sent:  # else the generation moved on meanwhile
+                    self._reset_state_and_rejoin(
+                        "encountered UNKNOWN_MEMBER_ID from JOIN_GROUP", True
+                    )
             return _RetryNow("unknown member id")
         if code in _COORDINATOR_ERRORS:
             self.mark_coordinator_unknown(f"JoinGroup error {code}")
@@ -838,8 +901,16 @@ class ConsumerCoordinator:
             self.subscriptions.subscription
         )
         self.client.add_topics(all_topics)
-        with contextlib.suppress(KafkaError):
-            self.client.refresh(all_topics, timeout_s=self.config.request_timeout_ms / 1000)
+        # Java's ensureFreshMetadata: refresh only for a topic the metadata lacks or when it
+        # is due anyway. An unneeded refresh costs the whole group time: it may wait behind
+        # a fetch long-poll on the broker connection.
+        cluster = self.client.cluster
+        if (
+            any(cluster.partitions_for(t) is None for t in all_topics)
+            or self.client.metadata_age_s() * 1000 >= self.config.metadata_max_age_ms
+        ):
+            with contextlib.suppress(KafkaError):
+                self.client.refresh(all_topics, timeout_s=self.config.request_timeout_ms / 1000)
         snapshot = self._metadata_snapshot(all_topics)
         if getattr(response, "skip_assignment", False):
             log.info(
@@ -901,9 +972,10 @@ class ConsumerCoordinator:
             ),
         )
 
-    def _handle_sync_response(self, response: Any) -> KafkaError | None:
+    def _handle_sync_response(self, response: Any, sent: Generation) -> KafkaError | None:
+        """SyncGroup answered (for the generation ``sent``): keep the assignment for
+        ``_finish_join``, or map the error as Java's SyncGroupResponseHandler does."""
         code = _code(response.error_code)
-        sent = self.generation
         if code == _NONE:
             ptype = getattr(response, "protocol_type", None)
             pname = getattr(response, "protocol_name", None)
@@ -911,39 +983,35 @@ class ConsumerCoordinator:
                 self.request_rejoin("inconsistent protocol type")
                 return make_error(_INCONSISTENT_GROUP_PROTOCOL, f"protocol type {ptype}")
             with self.cond:
-                if self.generation == NO_GENERATION or (
-                    self.state is not MemberState.COMPLETING_REBALANCE
-                ):
+                if self.generation != sent or self.state is not MemberState.COMPLETING_REBALANCE:
                     log.info(
                         "group %s: generation was reset (%s, %s) before the SyncGroup response",
                         self.group_id,
                         self.generation,
                         self.state.value,
                     )
+                    self.request_rejoin("generation reset during sync")
                     return _RetryNow("generation reset during sync")
-                if pname is not None and pname != self.generation.protocol_name:
+                if pname is not None and pname != sent.protocol_name:
                     self.request_rejoin("inconsistent protocol name")
                     return make_error(_INCONSISTENT_GROUP_PROTOCOL, f"protocol name {pname}")
                 self.state = MemberState.STABLE
                 self.rejoin_needed = False
                 self.rejoin_reason = ""
-                generation = self.generation
             self.rebalances += 1
-            self._on_join_complete(generation, bytes(response.assignment))
-            self.needs_join_prepare = True
+            self._join_result = (sent, bytes(response.assignment))
             return None
         self.request_rejoin(f"SyncGroup error {code}")
         if code == _REBALANCE_IN_PROGRESS:
             return _RetryNow("group began another rebalance")
         if code in (_UNKNOWN_MEMBER_ID, _ILLEGAL_GENERATION):
             with self.cond:
-                if self.generation == sent:
+                if self.generation == sent:  # else the heartbeat thread reset it already
                     # Keep the member id on ILLEGAL_GENERATION: the member may still be valid.
-                    self._reset_state_and_generation(
+                    self._reset_state_and_rejoin(
                         f"encountered {make_error(code)} from SYNC_GROUP",
                         reset_member_id=code != _ILLEGAL_GENERATION,
                     )
-                    self.needs_join_prepare = True
             return _RetryNow("sync failed")
         if code in _COORDINATOR_ERRORS:
             self.mark_coordinator_unknown(f"SyncGroup error {code}")
@@ -976,11 +1044,17 @@ class ConsumerCoordinator:
             return exc
         return None
 
-    def _on_join_prepare(self, generation: Generation) -> None:
-        """Before (re)joining: commit, then revoke or lose partitions (seed 000 §2.4a)."""
-        self._maybe_auto_commit_sync(
-            min(self.rebalance_timeout_ms, self.config.request_timeout_ms) / 1000
-        )
+    def _on_join_prepare(self, generation: Generation, deadline: float) -> bool:
+        """Before (re)joining: commit, then revoke or lose partitions (seed 000 §2.4a).
+
+        False while the commit before the rebalance is still pending (the next ``poll``
+        goes on with it); the partitions are revoked only after it.
+        """
+        if self._join_prepare_deadline is None:
+            self._join_prepare_deadline = time.monotonic() + self.rebalance_timeout_ms / 1000
+        if self.auto_commit_enabled and not self._commit_before_rebalance(deadline):
+            return False
+        self._join_prepare_deadline = None
         subs = self.subscriptions
         exception: BaseException | None = None
         owned = subs.assigned_partitions()
@@ -1008,6 +1082,59 @@ class ConsumerCoordinator:
         subs.group_subscription = set()
         if exception is not None:
             raise KafkaError(f"user rebalance callback raised: {exception!r}") from exception
+        return True
+
+    def _commit_before_rebalance(self, deadline: float) -> bool:
+        """Auto-commit the positions before the rebalance (Java's onJoinPrepare): sent
+        asynchronously and retried on retriable errors until the rebalance timeout, so
+        the member never misses the rebalance waiting for it. True once done or given up.
+
+        With EAGER the partitions are marked pending revocation first: nothing more is
+        fetched or handed out from them, so the committed positions stay the last ones."""
+        assert self._join_prepare_deadline is not None
+        give_up_at = self._join_prepare_deadline
+        if self._join_prepare_commit is None:
+            if time.monotonic() < self._retry_join_at:  # backing off after a failure
+                self._sleep_until(min(deadline, give_up_at), self._retry_join_at - time.monotonic())
+                if time.monotonic() < self._retry_join_at:
+                    return time.monotonic() >= give_up_at
+            if self.protocol is RebalanceProtocol.EAGER:
+                self.subscriptions.mark_pending_revocation(self.subscriptions.assigned_list())
+            offsets = self.all_consumed()
+            if not offsets:
+                return True
+            future, sent = self._send_offset_commit(offsets)
+            future.add_done_callback(lambda _f: self._wakeup())
+            self._join_prepare_commit = (future, sent)
+        future, sent = self._join_prepare_commit
+        with contextlib.suppress(FutureTimeout, Exception):
+            future.result(timeout=max(0.0, min(deadline, give_up_at) - time.monotonic()))
+        if not future.done():
+            if time.monotonic() < give_up_at:
+                return False
+            log.error(
+                "group %s: the commit before the rebalance did not complete within the "
+                "rebalance timeout; joining the group anyway",
+                self.group_id,
+            )
+            self._join_prepare_commit = None
+            return True
+        self._join_prepare_commit = None
+        error = self._commit_result(future, sent)
+        if error is None:
+            return True
+        if retriable_without_poll(error) and time.monotonic() < give_up_at:
+            log.debug(
+                "group %s: commit before the rebalance failed, retrying: %s", self.group_id, error
+            )
+            self._retry_join_at = time.monotonic() + self._backoff_s()
+            return False
+        log.error(
+            "group %s: the commit before the rebalance failed: %s; joining the group anyway",
+            self.group_id,
+            error,
+        )
+        return True
 
     def _subscribed_to(self, topic: str) -> bool:
         subs = self.subscriptions
@@ -1041,6 +1168,7 @@ class ConsumerCoordinator:
                     f"need to revoke partitions {sorted(map(str, revoked))} as indicated by the "
                     "current assignment and re-join"
                 )
+        self._absorb_assigned_topics(assigned)
         try:
             assignor.on_assignment(assignment, generation.generation_id)
         except Exception as exc:
@@ -1053,6 +1181,20 @@ class ConsumerCoordinator:
         first = first or exc2
         if first is not None:
             raise KafkaError(f"user rebalance callback raised: {first!r}") from first
+
+    def _absorb_assigned_topics(self, assigned: set[TopicPartition]) -> None:
+        """Java's maybeUpdateJoinedSubscription: the leader may assign a topic that matches
+        this member's pattern before this member's metadata shows it. Take it into the
+        subscription now, so the metadata catching up later forces no other rebalance."""
+        subs = self.subscriptions
+        if subs.subscribed_pattern is None:
+            return
+        joined = self.joined_subscription or frozenset()
+        added = {tp.topic for tp in assigned} - joined
+        if added:
+            log.info("group %s: the leader assigned topics %s too", self.group_id, sorted(added))
+            subs.subscribe_from_pattern(set(subs.subscription) | added)
+            self.joined_subscription = joined | added
 
     def on_leave_prepare(self) -> None:
         """Before leaving (close / unsubscribe): revoke, or lose if no longer a member."""
@@ -1077,12 +1219,18 @@ class ConsumerCoordinator:
     # ================================================================ poll (CoordinatorHooks)
 
     def _maybe_update_subscription_metadata(self) -> None:
+        """Match the pattern against new metadata (each snapshot once, as Java does: an
+        unchanged snapshot must not undo topics taken from the leader's assignment)."""
         subs = self.subscriptions
         if subs.subscribed_pattern is None:
             return
         cluster = self.client.cluster
         if not cluster.updated_at:
             return
+        seen = (subs.subscribed_pattern, cluster.updated_at)
+        if seen == self._pattern_matched:
+            return
+        self._pattern_matched = seen
         matched = [
             name
             for name, meta in cluster.topics.items()
@@ -1095,7 +1243,13 @@ class ConsumerCoordinator:
             log.info("group %s: pattern now matches %s", self.group_id, sorted(matched))
 
     def poll(self, timeout_s: float) -> bool:
-        """Drive membership (join, sync, auto-commit); False if not ready in time."""
+        """Drive membership (join, sync, auto-commit); True when the member is stable.
+
+        Waits (up to ``timeout_s``) only to find the coordinator. A rebalance is never
+        waited for, as in Java's ``KafkaConsumer.poll``: each call starts or collects
+        its next step and returns, so the consumer keeps fetching the partitions it
+        still owns (all of them with COOPERATIVE, none with EAGER) until it completes.
+        """
         if self._closed:
             raise IllegalStateError("the coordinator is closed")
         self._invoke_completed_commit_callbacks()
@@ -1109,7 +1263,13 @@ class ConsumerCoordinator:
             if self.coordinator_unknown() and not self.ensure_coordinator_ready(deadline):
                 return False
             if self.rejoin_needed_or_pending():
-                if subs.subscribed_pattern is not None and self._pending is None:
+                if (
+                    subs.subscribed_pattern is not None
+                    and self._pending is None
+                    and self._join_result is None
+                    and self._join_prepare_commit is None
+                    and self.client.metadata_age_s() >= self._backoff_s()
+                ):
                     # Match the pattern against fresh metadata before joining.
                     with contextlib.suppress(KafkaError):
                         self.client.refresh(
@@ -1123,18 +1283,26 @@ class ConsumerCoordinator:
                             ),
                         )
                     self._maybe_update_subscription_metadata()
-                if not self.ensure_active_group(deadline):
+                if not self.ensure_active_group(time.monotonic()):
                     return False
         self._maybe_auto_commit_async()
         return True
 
     def time_to_next_poll(self) -> float:
-        """Seconds until ``poll`` is needed again (heartbeat bookkeeping, auto-commit)."""
-        if self.state_has_not_joined() and not self.auto_commit_enabled:
-            return float("inf")
-        wait = self.heartbeat.time_to_next_heartbeat()
-        if self.auto_commit_enabled:
+        """Seconds until ``poll`` is needed again (heartbeats, auto-commit, a join backoff)."""
+        wait = (
+            float("inf") if self.state_has_not_joined() else self.heartbeat.time_to_next_heartbeat()
+        )
+        rebalancing = (
+            self.rejoin_needed or self.awaiting_response() or self._join_result is not None
+        )
+        if self.auto_commit_enabled and not rebalancing:
+            # No auto-commit runs until the rebalance is done: its timer, expired
+            # meanwhile, must not turn the consumer's wait into a busy loop.
             wait = min(wait, self._next_auto_commit.remaining())
+        backoff = self._retry_join_at - time.monotonic()
+        if backoff > 0 and not self.awaiting_response():
+            wait = min(wait, backoff)
         return wait
 
     # ================================================================ committed offsets
@@ -1366,7 +1534,19 @@ class ConsumerCoordinator:
                     self.mark_coordinator_unknown(f"OffsetCommit error {code}")
                     return make_error(code, f"commit of {tp}")
                 if code == _FENCED_INSTANCE_ID:
-                    return make_error(code, f"group_instance_id {self.group_instance_id!r}")
+                    with self.cond:
+                        # Fatal only for the generation the commit carried; after a
+                        # rebalance the old generation's instance id is fenced by design.
+                        if self.generation == sent:
+                            return make_error(code, f"group_instance_id {self.group_instance_id!r}")
+                        if self.state is MemberState.PREPARING_REBALANCE:
+                            return RebalanceInProgressCommitError(
+                                "Offset commit cannot be completed since the consumer "
+                                "member's old generation is fenced by its group instance id; "
+                                "it has already joined another rebalance: call poll() and "
+                                "commit again."
+                            )
+                    return CommitFailedError()
                 if code == _REBALANCE_IN_PROGRESS:
                     self.request_rejoin("offset commit failed since group is already rebalancing")
                     return RebalanceInProgressCommitError(
@@ -1381,8 +1561,8 @@ class ConsumerCoordinator:
                         ):
                             return RebalanceInProgressCommitError(
                                 "Offset commit cannot be completed since the consumer member's "
-                                "old generation is fenced by its group instance id; the group "
-                                "is rebalancing: call poll() and commit again."
+                                "generation is already stale: it has joined another "
+                                "rebalance. Call poll() to complete it and commit again."
                             )
                         if self.generation == sent and sent != NO_GENERATION:
                             self._reset_state_and_rejoin(
@@ -1420,9 +1600,8 @@ class ConsumerCoordinator:
             self._invoke_completed_commit_callbacks()
             if error is None:
                 return
-            retriable = isinstance(error, KafkaError) and error.retriable
-            if not retriable:
-                raise error
+            if not retriable_without_poll(error):
+                raise error  # RebalanceInProgressCommitError included: only poll ends it
             last = error
             if time.monotonic() >= deadline:
                 raise KafkaTimeoutError(f"commit timed out; last error: {error}") from error
@@ -1466,7 +1645,7 @@ class ConsumerCoordinator:
 
         def done(f: Future[Any]) -> None:
             error = self._commit_result(f, sent)
-            if isinstance(error, KafkaError) and error.retriable:
+            if retriable_without_poll(error):
                 error = RetriableCommitFailedError(f"commit failed with a retriable error: {error}")
             with self.cond:
                 self._pending_async_commits -= 1

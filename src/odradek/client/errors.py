@@ -245,3 +245,53 @@ def raise_for_code(code: int, message: str | None = None) -> None:
     """Raise the error for ``code`` unless it is 0 (NONE)."""
     if int(code) != 0:
         raise make_error(code, message)
+
+
+# --------------------------------------------------------------------- commit errors
+
+
+class CommitFailedError(KafkaError):
+    """The commit cannot be completed: the member is no longer part of the group.
+
+    As in Java, this happens when the consumer was kicked out (ILLEGAL_GENERATION,
+    UNKNOWN_MEMBER_ID, typically after ``max_poll_interval_ms`` passed between polls) or
+    when it is not part of an active group; call ``poll`` to rejoin.
+    """
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(
+            message
+            or "Commit cannot be completed since the group has already rebalanced and assigned "
+            "the partitions to another member. This means that the time between subsequent "
+            "calls to poll() was longer than the configured max_poll_interval_ms, which "
+            "typically implies that the poll loop is spending too much time processing "
+            "messages. You can address this either by increasing max_poll_interval_ms or by "
+            "reducing the maximum size of batches returned in poll() with max_poll_records."
+        )
+
+
+class RebalanceInProgressCommitError(error_for_code(27)):  # type: ignore[misc]
+    """The commit failed because the group is rebalancing (Java's RebalanceInProgressException).
+
+    Not a ``CommitFailedError``: the member is still in the group. Retriable, but only
+    after a ``poll`` has finished the rebalance, so ``commit()`` raises it at once instead
+    of retrying by itself; commit again after the next ``poll`` (the partitions a
+    cooperative rebalance takes away are handed to ``on_partitions_revoked`` first).
+    """
+
+    retriable = True
+
+
+class RetriableCommitFailedError(KafkaError):
+    """An asynchronous commit failed with a retriable error (handed to the callback)."""
+
+    retriable = True
+
+
+def retriable_without_poll(error: BaseException | None) -> bool:
+    """Whether retrying the same request may succeed without a ``poll`` in between."""
+    return (
+        isinstance(error, KafkaError)
+        and error.retriable
+        and not isinstance(error, RebalanceInProgressCommitError)
+    )

@@ -15,7 +15,10 @@ Follows the Java client's ``Fetcher`` (seed 004, section 2.3):
   returning records from ``poll``, so the next fetch is on the wire while the
   application processes the current records.
 * A fetch whose offset no longer equals the partition's position (the user
-  sought meanwhile) or whose partition is no longer assigned is dropped.
+  sought meanwhile) or whose partition is no longer assigned, paused or pending
+  revocation (an EAGER member committing before a rebalance) is dropped.
+* ``wait_for_fetches`` also ends on ``wakeup()``, which the group coordinator calls
+  when a rebalance step can go on.
 
 Batches are decoded with ``records.decode_batch_records`` (every codec Kafka
 has), CRCs checked when ``check_crcs``; control batches are skipped, and
@@ -90,6 +93,7 @@ class Fetcher:
         self._completed: deque[CompletedFetch] = deque()
         self._next_in_line: CompletedFetch | None = None
         self._nodes_in_flight: set[int] = set()
+        self._woken = False
         self._isolation = 1 if config.isolation_level == "read_committed" else 0
         self._key_deserializer: Callable[[bytes | None], Any] | None = config.key_deserializer
         self._value_deserializer: Callable[[bytes | None], Any] | None = config.value_deserializer
@@ -223,20 +227,25 @@ class Fetcher:
             return bool(self._nodes_in_flight)
 
     def wait_for_fetches(self, timeout_s: float) -> bool:
-        """Block until a completed fetch is buffered or nothing is in flight or timeout."""
+        """Block until a completed fetch is buffered, ``wakeup()`` is called, or timeout.
+
+        True when a completed fetch is buffered. A wakeup that came while nobody waited
+        ends the next wait at once (so none is lost between two checks).
+        """
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while not self._completed:
-                if not self._nodes_in_flight:
-                    return False
+            while not self._completed and not self._woken:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
                 self._cond.wait(remaining)
-            return True
+            self._woken = False
+            return bool(self._completed)
 
     def wakeup(self) -> None:
+        """End the consumer's wait for fetches early (e.g. a JoinGroup response arrived)."""
         with self._cond:
+            self._woken = True
             self._cond.notify_all()
 
     def fetched_records(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
@@ -267,8 +276,8 @@ class Fetcher:
     def _initialize(self, cf: CompletedFetch) -> None:
         """Check a fresh CompletedFetch against the current state; decode its records."""
         tp = cf.tp
-        if not self._subs.is_assigned(tp):
-            cf.consumed = True
+        if not self._subs.is_assigned(tp) or self._subs.is_pending_revocation(tp):
+            cf.consumed = True  # dropped undecoded: decoding a large fetch costs the poll
             return
         try:
             position = self._subs.position(tp)
@@ -372,9 +381,10 @@ class Fetcher:
         if records is None:
             cf.consumed = True
             return []
-        # Partition revoked, paused or sought since: give nothing and drop the rest
-        # (pause keeps the data in Java; we drop and refetch, which is equivalent).
-        if not self._subs.is_assigned(tp) or self._subs.is_paused(tp):
+        # Partition revoked, paused, about to be revoked or sought since: give nothing and
+        # drop the rest (pause keeps the data in Java; we drop and refetch, which is
+        # equivalent).
+        if not self._subs.is_fetchable(tp):
             cf.consumed = True
             return []
         try:

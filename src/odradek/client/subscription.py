@@ -65,6 +65,7 @@ class TopicPartitionState:
     paused: bool = False
     reset_strategy: OffsetResetStrategy | None = None
     next_reset_attempt: float = 0.0  # monotonic; backoff after a failed reset
+    pending_revocation: bool = False  # committed before an eager revoke: fetch no more
 
     @property
     def has_valid_position(self) -> bool:
@@ -72,7 +73,12 @@ class TopicPartitionState:
 
     @property
     def is_fetchable(self) -> bool:
-        return not self.paused and self.position is not None and self.reset_strategy is None
+        return (
+            not self.paused
+            and not self.pending_revocation
+            and self.position is not None
+            and self.reset_strategy is None
+        )
 
 
 class SubscriptionState:
@@ -337,6 +343,19 @@ class SubscriptionState:
     def paused_partitions(self) -> set[TopicPartition]:
         with self._lock:
             return {tp for tp, st in self._assignment.items() if st.paused}
+
+    def mark_pending_revocation(self, tps: Iterable[TopicPartition]) -> None:
+        """Stop fetching (and handing out) these partitions: they are about to be revoked
+        and their positions are being committed (Java's markPendingRevocation)."""
+        with self._lock:
+            for tp in tps:
+                st = self._assignment.get(tp)
+                if st is not None:
+                    st.pending_revocation = True
+
+    def is_pending_revocation(self, tp: TopicPartition) -> bool:
+        st = self._assignment.get(tp)
+        return st is not None and st.pending_revocation
 
     def is_paused(self, tp: TopicPartition) -> bool:
         st = self._assignment.get(tp)
