@@ -125,6 +125,32 @@ _SETTINGS = (
     Setting("group.max.size", INT, 2**31 - 1, "Most members in one group."),
     Setting("fetch.max.bytes", INT, 57671680, "Largest Fetch response."),
     Setting("connections.max.idle.ms", LONG, 600000, "Close connections idle this long."),
+    Setting(
+        "queued.max.request.bytes",
+        LONG,
+        268435456,
+        "Bytes of requests being served and responses not yet sent, over all connections;"
+        " past this, connections wait before reading their next request.",
+    ),
+    Setting(
+        "socket.receive.timeout.ms",
+        LONG,
+        30000,
+        "A request frame must arrive whole within this long of its first byte.",
+    ),
+    Setting(
+        "socket.send.timeout.ms",
+        LONG,
+        30000,
+        "Close a connection whose peer does not take a response within this long.",
+    ),
+    Setting(
+        "auto.create.topics.max.per.request",
+        INT,
+        1000,
+        "Topics one Metadata/Produce request may auto-create; the rest answer"
+        " LEADER_NOT_AVAILABLE until a retry creates them.",
+    ),
 )
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in _SETTINGS}
