@@ -5,19 +5,29 @@ channel until its response is sent): this keeps responses in request order
 with no reordering buffer, while requests the client pipelines wait in the
 socket. Anything malformed closes that one connection; nothing a peer sends
 can stop the broker.
+
+What one peer can hold is bounded (docs/operations.md, "Limits"): one request
+frame and one response at a time; a broker-wide byte budget that a request's
+frame must fit before it is read; a frame must arrive whole within
+`socket.receive.timeout.ms` of its first byte, a response must be taken within
+`socket.send.timeout.ms`, and a connection yields to the others after every
+request, so a pipelined burst cannot starve them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import itertools
 import logging
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
 from odradek.broker import apis  # noqa: F401  (registers every handler)
+from odradek.broker.budget import ByteBudget
 from odradek.broker.config import BrokerConfig
 from odradek.broker.context import RequestContext
 from odradek.broker.group_runtime import GroupCoordinatorRuntime
@@ -34,12 +44,30 @@ from odradek.protocol.codec import (
     parse_request_header,
     response_type,
 )
-from odradek.protocol.framing import FrameDecoder, FrameError
+from odradek.protocol.framing import FrameError, frame_size
+from odradek.ratelog import RateLimitedLog
 
 log = logging.getLogger("odradek.broker")
 
-READ_CHUNK = 256 * 1024
 UNSUPPORTED_VERSION = 35
+# Bytes a connection's reader buffers ahead of the request being served.
+READ_AHEAD_BYTES = 256 * 1024
+LISTEN_BACKLOG = 512
+# accept() failures that mean "out of descriptors or memory for now": back off and retry.
+ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+ACCEPT_BACKOFF_S = (0.01, 1.0)
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
+
+
+def routable_host(listen_host: str) -> str:
+    """The host to advertise for a listener: a wildcard bind advertises the host's name.
+
+    Clients connect to what Metadata advertises, and 0.0.0.0 is not an address
+    they can reach (Kafka refuses to advertise it too).
+    """
+    if listen_host in WILDCARD_HOSTS:
+        return socket.getfqdn()
+    return listen_host
 
 
 class CloseConnection(Exception):
@@ -63,7 +91,7 @@ class Broker:
         self.config = config or BrokerConfig()
         self.host = host
         self.port = port
-        self.advertised_host = advertised_host or host
+        self.advertised_host = advertised_host or routable_host(host)
         self.advertised_port = advertised_port or port
         self.node_id = int(self.config["node.id"])
         self.topics = TopicManager(Path(data_dir), self.config)
@@ -75,8 +103,11 @@ class Broker:
             self.metrics = BrokerMetrics()
             self.groups.event_listeners.append(self.metrics.on_coordinator_events)
         self._api_metrics: dict[int, tuple[Any, Any]] = {}
-        self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None
+        self._acceptor: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self.budget = ByteBudget(int(self.config["queued.max.request.bytes"]))
+        self.failures = RateLimitedLog(log)
         self._ids = itertools.count(1)
         self._housekeeping: asyncio.Task[None] | None = None
         self.started_at = time.time()
@@ -88,13 +119,15 @@ class Broker:
     # --- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._accept, self.host, self.port, reuse_address=True, backlog=512
+        family = socket.AF_INET6 if ":" in self.host.strip("[]") else socket.AF_INET
+        self._listener = socket.create_server(
+            (self.host.strip("[]"), self.port), family=family, backlog=LISTEN_BACKLOG
         )
-        sockets = self._server.sockets or ()
-        if sockets and self.port == 0:
-            self.port = int(sockets[0].getsockname()[1])
+        self._listener.setblocking(False)
+        if self.port == 0:
+            self.port = int(self._listener.getsockname()[1])
             self.advertised_port = self.port
+        self._acceptor = asyncio.create_task(self._accept_loop(self._listener))
         self.groups.start()
         if self.metrics is not None and self.metrics_address is not None:
             self.metrics.serve(self, *self.metrics_address)
@@ -110,8 +143,11 @@ class Broker:
         )
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+            await asyncio.gather(self._acceptor, return_exceptions=True)
+        if self._listener is not None:
+            self._listener.close()
         for task in list(self._connections):
             task.cancel()
         if self._housekeeping is not None:
@@ -119,9 +155,6 @@ class Broker:
         await asyncio.gather(*self._connections, return_exceptions=True)
         if self._housekeeping is not None:
             await asyncio.gather(self._housekeeping, return_exceptions=True)
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
         await self.groups.stop()
         self.topics.close()
         log.info("odradek broker stopped")
@@ -156,12 +189,48 @@ class Broker:
 
     # --- connections -------------------------------------------------------------------
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        """Accept connections; when out of descriptors, back off and log once per interval.
+
+        asyncio's own server retries a failing accept() hundreds of times a second,
+        each with a logged traceback; this loop waits, doubling the pause up to a
+        second, and logs the failure with a count.
+        """
+        loop = asyncio.get_running_loop()
+        backoff = ACCEPT_BACKOFF_S[0]
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except OSError as exc:
+                if exc.errno not in ACCEPT_RESOURCE_ERRORS:
+                    raise
+                self.failures.log(
+                    "accept", logging.ERROR, "cannot accept connections: %s; retrying", exc
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, ACCEPT_BACKOFF_S[1])
+                continue
+            backoff = ACCEPT_BACKOFF_S[0]
+            task = asyncio.create_task(self._accept(conn))
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)
+
+    async def _accept(self, conn: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
         connection_id = next(self._ids)
-        peer = writer.get_extra_info("peername") or ("?", 0)
+        try:
+            peer = conn.getpeername()
+        except OSError:
+            peer = ("?", 0)
+        reader = asyncio.StreamReader(limit=READ_AHEAD_BYTES, loop=loop)
+        try:
+            transport, protocol = await loop.connect_accepted_socket(
+                lambda: asyncio.StreamReaderProtocol(reader), conn
+            )
+        except (OSError, asyncio.CancelledError):
+            conn.close()
+            return
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         try:
             await self._serve_connection(connection_id, str(peer[0]), reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -169,9 +238,15 @@ class Broker:
         except asyncio.CancelledError:
             pass
         except Exception:
-            log.exception("connection %d from %s failed", connection_id, peer)
+            self.failures.log(
+                "connection",
+                logging.ERROR,
+                "connection %d from %s failed",
+                connection_id,
+                peer,
+                exc_info=True,
+            )
         finally:
-            self._connections.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1)
@@ -183,32 +258,91 @@ class Broker:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
-        decoder = FrameDecoder(int(self.config["socket.request.max.bytes"]))
+        max_frame = int(self.config["socket.request.max.bytes"])
         idle_s = int(self.config["connections.max.idle.ms"]) / 1000
+        receive_s = int(self.config["socket.receive.timeout.ms"]) / 1000
+        send_s = int(self.config["socket.send.timeout.ms"]) / 1000
         while True:
             try:
-                data = await asyncio.wait_for(reader.read(READ_CHUNK), idle_s)
+                first = await asyncio.wait_for(reader.readexactly(1), idle_s)
             except TimeoutError:
                 log.debug("connection %d idle for %.0fs, closing", connection_id, idle_s)
                 return
-            if not data:
-                return
-            if self.metrics is not None:
-                self.metrics.bytes_in.inc(len(data))
             try:
-                frames = decoder.feed(data)
-                for payload in frames:
-                    response = await self._dispatch(connection_id, client_host, payload)
-                    if response is not None:
-                        writer.write(response)
-                        if self.metrics is not None:
-                            self.metrics.bytes_out.inc(len(response))
-            except (FrameError, DecodeError, CloseConnection) as exc:
-                log.warning("closing connection %d from %s: %s", connection_id, client_host, exc)
-                with contextlib.suppress(ConnectionError):
-                    await writer.drain()
+                prefix = first + await asyncio.wait_for(reader.readexactly(3), receive_s)
+                size = frame_size(prefix, max_frame)
+                await self.budget.acquire(size)
+            except TimeoutError:
+                self._close_slow(connection_id, client_host, "a frame's size")
                 return
-            await writer.drain()
+            except FrameError as exc:
+                log.warning("closing connection %d from %s: %s", connection_id, client_host, exc)
+                return
+            try:
+                if not await self._serve_request(
+                    connection_id, client_host, size, reader, writer, receive_s, send_s
+                ):
+                    return
+            finally:
+                self.budget.release(size)
+            # Let other connections run between two requests of a pipelined burst.
+            await asyncio.sleep(0)
+
+    async def _serve_request(
+        self,
+        connection_id: int,
+        client_host: str,
+        size: int,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        receive_s: float,
+        send_s: float,
+    ) -> bool:
+        """Read one frame of `size` bytes, answer it; False when the connection must close."""
+        try:
+            payload = await asyncio.wait_for(reader.readexactly(size), receive_s)
+        except TimeoutError:
+            self._close_slow(connection_id, client_host, f"a {size}-byte frame")
+            return False
+        if self.metrics is not None:
+            self.metrics.bytes_in.inc(4 + size)
+        try:
+            response = await self._dispatch(connection_id, client_host, payload)
+        except (DecodeError, CloseConnection) as exc:
+            log.warning("closing connection %d from %s: %s", connection_id, client_host, exc)
+            return False
+        del payload
+        if response is None:
+            return True
+        response_size = len(response)
+        self.budget.charge(response_size)
+        try:
+            writer.write(response)
+            del response  # the transport holds the unsent part; the budget counts it
+            if self.metrics is not None:
+                self.metrics.bytes_out.inc(response_size)
+            await asyncio.wait_for(writer.drain(), send_s)
+        except TimeoutError:
+            log.warning(
+                "closing connection %d from %s: it took no response for %.0fs"
+                " (socket.send.timeout.ms)",
+                connection_id,
+                client_host,
+                send_s,
+            )
+            writer.transport.abort()  # drop the unsent bytes now
+            return False
+        finally:
+            self.budget.release(response_size)
+        return True
+
+    def _close_slow(self, connection_id: int, client_host: str, what: str) -> None:
+        log.warning(
+            "closing connection %d from %s: %s did not arrive in time (socket.receive.timeout.ms)",
+            connection_id,
+            client_host,
+            what,
+        )
 
     async def _dispatch(self, connection_id: int, client_host: str, payload: bytes) -> bytes | None:
         header, pos = parse_request_header(payload)
@@ -232,7 +366,14 @@ class Broker:
         except CloseConnection:
             raise
         except Exception as exc:
-            log.exception("%s v%d handler failed", spec.key.name, header.api_version)
+            self.failures.log(
+                f"handler:{spec.key.name}:{type(exc).__name__}",
+                logging.ERROR,
+                "%s v%d handler failed",
+                spec.key.name,
+                header.api_version,
+                exc_info=True,
+            )
             if self.metrics is not None:
                 self.metrics.request_errors.labels(spec.key.name).inc()
             raise CloseConnection(f"internal error in {spec.key.name}: {exc}") from exc

@@ -23,7 +23,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--listen",
         default=DEFAULT_LISTEN,
         metavar="HOST:PORT",
-        help=f"address to listen on and advertise (default {DEFAULT_LISTEN})",
+        help=f"address to listen on and advertise (default {DEFAULT_LISTEN}); a wildcard"
+        " host (0.0.0.0, ::) advertises this machine's name",
     )
     parser.add_argument(
         "--advertise",
@@ -63,11 +64,17 @@ def parse_address(text: str, option: str) -> tuple[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     from odradek.broker.config import BrokerConfig, ConfigError
-    from odradek.broker.server import Broker, run_broker
+    from odradek.broker.server import WILDCARD_HOSTS, Broker, run_broker
     from odradek.cli.main import CliError
 
     host, port = parse_address(args.listen, "--listen")
-    advertised = parse_address(args.advertise, "--advertise") if args.advertise else (host, port)
+    # Without --advertise the broker advertises the listen host, or its own name
+    # when that is a wildcard (0.0.0.0 / ::), which no client can connect to.
+    advertised: tuple[str | None, int] = (None, port)
+    if args.advertise:
+        advertised = parse_address(args.advertise, "--advertise")
+        if advertised[0] in WILDCARD_HOSTS:
+            raise CliError(f"--advertise needs an address clients can reach, not {advertised[0]}")
     metrics = parse_address(args.metrics, "--metrics") if args.metrics else None
     try:
         config = BrokerConfig.from_assignments(args.set)
