@@ -1,11 +1,14 @@
 """A broker-wide budget of bytes held for requests and responses in progress.
 
-A connection acquires the size of its next request frame before reading it
-(waiting, in arrival order, while the budget is spent) and charges its response
-until the peer has taken it. Memory held by connections therefore stays near
-the budget whatever peers send or fail to read: a peer that does not read holds
-its share only until the send timeout closes it. One request larger than the
-whole budget is still served, alone, so no valid request can wait forever.
+A connection acquires each part of a request frame before reading it (so a
+peer that announces a large frame and stalls holds only what it has sent) and
+charges its response until the peer has taken it. Memory held by connections
+therefore stays near the budget whatever peers send or fail to read: a peer
+that does not read holds its share only until the send timeout closes it.
+
+Waiters are granted as soon as their share fits, not strictly in order, so a
+large frame waiting for room does not hold up small requests behind it; one
+request larger than the whole budget is still served once the budget is free.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ class ByteBudget:
         return self.used == 0 or self.used + size <= self.capacity
 
     async def acquire(self, size: int) -> None:
-        """Take `size` bytes, waiting behind earlier waiters while they do not fit."""
-        if not self._waiters and self._fits(size):
+        """Take `size` bytes, waiting while they do not fit."""
+        if self._fits(size):
             self.used += size
             return
         waiter = asyncio.get_running_loop().create_future()
@@ -50,12 +53,16 @@ class ByteBudget:
         self._wake()
 
     def _wake(self) -> None:
-        while self._waiters and self._fits(self._waiters[0][0]):
-            size, waiter = self._waiters.popleft()
+        still_waiting: deque[tuple[int, asyncio.Future[None]]] = deque()
+        for size, waiter in self._waiters:
             if waiter.done():
                 continue
-            self.used += size
-            waiter.set_result(None)
+            if self._fits(size):
+                self.used += size
+                waiter.set_result(None)
+            else:
+                still_waiting.append((size, waiter))
+        self._waiters = still_waiting
 
     @property
     def waiting(self) -> int:

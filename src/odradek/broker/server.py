@@ -271,20 +271,16 @@ class Broker:
             try:
                 prefix = first + await asyncio.wait_for(reader.readexactly(3), receive_s)
                 size = frame_size(prefix, max_frame)
-                await self.budget.acquire(size)
             except TimeoutError:
                 self._close_slow(connection_id, client_host, "a frame's size")
                 return
             except FrameError as exc:
                 log.warning("closing connection %d from %s: %s", connection_id, client_host, exc)
                 return
-            try:
-                if not await self._serve_request(
-                    connection_id, client_host, size, reader, writer, receive_s, send_s
-                ):
-                    return
-            finally:
-                self.budget.release(size)
+            if not await self._serve_request(
+                connection_id, client_host, size, reader, writer, receive_s, send_s
+            ):
+                return
             # Let other connections run between two requests of a pipelined burst.
             await asyncio.sleep(0)
 
@@ -299,19 +295,30 @@ class Broker:
         send_s: float,
     ) -> bool:
         """Read one frame of `size` bytes, answer it; False when the connection must close."""
-        try:
-            payload = await asyncio.wait_for(reader.readexactly(size), receive_s)
-        except TimeoutError:
+        payload = await self._read_payload(reader, size, receive_s)
+        if payload is None:
             self._close_slow(connection_id, client_host, f"a {size}-byte frame")
             return False
+        try:
+            return await self._answer(connection_id, client_host, payload, writer, send_s)
+        finally:
+            self.budget.release(size)
+
+    async def _answer(
+        self,
+        connection_id: int,
+        client_host: str,
+        payload: bytes,
+        writer: asyncio.StreamWriter,
+        send_s: float,
+    ) -> bool:
         if self.metrics is not None:
-            self.metrics.bytes_in.inc(4 + size)
+            self.metrics.bytes_in.inc(4 + len(payload))
         try:
             response = await self._dispatch(connection_id, client_host, payload)
         except (DecodeError, CloseConnection) as exc:
             log.warning("closing connection %d from %s: %s", connection_id, client_host, exc)
             return False
-        del payload
         if response is None:
             return True
         response_size = len(response)
@@ -335,6 +342,33 @@ class Broker:
         finally:
             self.budget.release(response_size)
         return True
+
+    async def _read_payload(
+        self, reader: asyncio.StreamReader, size: int, receive_s: float
+    ) -> bytes | None:
+        """A frame's payload, each part's budget acquired before it is read; None on timeout.
+
+        Holds `size` bytes of the budget when it returns the payload, none otherwise.
+        Time spent waiting for the budget does not count against the peer.
+        """
+        loop = asyncio.get_running_loop()
+        parts: list[bytes] = []
+        held = 0
+        left_s = receive_s
+        try:
+            while held < size:
+                part = min(size - held, READ_AHEAD_BYTES)
+                await self.budget.acquire(part)
+                held += part
+                started = loop.time()
+                parts.append(await asyncio.wait_for(reader.readexactly(part), left_s))
+                left_s -= loop.time() - started
+        except BaseException as exc:
+            self.budget.release(held)
+            if isinstance(exc, TimeoutError):
+                return None
+            raise
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _close_slow(self, connection_id: int, client_host: str, what: str) -> None:
         log.warning(

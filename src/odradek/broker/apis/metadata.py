@@ -11,6 +11,7 @@ from odradek.broker.topics import Topic, TopicError
 from odradek.protocol.apikeys import ApiKey
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
 UNKNOWN_TOPIC_ID = 100
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 ZERO_UUID = uuid.UUID(int=0)
@@ -52,21 +53,38 @@ def missing_entry(
     }
 
 
+def _auto_create_allowed(ctx: RequestContext, request: Any) -> bool:
+    return bool(ctx.broker.config["auto.create.topics.enable"]) and getattr(
+        request, "allow_auto_topic_creation", True
+    )
+
+
 @handles(ApiKey.METADATA, 0, 12)
-def metadata(ctx: RequestContext, request: Any) -> Any:
+async def metadata(ctx: RequestContext, request: Any) -> Any:
+    """Describe topics; unknown ones are auto-created, a bounded number per request.
+
+    Creation runs off the event loop (one journal fsync for all of them). Past
+    `auto.create.topics.max.per.request`, unknown topics answer
+    LEADER_NOT_AVAILABLE, as Kafka does while a topic is being created; a client
+    retries and its next request creates the next share.
+    """
     broker = ctx.broker
     topics = broker.topics
     requested = request.topics
     if requested is None or (ctx.version == 0 and not requested):
         entries = [topic_entry(ctx, t) for t in topics]
     else:
-        auto_create = bool(broker.config["auto.create.topics.enable"]) and getattr(
-            request, "allow_auto_topic_creation", True
-        )
+        wanted: list[tuple[str | None, uuid.UUID | None]] = [
+            (getattr(w, "name", None), getattr(w, "topic_id", None)) for w in requested
+        ]
+        created: dict[str, Topic | TopicError] = {}
+        if _auto_create_allowed(ctx, request):
+            unknown = [n for n, _ in wanted if n and topics.get(n) is None]
+            unknown = list(dict.fromkeys(unknown))
+            limit = max(int(broker.config["auto.create.topics.max.per.request"]), 0)
+            created = await topics.ensure_topics(unknown[:limit])
         entries = []
-        for wanted in requested:
-            name = getattr(wanted, "name", None)
-            topic_id = getattr(wanted, "topic_id", None)
+        for name, topic_id in wanted:
             if not name and topic_id and topic_id != ZERO_UUID:
                 found = topics.topics_by_id.get(topic_id)
                 entries.append(
@@ -76,12 +94,15 @@ def metadata(ctx: RequestContext, request: Any) -> Any:
                 )
                 continue
             topic = topics.get(name) if name else None
-            if topic is None and name and auto_create:
-                try:
-                    topic = topics.create(name)
-                except TopicError as exc:
-                    entries.append(missing_entry(name, exc.error_code))
+            if topic is None and name:
+                outcome = created.get(name)
+                if isinstance(outcome, TopicError):
+                    entries.append(missing_entry(name, outcome.error_code))
                     continue
+                if outcome is None and _auto_create_allowed(ctx, request):
+                    entries.append(missing_entry(name, LEADER_NOT_AVAILABLE))
+                    continue
+                topic = outcome
             entries.append(
                 topic_entry(ctx, topic)
                 if topic

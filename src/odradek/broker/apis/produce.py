@@ -13,7 +13,7 @@ from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
-from odradek.broker.topics import TopicError
+from odradek.broker.topics import KAFKA_STORAGE_ERROR, Topic, TopicError, storage_failures
 from odradek.log.errors import LogError
 from odradek.protocol.apikeys import ApiKey
 
@@ -41,15 +41,17 @@ def _partition_result(
 
 
 def _append(
-    ctx: RequestContext, topic_name: str, index: int, records: bytes | None
+    ctx: RequestContext,
+    topic_name: str,
+    index: int,
+    records: bytes | None,
+    auto_created: dict[str, Topic | TopicError],
 ) -> dict[str, Any]:
     broker = ctx.broker
     topic = broker.topics.get(topic_name)
-    if topic is None and broker.config["auto.create.topics.enable"]:
-        try:
-            topic = broker.topics.create(topic_name)
-        except TopicError as exc:
-            return _partition_result(index, exc.error_code, str(exc))
+    failed = auto_created.get(topic_name)
+    if topic is None and isinstance(failed, TopicError):
+        return _partition_result(index, failed.error_code, str(failed))
     if topic is None or not 0 <= index < len(topic.partitions):
         return _partition_result(index, UNKNOWN_TOPIC_OR_PARTITION, "unknown topic or partition")
     if topic.internal:
@@ -66,6 +68,12 @@ def _append(
         return _partition_result(
             index, exc.error_code, str(exc), log_start_offset=plog.start_offset
         )
+    except OSError as exc:
+        # A full disk or an I/O error: refuse this append, keep the connection.
+        storage_failures.log(
+            "produce", logging.ERROR, "cannot append to %s-%d: %s", topic_name, index, exc
+        )
+        return _partition_result(index, KAFKA_STORAGE_ERROR, f"storage error: {exc.strerror}")
     if not info.duplicate:
         broker.notify_append(topic_name, index)
     return _partition_result(
@@ -78,7 +86,7 @@ def _append(
 
 
 @handles(ApiKey.PRODUCE, 0, 9, parse_from=3)
-def produce(ctx: RequestContext, request: Any) -> Any:
+async def produce(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     if acks not in (-1, 0, 1):
         error: tuple[int, str] | None = (
@@ -89,6 +97,12 @@ def produce(ctx: RequestContext, request: Any) -> Any:
         error = (TRANSACTIONS_UNSUPPORTED, "transactional produce is not supported by Odradek yet")
     else:
         error = None
+    auto_created: dict[str, Topic | TopicError] = {}
+    broker = ctx.broker
+    if error is None and broker.config["auto.create.topics.enable"]:
+        unknown = [t.name for t in request.topic_data if broker.topics.get(t.name) is None]
+        limit = max(int(broker.config["auto.create.topics.max.per.request"]), 0)
+        auto_created = await broker.topics.ensure_topics(list(dict.fromkeys(unknown))[:limit])
     responses = []
     for topic_data in request.topic_data:
         results = []
@@ -96,7 +110,9 @@ def produce(ctx: RequestContext, request: Any) -> Any:
             if error is not None:
                 results.append(_partition_result(part.index, *error))
             else:
-                results.append(_append(ctx, topic_data.name, part.index, part.records))
+                results.append(
+                    _append(ctx, topic_data.name, part.index, part.records, auto_created)
+                )
         responses.append({"name": topic_data.name, "partition_responses": results})
     if acks == 0:
         return None
