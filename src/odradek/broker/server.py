@@ -57,6 +57,17 @@ LISTEN_BACKLOG = 512
 ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 ACCEPT_BACKOFF_S = (0.01, 1.0)
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
+# Responses with more top-level entries than this are encoded off the event loop.
+LARGE_RESPONSE_ENTRIES = 100
+
+
+def _entries(response: Any) -> int:
+    """How many items the response's top-level lists hold (topics, results, ...)."""
+    return sum(
+        len(value)
+        for name in getattr(response, "__dataclass_fields__", ())
+        if isinstance(value := getattr(response, name), tuple)
+    )
 
 
 def routable_host(listen_host: str) -> str:
@@ -415,6 +426,12 @@ class Broker:
             self._observe(spec.key, time.perf_counter() - started)
         if result is None:  # acks=0 produce: no response
             return None
+        if _entries(result) > LARGE_RESPONSE_ENTRIES:
+            # Metadata for every topic, CreateTopics of hundreds: encoding takes tens of
+            # milliseconds of Python; in a thread the loop keeps serving meanwhile.
+            return await asyncio.to_thread(
+                encode_response, header.api_key, header.api_version, header.correlation_id, result
+            )
         return encode_response(header.api_key, header.api_version, header.correlation_id, result)
 
     def _observe(self, key: ApiKey, seconds: float) -> None:

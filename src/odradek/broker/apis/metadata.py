@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
@@ -15,6 +17,7 @@ LEADER_NOT_AVAILABLE = 5
 UNKNOWN_TOPIC_ID = 100
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 ZERO_UUID = uuid.UUID(int=0)
+BUILD_IN_THREAD_TOPICS = 100
 
 
 def topic_entry(ctx: RequestContext, topic: Topic) -> dict[str, Any]:
@@ -72,7 +75,12 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
     topics = broker.topics
     requested = request.topics
     if requested is None or (ctx.version == 0 and not requested):
-        entries = [topic_entry(ctx, t) for t in topics]
+        every = list(topics)
+        if len(every) > BUILD_IN_THREAD_TOPICS:
+            # Thousands of topics take a few hundred milliseconds to describe: do it
+            # off the event loop, from this snapshot of the topic list.
+            return await asyncio.to_thread(_response, ctx, [], every)
+        entries = [topic_entry(ctx, t) for t in every]
     else:
         wanted: list[tuple[str | None, uuid.UUID | None]] = [
             (getattr(w, "name", None), getattr(w, "topic_id", None)) for w in requested
@@ -108,6 +116,15 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
                 if topic
                 else missing_entry(name, UNKNOWN_TOPIC_OR_PARTITION)
             )
+    return _response(ctx, entries)
+
+
+def _response(
+    ctx: RequestContext, entries: list[dict[str, Any]], described: Sequence[Topic] = ()
+) -> Any:
+    """The Metadata response: `entries`, then an entry for each topic in `described`."""
+    broker = ctx.broker
+    entries = entries + [topic_entry(ctx, t) for t in described]
     return respond(
         ctx,
         {
