@@ -108,6 +108,12 @@ _SETTINGS = (
         "Committed offsets of empty groups expire after this.",
     ),
     Setting(
+        "offsets.retention.check.interval.ms",
+        LONG,
+        600000,
+        "How often expired offsets and empty groups without offsets are removed.",
+    ),
+    Setting(
         "group.initial.rebalance.delay.ms",
         INT,
         3000,
