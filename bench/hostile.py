@@ -20,11 +20,14 @@ the time until it answers Metadata and its RSS then are reported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import platform
+import signal
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -334,24 +337,48 @@ def run_attack(name: str, data_dir: Path, duration_s: float, topics: int) -> dic
             row["restart"] = measure_restart(broker)
         return row
     finally:
-        broker.stop()
+        if broker.running and broker.pid is not None:
+            stop_and_wait(broker.pid)
+        broker.kill()
+
+
+def stop_and_wait(pid: int, timeout_s: float = 600) -> float:
+    """SIGTERM and wait for the process to exit (a clean shutdown); seconds it took."""
+    started = time.perf_counter()
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                break
+        time.sleep(0.05)
+    return time.perf_counter() - started
 
 
 def measure_restart(broker: BrokerProcess) -> dict[str, float]:
-    """Stop the broker (clean shutdown), start it again; time until Metadata is answered."""
-    started = time.perf_counter()
-    broker.stop()
-    stop_s = time.perf_counter() - started
-    started = time.perf_counter()
-    broker._spawn(broker.command())
-    if not wait_for_port(broker.host, broker.port, 120):
-        raise RuntimeError("the broker did not come back")
-    wire = Wire(broker.bootstrap)
-    wire.request(ApiKey.METADATA, METADATA_VERSION, metadata_body([VICTIM_TOPIC]))
-    wire.close()
-    ready_s = time.perf_counter() - started
+    """Stop the broker cleanly, start it again; time until Metadata is answered, and RSS."""
     assert broker.pid is not None
-    return {"stop_s": stop_s, "ready_s": ready_s, "rss": rss_mib(broker.pid, "VmRSS")}
+    stop_s = stop_and_wait(broker.pid)
+    broker.kill()  # forget the exited process
+    started = time.perf_counter()
+    with open(broker.log_path, "ab") as log:
+        proc = subprocess.Popen(broker.command(), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        if not wait_for_port(broker.host, broker.port, 600):
+            raise RuntimeError("the broker did not come back")
+        wire = Wire(broker.bootstrap)
+        wire.request(ApiKey.METADATA, METADATA_VERSION, metadata_body([VICTIM_TOPIC]))
+        wire.close()
+        ready_s = time.perf_counter() - started
+        rss = rss_mib(proc.pid, "VmRSS")
+    finally:
+        stop_and_wait(proc.pid)
+        proc.wait(60)
+    return {"stop_s": stop_s, "ready_s": ready_s, "rss": rss}
+
+
+def latency_cell(row: dict[str, Any], kind: str) -> str:
+    return f"{row[kind + '_p50']:.1f} / {row[kind + '_p99']:.1f} / {row[kind + '_max']:.0f}"
 
 
 def main() -> int:
@@ -388,8 +415,8 @@ def main() -> int:
             [
                 row["attack"],
                 f"{row['requests']:,}",
-                f"{row['metadata_p50']:.1f} / {row['metadata_p99']:.1f} / {row['metadata_max']:.0f}",
-                f"{row['fetch_p50']:.1f} / {row['fetch_p99']:.1f} / {row['fetch_max']:.0f}",
+                latency_cell(row, "metadata"),
+                latency_cell(row, "fetch"),
                 f"{row['peak_rss']:.0f}",
                 row["outcome"],
             ]

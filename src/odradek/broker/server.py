@@ -213,8 +213,12 @@ class Broker:
             try:
                 conn, _ = await loop.sock_accept(listener)
             except OSError as exc:
+                if exc.errno == errno.EBADF:
+                    return  # the listener is closed
                 if exc.errno not in ACCEPT_RESOURCE_ERRORS:
-                    raise
+                    # A peer gone before we took its connection (ECONNABORTED), ...
+                    self.failures.log("accept-other", logging.WARNING, "accept failed: %s", exc)
+                    continue
                 self.failures.log(
                     "accept", logging.ERROR, "cannot accept connections: %s; retrying", exc
                 )
