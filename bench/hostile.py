@@ -313,7 +313,11 @@ def run_attack(name: str, data_dir: Path, duration_s: float, topics: int) -> dic
     broker = BrokerProcess(data_dir).start()
     assert broker.pid is not None
     try:
-        prepare(broker.bootstrap)
+        try:
+            prepare(broker.bootstrap)
+        except RuntimeError:
+            print(broker.log_tail(80), file=sys.stderr)
+            raise
         stop = multiprocessing.Event()
         receiver, sender = multiprocessing.Pipe(duplex=False)
         victim = multiprocessing.Process(target=victim_loop, args=(broker.bootstrap, stop, sender))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -13,6 +14,7 @@ from odradek.protocol.apikeys import ApiKey
 ZERO_UUID = uuid.UUID(int=0)
 UNKNOWN_TOPIC_ID = 100
 INVALID_REPLICA_ASSIGNMENT = 39
+DESCRIBE_IN_THREAD_TOPICS = 100
 
 
 def _result(name: str) -> dict[str, Any]:
@@ -93,13 +95,25 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
         i: e for i, e in enumerate(asked) if isinstance(e, TopicError)
     }
     by_index.update({i: o for (i, _), o in zip(creatable, outcomes, strict=True)})
-    for index, result in enumerate(results):
-        outcome = by_index[index]
+    outcome_list = [by_index[i] for i in range(len(asked))]
+    if len(results) > DESCRIBE_IN_THREAD_TOPICS:
+        # Hundreds of topics' configs take tens of milliseconds to describe: off the loop.
+        return await asyncio.to_thread(_answer, ctx, request, asked, outcome_list, results)
+    return _answer(ctx, request, asked, outcome_list, results)
+
+
+def _answer(
+    ctx: RequestContext,
+    request: Any,
+    asked: list[NewTopic | TopicError],
+    outcomes: list[Topic | TopicError],
+    results: list[dict[str, Any]],
+) -> Any:
+    for new, outcome, result in zip(asked, outcomes, results, strict=True):
         if isinstance(outcome, TopicError):
             result["error_code"] = outcome.error_code
             result["error_message"] = str(outcome)
             continue
-        new = asked[index]
         assert isinstance(new, NewTopic)
         partitions = (
             len(outcome.partitions)
