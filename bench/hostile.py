@@ -223,13 +223,17 @@ def pipelined_unread_fetches(run: AttackRun) -> str:
 
 @attack("slowloris")
 def slowloris(run: AttackRun) -> str:
-    """300 connections each send a request one byte every half second."""
+    """300 connections each send a request one byte every half second.
+
+    Runs 40 s at least, past `socket.receive.timeout.ms` (30 s by default), so the
+    broker's closing of these connections shows.
+    """
     wire = Wire(run.bootstrap)
     frame = wire.frame(ApiKey.API_VERSIONS, 0, {})
     wire.close()
     socks = [socket.create_connection(run.address) for _ in range(300)]
     sent = [0] * len(socks)
-    deadline = time.monotonic() + run.duration_s
+    deadline = time.monotonic() + max(run.duration_s, 40.0)
     closed = 0
     while time.monotonic() < deadline:
         for i, sock in enumerate(socks):
