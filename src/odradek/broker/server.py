@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import itertools
 import logging
 import socket
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from odradek.broker import apis  # noqa: F401  (registers every handler)
+from odradek.broker.acceptor import READ_AHEAD_BYTES, Acceptor, start_acceptor
 from odradek.broker.budget import ByteBudget
 from odradek.broker.config import BrokerConfig
 from odradek.broker.context import RequestContext
@@ -50,12 +50,7 @@ from odradek.ratelog import RateLimitedLog
 log = logging.getLogger("odradek.broker")
 
 UNSUPPORTED_VERSION = 35
-# Bytes a connection's reader buffers ahead of the request being served.
-READ_AHEAD_BYTES = 256 * 1024
 LISTEN_BACKLOG = 512
-# accept() failures that mean "out of descriptors or memory for now": back off and retry.
-ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-ACCEPT_BACKOFF_S = (0.01, 1.0)
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
 # Responses with more top-level entries than this are encoded off the event loop.
 LARGE_RESPONSE_ENTRIES = 100
@@ -114,8 +109,7 @@ class Broker:
             self.metrics = BrokerMetrics()
             self.groups.event_listeners.append(self.metrics.on_coordinator_events)
         self._api_metrics: dict[int, tuple[Any, Any]] = {}
-        self._listener: socket.socket | None = None
-        self._acceptor: asyncio.Task[None] | None = None
+        self._server: Acceptor | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.budget = ByteBudget(int(self.config["queued.max.request.bytes"]))
         self.failures = RateLimitedLog(log)
@@ -130,15 +124,13 @@ class Broker:
     # --- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        family = socket.AF_INET6 if ":" in self.host.strip("[]") else socket.AF_INET
-        self._listener = socket.create_server(
-            (self.host.strip("[]"), self.port), family=family, backlog=LISTEN_BACKLOG
+        self._server = await start_acceptor(
+            self._accept, self.host, self.port, backlog=LISTEN_BACKLOG, failures=self.failures
         )
-        self._listener.setblocking(False)
-        if self.port == 0:
-            self.port = int(self._listener.getsockname()[1])
+        sockets = self._server.sockets
+        if sockets and self.port == 0:
+            self.port = int(sockets[0].getsockname()[1])
             self.advertised_port = self.port
-        self._acceptor = asyncio.create_task(self._accept_loop(self._listener))
         self.groups.start()
         if self.metrics is not None and self.metrics_address is not None:
             self.metrics.serve(self, *self.metrics_address)
@@ -154,11 +146,9 @@ class Broker:
         )
 
     async def stop(self) -> None:
-        if self._acceptor is not None:
-            self._acceptor.cancel()
-            await asyncio.gather(self._acceptor, return_exceptions=True)
-        if self._listener is not None:
-            self._listener.close()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
         for task in list(self._connections):
             task.cancel()
         if self._housekeeping is not None:
@@ -200,52 +190,12 @@ class Broker:
 
     # --- connections -------------------------------------------------------------------
 
-    async def _accept_loop(self, listener: socket.socket) -> None:
-        """Accept connections; when out of descriptors, back off and log once per interval.
-
-        asyncio's own server retries a failing accept() hundreds of times a second,
-        each with a logged traceback; this loop waits, doubling the pause up to a
-        second, and logs the failure with a count.
-        """
-        loop = asyncio.get_running_loop()
-        backoff = ACCEPT_BACKOFF_S[0]
-        while True:
-            try:
-                conn, _ = await loop.sock_accept(listener)
-            except OSError as exc:
-                if exc.errno == errno.EBADF:
-                    return  # the listener is closed
-                if exc.errno not in ACCEPT_RESOURCE_ERRORS:
-                    # A peer gone before we took its connection (ECONNABORTED), ...
-                    self.failures.log("accept-other", logging.WARNING, "accept failed: %s", exc)
-                    continue
-                self.failures.log(
-                    "accept", logging.ERROR, "cannot accept connections: %s; retrying", exc
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, ACCEPT_BACKOFF_S[1])
-                continue
-            backoff = ACCEPT_BACKOFF_S[0]
-            task = asyncio.create_task(self._accept(conn))
-            self._connections.add(task)
-            task.add_done_callback(self._connections.discard)
-
-    async def _accept(self, conn: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
         connection_id = next(self._ids)
-        try:
-            peer = conn.getpeername()
-        except OSError:
-            peer = ("?", 0)
-        reader = asyncio.StreamReader(limit=READ_AHEAD_BYTES, loop=loop)
-        try:
-            transport, protocol = await loop.connect_accepted_socket(
-                lambda: asyncio.StreamReaderProtocol(reader), conn
-            )
-        except (OSError, asyncio.CancelledError):
-            conn.close()
-            return
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        peer = writer.get_extra_info("peername") or ("?", 0)
         try:
             await self._serve_connection(connection_id, str(peer[0]), reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -262,6 +212,7 @@ class Broker:
                 exc_info=True,
             )
         finally:
+            self._connections.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1)
