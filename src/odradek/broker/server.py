@@ -230,12 +230,14 @@ class Broker:
         send_s = int(self.config["socket.send.timeout.ms"]) / 1000
         while True:
             try:
-                first = await asyncio.wait_for(reader.readexactly(1), idle_s)
+                async with asyncio.timeout(idle_s):
+                    first = await reader.readexactly(1)
             except TimeoutError:
                 log.debug("connection %d idle for %.0fs, closing", connection_id, idle_s)
                 return
             try:
-                prefix = first + await asyncio.wait_for(reader.readexactly(3), receive_s)
+                async with asyncio.timeout(receive_s):
+                    prefix = first + await reader.readexactly(3)
                 size = frame_size(prefix, max_frame)
             except TimeoutError:
                 self._close_slow(connection_id, client_host, "a frame's size")
@@ -294,7 +296,8 @@ class Broker:
             del response  # the transport holds the unsent part; the budget counts it
             if self.metrics is not None:
                 self.metrics.bytes_out.inc(response_size)
-            await asyncio.wait_for(writer.drain(), send_s)
+            async with asyncio.timeout(send_s):
+                await writer.drain()
         except TimeoutError:
             log.warning(
                 "closing connection %d from %s: it took no response for %.0fs"
@@ -327,7 +330,8 @@ class Broker:
                 await self.budget.acquire(part)
                 held += part
                 started = loop.time()
-                parts.append(await asyncio.wait_for(reader.readexactly(part), left_s))
+                async with asyncio.timeout(left_s):
+                    parts.append(await reader.readexactly(part))
                 left_s -= loop.time() - started
         except BaseException as exc:
             self.budget.release(held)

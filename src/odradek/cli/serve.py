@@ -63,6 +63,7 @@ def parse_address(text: str, option: str) -> tuple[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from odradek.broker.allocator import tune_allocator
     from odradek.broker.config import BrokerConfig, ConfigError
     from odradek.broker.server import WILDCARD_HOSTS, Broker, run_broker
     from odradek.cli.main import CliError
@@ -88,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    tune_allocator()
     try:
         broker = Broker(
             Path(args.data_dir),
