@@ -57,6 +57,7 @@ def test_sigterm_stops_cleanly_and_leaves_clean_logs(tmp_path: Path) -> None:
         ),
         (["serve", "--set", "justakey"], "--set expects key=value"),
         (["serve", "--log-level", "LOUD"], "--log-level expects"),
+        (["serve", "--advertise", "0.0.0.0:9092"], "--advertise needs an address clients can"),
     ],
 )
 def test_bad_arguments_get_one_line_and_exit_2(args: list[str], message: str) -> None:

@@ -20,6 +20,7 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 
+from odradek.broker.topic_store import JOURNAL_FILE, LEGACY_FILE, SNAPSHOT_FILE, TopicStore
 from odradek.testing import BrokerProcess
 
 pytestmark = [pytest.mark.embedded, pytest.mark.timeout(120)]
@@ -109,16 +110,21 @@ def test_a_bad_stored_value_is_reported_and_its_default_used(
     produce(odradek_broker, "orders", [b"a", b"b"])
     odradek_broker.stop()
 
-    # As an older Odradek (or a hand edit) could have left them.
-    topics_file = odradek_broker.data_dir / "topics.json"
-    stored = json.loads(topics_file.read_text())
+    # As an older Odradek could have left them: its topics.json (upgraded at start-up
+    # into the metadata journal's snapshot) holding values today's checks refuse.
+    data_dir = odradek_broker.data_dir
+    store = TopicStore(data_dir)
+    stored = {name: entry.to_json() for name, entry in store.topics.items()}
+    store.close()
     stored["orders"]["configs"].update({"segment.bytes": "0", "no.such.config": "1"})
     stored["__consumer_offsets"]["configs"]["min.cleanable.dirty.ratio"] = "2"
-    topics_file.write_text(json.dumps(stored))
+    for current in (SNAPSHOT_FILE, JOURNAL_FILE):
+        (data_dir / current).unlink(missing_ok=True)
+    (data_dir / LEGACY_FILE).write_text(json.dumps(stored))
 
     odradek_broker.start()
     log = odradek_broker.log_tail(200)
-    assert "topics.json: topic 'orders'" in log and "segment.bytes" in log
+    assert "topic 'orders': ignoring a stored config" in log and "segment.bytes" in log
     assert "no.such.config" in log
     assert "topic '__consumer_offsets'" in log and "min.cleanable.dirty.ratio" in log
 

@@ -494,6 +494,12 @@ _SETTINGS = (
         at_least(1),
     ),
     Setting(
+        "offsets.retention.check.interval.ms",
+        LONG,
+        600000,
+        "How often expired offsets and empty groups without offsets are removed.",
+    ),
+    Setting(
         "group.initial.rebalance.delay.ms",
         INT,
         3000,
@@ -628,6 +634,40 @@ _SETTINGS = (
         BOOL,
         False,
         "With an authorizer: allow a resource no ACL mentions.",
+    ),
+    Setting(
+        "queued.max.request.bytes",
+        LONG,
+        268435456,
+        "Bytes of requests being served and responses not yet sent, over all connections;"
+        " past this, connections wait before reading their next request.",
+        None,
+        at_least(1048576),
+    ),
+    Setting(
+        "socket.receive.timeout.ms",
+        LONG,
+        30000,
+        "A request frame must arrive whole within this long of its first byte.",
+        None,
+        at_least(1),
+    ),
+    Setting(
+        "socket.send.timeout.ms",
+        LONG,
+        30000,
+        "Close a connection whose peer does not take a response within this long.",
+        None,
+        at_least(1),
+    ),
+    Setting(
+        "auto.create.topics.max.per.request",
+        INT,
+        1000,
+        "Topics one Metadata/Produce request may auto-create; the rest answer"
+        " LEADER_NOT_AVAILABLE until a retry creates them.",
+        None,
+        at_least(1),
     ),
 )
 

@@ -457,6 +457,7 @@ class GroupCoordinatorRuntime:
             group_initial_rebalance_delay_ms=int(config["group.initial.rebalance.delay.ms"]),
             group_max_size=int(config["group.max.size"]),
             offsets_retention_ms=int(config["offsets.retention.minutes"]) * 60_000,
+            offsets_retention_check_interval_ms=int(config["offsets.retention.check.interval.ms"]),
             offsets_topic_num_partitions=self.num_partitions,
         )
         topic = topics.create_internal(

@@ -5,6 +5,13 @@ channel until its response is sent): this keeps responses in request order
 with no reordering buffer, while requests the client pipelines wait in the
 socket. Anything malformed closes that one connection; nothing a peer sends
 can stop the broker.
+
+What one peer can hold is bounded (docs/operations.md, "Limits"): one request
+frame and one response at a time; a broker-wide byte budget that a request's
+frame must fit before it is read; a frame must arrive whole within
+`socket.receive.timeout.ms` of its first byte, a response must be taken within
+`socket.send.timeout.ms`, and a connection yields to the others after every
+request, so a pipelined burst cannot starve them.
 """
 
 from __future__ import annotations
@@ -14,11 +21,14 @@ import contextlib
 import functools
 import itertools
 import logging
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
 from odradek.broker import apis  # noqa: F401  (registers every handler)
+from odradek.broker.acceptor import READ_AHEAD_BYTES, Acceptor, start_acceptor
+from odradek.broker.budget import ByteBudget
 from odradek.broker.config import BrokerConfig
 from odradek.broker.context import CloseConnection, RequestContext
 from odradek.broker.group_runtime import GroupCoordinatorRuntime
@@ -38,12 +48,36 @@ from odradek.protocol.codec import (
     parse_request_header,
     response_type,
 )
-from odradek.protocol.framing import FrameDecoder, FrameError
+from odradek.protocol.framing import FrameError, frame_size
+from odradek.ratelog import RateLimitedLog
 
 log = logging.getLogger("odradek.broker")
 
-READ_CHUNK = 256 * 1024
 UNSUPPORTED_VERSION = 35
+LISTEN_BACKLOG = 512
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
+# Responses with more top-level entries than this are encoded off the event loop.
+LARGE_RESPONSE_ENTRIES = 100
+
+
+def _entries(response: Any) -> int:
+    """How many items the response's top-level lists hold (topics, results, ...)."""
+    return sum(
+        len(value)
+        for name in getattr(response, "__dataclass_fields__", ())
+        if isinstance(value := getattr(response, name), tuple)
+    )
+
+
+def routable_host(listen_host: str) -> str:
+    """The host to advertise for a listener: a wildcard bind advertises the host's name.
+
+    Clients connect to what Metadata advertises, and 0.0.0.0 is not an address
+    they can reach (Kafka refuses to advertise it too).
+    """
+    if listen_host in WILDCARD_HOSTS:
+        return socket.getfqdn()
+    return listen_host
 
 
 __all__ = ["Broker", "CloseConnection", "run_broker"]
@@ -68,7 +102,9 @@ class Broker:
         self.config = config or BrokerConfig()
         # The `listeners` setting, else one PLAINTEXT listener at host:port (`--listen`).
         self.listeners = listeners or parse_listeners(
-            self.config, (host, port), (advertised_host or host, advertised_port or port)
+            self.config,
+            (host, port),
+            (advertised_host or routable_host(host), advertised_port or port),
         )
         first = self.listeners[0]
         self.host, self.port = first.host, first.port
@@ -86,8 +122,10 @@ class Broker:
             self.metrics = BrokerMetrics()
             self.groups.event_listeners.append(self.metrics.on_coordinator_events)
         self._api_metrics: dict[int, tuple[Any, Any]] = {}
-        self._servers: list[asyncio.Server] = []
+        self._servers: list[Acceptor] = []
         self._connections: set[asyncio.Task[None]] = set()
+        self.budget = ByteBudget(int(self.config["queued.max.request.bytes"]))
+        self.failures = RateLimitedLog(log)
         self._ids = itertools.count(1)
         self._housekeeping: asyncio.Task[None] | None = None
         self.started_at = time.time()
@@ -102,17 +140,17 @@ class Broker:
         handshake_s = int(self.config["connections.authentication.timeout.ms"]) / 1000
         for listener in self.listeners:
             tls = self.security.ssl_contexts.get(listener.name)
-            server = await asyncio.start_server(
+            server = await start_acceptor(
                 functools.partial(self._accept, listener),
                 listener.host or None,
                 listener.port,
-                reuse_address=True,
-                backlog=512,
+                backlog=LISTEN_BACKLOG,
                 ssl=tls,
                 ssl_handshake_timeout=handshake_s if tls is not None else None,
+                failures=self.failures,
             )
             self._servers.append(server)
-            sockets = server.sockets or ()
+            sockets = server.sockets
             if sockets and listener.port == 0:
                 listener.port = int(sockets[0].getsockname()[1])
                 if listener.advertised_port == 0:
@@ -136,6 +174,7 @@ class Broker:
     async def stop(self) -> None:
         for server in self._servers:
             server.close()
+            await server.wait_closed()
         for task in list(self._connections):
             task.cancel()
         if self._housekeeping is not None:
@@ -143,9 +182,6 @@ class Broker:
         await asyncio.gather(*self._connections, return_exceptions=True)
         if self._housekeeping is not None:
             await asyncio.gather(self._housekeeping, return_exceptions=True)
-        for server in self._servers:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 2)
         await self.groups.stop()
         self.topics.close()
         log.info("odradek broker stopped")
@@ -210,7 +246,14 @@ class Broker:
         except asyncio.CancelledError:
             pass
         except Exception:
-            log.exception("connection %d from %s failed", connection_id, peer)
+            self.failures.log(
+                "connection",
+                logging.ERROR,
+                "connection %d from %s failed",
+                connection_id,
+                peer,
+                exc_info=True,
+            )
         finally:
             if watchdog is not None:
                 watchdog.cancel()
@@ -230,15 +273,13 @@ class Broker:
             )
             task.cancel()
 
-    def _frame_decoder(self, connection_id: int) -> FrameDecoder:
-        """Frames of at most socket.request.max.bytes; before a SASL connection has
-        authenticated, of at most sasl.server.max.receive.size (as Kafka)."""
+    def _max_frame(self, connection_id: int) -> int:
+        """socket.request.max.bytes; before a SASL connection has authenticated,
+        sasl.server.max.receive.size (as Kafka)."""
         session = self._sessions.get(connection_id)
         if session is None or session.ever_authenticated:
-            return FrameDecoder(int(self.config["socket.request.max.bytes"]))
-        limit = int(self.config["sasl.server.max.receive.size"])
-        session.decoder = FrameDecoder(limit)
-        return session.decoder
+            return int(self.config["socket.request.max.bytes"])
+        return int(self.config["sasl.server.max.receive.size"])
 
     async def _serve_connection(
         self,
@@ -247,42 +288,140 @@ class Broker:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
-        decoder = self._frame_decoder(connection_id)
         idle_s = int(self.config["connections.max.idle.ms"]) / 1000
+        receive_s = int(self.config["socket.receive.timeout.ms"]) / 1000
+        send_s = int(self.config["socket.send.timeout.ms"]) / 1000
         while True:
             try:
-                data = await asyncio.wait_for(reader.read(READ_CHUNK), idle_s)
+                async with asyncio.timeout(idle_s):
+                    first = await reader.readexactly(1)
             except TimeoutError:
                 log.debug("connection %d idle for %.0fs, closing", connection_id, idle_s)
                 return
-            if not data:
-                return
-            if self.metrics is not None:
-                self.metrics.bytes_in.inc(len(data))
             try:
-                frames = decoder.feed(data)
-                for payload in frames:
-                    response = await self._dispatch(connection_id, client_host, payload)
-                    if response is not None:
-                        writer.write(response)
-                        if self.metrics is not None:
-                            self.metrics.bytes_out.inc(len(response))
-            except (FrameError, DecodeError, CloseConnection) as exc:
-                log.warning("closing connection %d from %s: %s", connection_id, client_host, exc)
-                if isinstance(exc, CloseConnection) and exc.final_response:
-                    writer.write(exc.final_response)
-                with contextlib.suppress(ConnectionError):
-                    await writer.drain()
+                async with asyncio.timeout(receive_s):
+                    prefix = first + await reader.readexactly(3)
+                size = frame_size(prefix, self._max_frame(connection_id))
+            except TimeoutError:
+                self._close_slow(connection_id, client_host, "a frame's size")
                 return
-            await writer.drain()
+            except FrameError as exc:
+                log.warning("closing connection %d from %s: %s", connection_id, client_host, exc)
+                return
+            if not await self._serve_request(
+                connection_id, client_host, size, reader, writer, receive_s, send_s
+            ):
+                return
+            # Let other connections run between two requests of a pipelined burst.
+            await asyncio.sleep(0)
+
+    async def _serve_request(
+        self,
+        connection_id: int,
+        client_host: str,
+        size: int,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        receive_s: float,
+        send_s: float,
+    ) -> bool:
+        """Read one frame of `size` bytes, answer it; False when the connection must close."""
+        payload = await self._read_payload(reader, size, receive_s)
+        if payload is None:
+            self._close_slow(connection_id, client_host, f"a {size}-byte frame")
+            return False
+        try:
+            return await self._answer(connection_id, client_host, payload, writer, send_s)
+        finally:
+            self.budget.release(size)
+
+    async def _answer(
+        self,
+        connection_id: int,
+        client_host: str,
+        payload: bytes,
+        writer: asyncio.StreamWriter,
+        send_s: float,
+    ) -> bool:
+        if self.metrics is not None:
+            self.metrics.bytes_in.inc(4 + len(payload))
+        try:
+            response = await self._dispatch(connection_id, client_host, payload)
+        except (DecodeError, CloseConnection) as exc:
+            log.warning("closing connection %d from %s: %s", connection_id, client_host, exc)
+            if isinstance(exc, CloseConnection) and exc.final_response:
+                # Kafka answers a failed SASL authentication, then closes.
+                writer.write(exc.final_response)
+                with contextlib.suppress(ConnectionError, TimeoutError):
+                    async with asyncio.timeout(send_s):
+                        await writer.drain()
+            return False
+        if response is None:
+            return True
+        response_size = len(response)
+        self.budget.charge(response_size)
+        try:
+            writer.write(response)
+            del response  # the transport holds the unsent part; the budget counts it
+            if self.metrics is not None:
+                self.metrics.bytes_out.inc(response_size)
+            async with asyncio.timeout(send_s):
+                await writer.drain()
+        except TimeoutError:
+            log.warning(
+                "closing connection %d from %s: it took no response for %.0fs"
+                " (socket.send.timeout.ms)",
+                connection_id,
+                client_host,
+                send_s,
+            )
+            writer.transport.abort()  # drop the unsent bytes now
+            return False
+        finally:
+            self.budget.release(response_size)
+        return True
+
+    async def _read_payload(
+        self, reader: asyncio.StreamReader, size: int, receive_s: float
+    ) -> bytes | None:
+        """A frame's payload, each part's budget acquired before it is read; None on timeout.
+
+        Holds `size` bytes of the budget when it returns the payload, none otherwise.
+        Time spent waiting for the budget does not count against the peer.
+        """
+        loop = asyncio.get_running_loop()
+        parts: list[bytes] = []
+        held = 0
+        left_s = receive_s
+        try:
+            while held < size:
+                part = min(size - held, READ_AHEAD_BYTES)
+                await self.budget.acquire(part)
+                held += part
+                started = loop.time()
+                async with asyncio.timeout(left_s):
+                    parts.append(await reader.readexactly(part))
+                left_s -= loop.time() - started
+        except BaseException as exc:
+            self.budget.release(held)
+            if isinstance(exc, TimeoutError):
+                return None
+            raise
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _close_slow(self, connection_id: int, client_host: str, what: str) -> None:
+        log.warning(
+            "closing connection %d from %s: %s did not arrive in time (socket.receive.timeout.ms)",
+            connection_id,
+            client_host,
+            what,
+        )
 
     async def _dispatch(self, connection_id: int, client_host: str, payload: bytes) -> bytes | None:
         session = self._sessions.get(connection_id)
         if session is not None and session.raw_tokens:
             return session.raw_token(payload)  # SaslHandshake v0: bare SASL tokens
         header, pos = parse_request_header(payload)
-        if session is not None:
-            session.admit(header.api_key)
         spec = REGISTRY.get(header.api_key)
         if spec is None:
             raise CloseConnection(f"unknown API key {header.api_key}")
@@ -293,6 +432,8 @@ class Broker:
                 f"{spec.key.name} v{header.api_version} is not supported "
                 f"(serves v{spec.parse_from}-{spec.max_version})"
             )
+        if session is not None:
+            session.admit(header.api_key)
         body = decode_request_body(header, payload, pos)
         ctx = RequestContext(self, header, client_host, connection_id, session)
         started = time.perf_counter()
@@ -303,7 +444,14 @@ class Broker:
         except CloseConnection:
             raise
         except Exception as exc:
-            log.exception("%s v%d handler failed", spec.key.name, header.api_version)
+            self.failures.log(
+                f"handler:{spec.key.name}:{type(exc).__name__}",
+                logging.ERROR,
+                "%s v%d handler failed",
+                spec.key.name,
+                header.api_version,
+                exc_info=True,
+            )
             if self.metrics is not None:
                 self.metrics.request_errors.labels(spec.key.name).inc()
             raise CloseConnection(f"internal error in {spec.key.name}: {exc}") from exc
@@ -311,9 +459,16 @@ class Broker:
             self._observe(spec.key, time.perf_counter() - started)
         if result is None:  # acks=0 produce: no response
             return None
-        response = encode_response(
-            header.api_key, header.api_version, header.correlation_id, result
-        )
+        if _entries(result) > LARGE_RESPONSE_ENTRIES:
+            # Metadata for every topic, CreateTopics of hundreds: encoding takes tens of
+            # milliseconds of Python; in a thread the loop keeps serving meanwhile.
+            response = await asyncio.to_thread(
+                encode_response, header.api_key, header.api_version, header.correlation_id, result
+            )
+        else:
+            response = encode_response(
+                header.api_key, header.api_version, header.correlation_id, result
+            )
         if session is not None and session.close_reason is not None:
             raise CloseConnection(session.close_reason, final_response=response)
         return response

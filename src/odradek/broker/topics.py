@@ -1,13 +1,26 @@
 """Topics and their partition logs, and the small amount of cluster metadata a
 single node keeps (cluster id, topic ids, producer id blocks).
 
-Metadata lives in two JSON files in the data directory, each replaced
-atomically (write, fsync, rename) so a crash leaves the old or the new version.
-Partition data lives in `<topic>-<partition>/` directories, as in Kafka.
+Topic metadata is a journal plus snapshot (`topic_store.py`): a request that
+creates or deletes many topics costs one fsync. `meta.json` (cluster id,
+producer-id block) is replaced atomically. Partition data lives in
+`<topic>-<partition>/` directories, as in Kafka: a legal name (at most 249
+characters) and partition index (below 100,000) always fit a 255-byte file name.
+
+Creating and deleting topics from requests (`create_topics`, `delete_topics`,
+`add_partitions`) runs its file work in one worker thread, so the event loop
+keeps serving other clients, and is all-or-nothing per topic: partitions
+opened for a topic that cannot be completed (no descriptors left, disk full)
+are closed and their directories removed. A topic exists once its journal line
+is durable; deletion is durable at that point too, and a directory left behind
+by a crash is never served again: creating a topic wipes any directory already
+in its place, and empty leftovers are removed at start-up.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import logging
 import os
@@ -30,11 +43,15 @@ from odradek.broker.config import (
     usable_stored_topic_configs,
     validate_topic_configs,
 )
+from odradek.broker.topic_store import TopicStore, write_json_atomically
 from odradek.log import LogConfig, PartitionLog
+from odradek.ratelog import RateLimitedLog
 
 log = logging.getLogger("odradek.topics")
+storage_failures = RateLimitedLog(log)
 
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__odradek_group_events"})
 INVALID_CONFIG = 40
 POLICY_VIOLATION = 44
@@ -64,7 +81,12 @@ INTERNAL_TOPIC_EXTRA_ALTERABLE = {
     "__odradek_group_events": frozenset({"retention.ms", "retention.bytes"})
 }
 PRODUCER_ID_BLOCK = 1000
+MAX_PARTITIONS = 100_000  # keeps `<249-char name>-<index>` within a 255-byte file name
+MAX_FILE_NAME = 255
 CLOSE_THREADS = 8
+UNKNOWN_TOPIC_OR_PARTITION = 3
+TOPIC_ALREADY_EXISTS = 36
+KAFKA_STORAGE_ERROR = 56
 
 
 def _close_quietly(plog: PartitionLog) -> tuple[PartitionLog, Exception] | None:
@@ -103,18 +125,26 @@ class Topic:
         return self.name in INTERNAL_TOPICS
 
 
-def _write_json_atomically(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as out:
-        json.dump(data, out, indent=1, sort_keys=True)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """One topic a request asks for; -1 partitions / replication factor mean the defaults."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, str | None] = field(default_factory=dict)
+    internal_configs: bool = False  # configs the broker sets on its own topics
+
+
+def deletion_dir_name(partition_dir: str, topic_id: uuid.UUID) -> str:
+    """`<topic>-<p>.<id>-delete`, the topic cut short so the name fits (as Kafka does)."""
+    topic, _, index = partition_dir.rpartition("-")
+    suffix = f"-{index}.{topic_id.hex}-delete"
+    return topic[: MAX_FILE_NAME - len(suffix)] + suffix
+
+
+def _remove_dir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
 
 
 class TopicManager:
@@ -132,12 +162,16 @@ class TopicManager:
         self.now_ms = now_ms
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
+        # Names being created or deleted by a request still in the worker thread.
+        self._pending: dict[str, asyncio.Future[Topic | TopicError]] = {}
+        self._deleting: set[str] = set()
         self._meta_path = self.data_dir / "meta.json"
-        self._topics_path = self.data_dir / "topics.json"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._meta = self._load_meta()
         self._next_producer_id = self._meta["producer_id_block"]
         self._reserve_producer_ids()
+        self.store = TopicStore(self.data_dir)
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="odradek-topics")
         self._load_topics()
 
     # --- cluster metadata ---------------------------------------------------------------
@@ -161,7 +195,7 @@ class TopicManager:
         # Producer ids are handed out from blocks persisted ahead of use, so a
         # restart never reuses an id a producer may still hold.
         self._meta["producer_id_block"] = self._next_producer_id + PRODUCER_ID_BLOCK
-        _write_json_atomically(self._meta_path, self._meta)
+        write_json_atomically(self._meta_path, self._meta)
 
     def allocate_producer_id(self) -> int:
         if self._next_producer_id >= self._meta["producer_id_block"]:
@@ -173,34 +207,54 @@ class TopicManager:
     # --- topics ------------------------------------------------------------------------
 
     def _load_topics(self) -> None:
-        if not self._topics_path.exists():
-            return
-        stored = json.loads(self._topics_path.read_text())
-        for name, entry in stored.items():
-            topic = Topic(name, uuid.UUID(entry["id"]), self._stored_configs(name, entry))
+        for name, entry in self.store.topics.items():
+            topic = Topic(
+                name, uuid.UUID(entry.topic_id), self._stored_configs(name, entry.configs)
+            )
             log_config = self.log_config(topic)
-            for index in range(int(entry["partitions"])):
+            for index in range(entry.partitions):
                 topic.partitions.append(
                     PartitionLog.open(
                         self._partition_dir(name, index), log_config, now_ms=self.now_ms
                     )
                 )
             self._register(topic)
-        for stale in self.data_dir.glob("*-delete"):
-            shutil.rmtree(stale, ignore_errors=True)
+        self._clean_leftovers()
 
-    def _save_topics(self) -> None:
-        _write_json_atomically(
-            self._topics_path,
-            {
-                t.name: {
-                    "id": str(t.topic_id),
-                    "partitions": len(t.partitions),
-                    "configs": t.configs,
-                }
-                for t in self.topics.values()
-            },
-        )
+    def _clean_leftovers(self) -> None:
+        """Remove what interrupted deletions and creations left; keep and report the rest.
+
+        `*-delete` directories are deleted topics. A partition directory no live
+        topic owns comes from a creation or deletion cut short by a crash: an
+        empty one is removed; one holding records is kept (it is never served,
+        and creating that topic again wipes it) and reported.
+        """
+        kept = []
+        with os.scandir(self.data_dir) as entries:
+            for entry in entries:
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                if entry.name.endswith("-delete"):
+                    _remove_dir(Path(entry.path))
+                    continue
+                match = PARTITION_DIR.match(entry.name)
+                if match is None:
+                    continue
+                topic = self.topics.get(match.group(1))
+                if topic is not None and int(match.group(2)) < len(topic.partitions):
+                    continue
+                path = Path(entry.path)
+                if any(p.stat().st_size for p in path.glob("*.log")):
+                    kept.append(entry.name)
+                else:
+                    _remove_dir(path)
+        if kept:
+            log.warning(
+                "%d partition directories belong to no topic and are not served: %s%s",
+                len(kept),
+                ", ".join(sorted(kept)[:10]),
+                " ..." if len(kept) > 10 else "",
+            )
 
     def _register(self, topic: Topic) -> None:
         self.topics[topic.name] = topic
@@ -209,16 +263,16 @@ class TopicManager:
     def _partition_dir(self, topic: str, partition: int) -> Path:
         return self.data_dir / f"{topic}-{partition}"
 
-    def _stored_configs(self, name: str, entry: dict[str, Any]) -> dict[str, str]:
+    def _stored_configs(self, name: str, stored: dict[str, str]) -> dict[str, str]:
         """A topic's stored overrides; any that fails today's checks is reported and ignored,
         so no stored value can stop start-up (the default applies until it is set again)."""
-        stored = dict(entry.get("configs", {}))
         internal = name in INTERNAL_TOPICS
-        clean, problems = usable_stored_topic_configs(stored, self.config, internal=internal)
+        clean, problems = usable_stored_topic_configs(dict(stored), self.config, internal=internal)
+        where = self.store.snapshot_path.parent
         for problem in problems:
             log.error(
                 "%s: topic %r: ignoring a stored config, its default is used: %s",
-                self._topics_path,
+                where,
                 name,
                 problem,
             )
@@ -227,7 +281,7 @@ class TopicManager:
         except ValueError as exc:  # a check the log layer makes and config.py does not
             log.error(
                 "%s: topic %r: ignoring every stored config, defaults are used: %s",
-                self._topics_path,
+                where,
                 name,
                 exc,
             )
@@ -290,6 +344,100 @@ class TopicManager:
             return None
         return t.partitions[index]
 
+    # --- creating -----------------------------------------------------------------------
+
+    def _prepare(self, wanted: NewTopic) -> tuple[Topic, int]:
+        """Validate a creation (on the event loop, cheap); the topic and its partition count."""
+        validate_topic_name(wanted.name)
+        if wanted.name in self.topics or wanted.name in self._pending:
+            raise TopicError(TOPIC_ALREADY_EXISTS, f"topic {wanted.name!r} already exists")
+        num_partitions = wanted.num_partitions
+        if num_partitions == -1:
+            num_partitions = int(self.config["num.partitions"])
+        if num_partitions < 1:
+            raise TopicError(37, f"number of partitions must be at least 1, got {num_partitions}")
+        if num_partitions > MAX_PARTITIONS:
+            raise TopicError(37, f"{num_partitions} partitions is more than one node should hold")
+        if wanted.replication_factor not in (-1, 1):
+            raise TopicError(
+                38,  # INVALID_REPLICATION_FACTOR
+                f"replication factor {wanted.replication_factor} is larger than the 1 available"
+                " broker",
+            )
+        clean = self.validate_configs(dict(wanted.configs), internal=wanted.internal_configs)
+        return Topic(wanted.name, uuid.uuid4(), clean), num_partitions
+
+    def _open_partitions(self, topic: Topic, first: int, end: int) -> list[PartitionLog]:
+        """Open fresh logs for partitions first..end-1 (blocking file work).
+
+        A directory already in a new partition's place is a leftover no topic owns
+        (see `_clean_leftovers`) and is wiped, so old records never come back. On
+        failure every log opened here is closed and its directory removed.
+        """
+        log_config = self.log_config(topic)
+        opened: list[PartitionLog] = []
+        try:
+            for index in range(first, end):
+                path = self._partition_dir(topic.name, index)
+                if path.exists():
+                    log.warning("wiping leftover directory %s for new partition", path)
+                    shutil.rmtree(path)
+                opened.append(PartitionLog.open(path, log_config, now_ms=self.now_ms))
+        except Exception as exc:
+            self._discard(topic, opened, first, end)
+            storage_failures.log(
+                "create", logging.ERROR, "cannot create partitions of %s: %s", topic.name, exc
+            )
+            raise TopicError(
+                KAFKA_STORAGE_ERROR, f"cannot create partitions of {topic.name!r}: {exc}"
+            ) from exc
+        return opened
+
+    def _discard(self, topic: Topic, logs: list[PartitionLog], first: int, end: int) -> None:
+        """Undo `_open_partitions`: close every log first (out of descriptors, removing
+        a directory needs some), then remove partitions first..end-1's directories."""
+        for plog in logs:
+            plog.delete()
+        for index in range(first, end):
+            _remove_dir(self._partition_dir(topic.name, index))
+
+    def _materialize(
+        self, batch: list[tuple[Topic, int]]
+    ) -> list[tuple[Topic, list[PartitionLog]] | TopicError]:
+        """Open every topic's partitions, then journal the ones complete (worker thread)."""
+        results: list[tuple[Topic, list[PartitionLog]] | TopicError] = []
+        for topic, count in batch:
+            try:
+                results.append((topic, self._open_partitions(topic, 0, count)))
+            except TopicError as exc:
+                results.append(exc)
+        created = [r for r in results if not isinstance(r, TopicError)]
+        changes = [
+            {
+                "op": "create",
+                "name": topic.name,
+                "id": str(topic.topic_id),
+                "partitions": len(logs),
+                "configs": topic.configs,
+            }
+            for topic, logs in created
+        ]
+        try:
+            self.store.commit(changes)
+        except OSError as exc:
+            storage_failures.log("create", logging.ERROR, "cannot record new topics: %s", exc)
+            for topic, logs in created:
+                self._discard(topic, logs, 0, len(logs))
+            failure = TopicError(KAFKA_STORAGE_ERROR, f"cannot record the new topic: {exc}")
+            return [r if isinstance(r, TopicError) else failure for r in results]
+        return results
+
+    def _install(self, topic: Topic, logs: list[PartitionLog]) -> Topic:
+        topic.partitions = logs
+        self._register(topic)
+        log.info("created topic %s with %d partitions", topic.name, len(logs))
+        return topic
+
     def create(
         self,
         name: str,
@@ -300,35 +448,78 @@ class TopicManager:
         validate_only: bool = False,
         internal_configs: bool = False,
     ) -> Topic:
-        """Create a topic; `internal_configs` for configs the broker sets on its own topics."""
-        validate_topic_name(name)
-        if name in self.topics:
-            raise TopicError(36, f"topic {name!r} already exists")  # TOPIC_ALREADY_EXISTS
-        if num_partitions == -1:
-            num_partitions = int(self.config["num.partitions"])
-        if num_partitions < 1:
-            raise TopicError(37, f"number of partitions must be at least 1, got {num_partitions}")
-        if num_partitions > 100000:
-            raise TopicError(37, f"{num_partitions} partitions is more than one node should hold")
-        if replication_factor not in (-1, 1):
-            raise TopicError(
-                38,  # INVALID_REPLICATION_FACTOR
-                f"replication factor {replication_factor} is larger than the 1 available broker",
+        """Create one topic in the calling thread (start-up: internal topics; tests);
+        `internal_configs` for configs the broker sets on its own topics."""
+        topic, count = self._prepare(
+            NewTopic(
+                name, num_partitions, replication_factor, dict(configs or {}), internal_configs
             )
-        clean = self.validate_configs(configs or {}, internal=internal_configs)
-        topic = Topic(name, uuid.uuid4(), clean)
+        )
         if validate_only:
-            topic.partitions = []
             return topic
-        log_config = self.log_config(topic)
-        for index in range(num_partitions):
-            topic.partitions.append(
-                PartitionLog.open(self._partition_dir(name, index), log_config, now_ms=self.now_ms)
+        (result,) = self._materialize([(topic, count)])
+        if isinstance(result, TopicError):
+            raise result
+        return self._install(*result)
+
+    async def create_topics(self, wanted: list[NewTopic]) -> list[Topic | TopicError]:
+        """Create topics; the file work runs in the worker thread, one fsync for them all.
+
+        The result is installed by a callback when the worker finishes, so a request
+        cancelled meanwhile (its connection closed) cannot leave a journaled topic
+        unregistered.
+        """
+        results: list[Topic | TopicError] = []
+        batch: list[tuple[Topic, int]] = []
+        loop = asyncio.get_running_loop()
+        for request in wanted:
+            try:
+                prepared = self._prepare(request)
+            except TopicError as exc:
+                results.append(exc)
+                continue
+            self._pending[request.name] = loop.create_future()
+            batch.append(prepared)
+            results.append(prepared[0])
+        if not batch:
+            return results
+        futures = {t.name: self._pending[t.name] for t, _ in batch}
+        work = loop.run_in_executor(self._worker, self._materialize, batch)
+        work.add_done_callback(functools.partial(self._finish_creation, batch))
+        outcome = {name: await asyncio.shield(future) for name, future in futures.items()}
+        return [outcome[r.name] if isinstance(r, Topic) else r for r in results]
+
+    def _finish_creation(self, batch: list[tuple[Topic, int]], work: asyncio.Future[Any]) -> None:
+        if work.cancelled() or work.exception() is not None:
+            reason = "cancelled" if work.cancelled() else repr(work.exception())
+            log.error("topic creation failed: %s", reason)
+            done: list[Any] = [TopicError(KAFKA_STORAGE_ERROR, f"creation failed: {reason}")] * len(
+                batch
             )
-        self._register(topic)
-        self._save_topics()
-        log.info("created topic %s with %d partitions", name, num_partitions)
-        return topic
+        else:
+            done = work.result()
+        for (topic, _), result in zip(batch, done, strict=True):
+            installed = result if isinstance(result, TopicError) else self._install(*result)
+            self._pending.pop(topic.name).set_result(installed)
+
+    async def ensure_topics(self, names: list[str]) -> dict[str, Topic | TopicError]:
+        """Auto-creation: the named topics, created with the defaults where missing."""
+        found: dict[str, Topic | TopicError] = {}
+        missing: list[str] = []
+        waits: dict[str, asyncio.Future[Topic | TopicError]] = {}
+        for name in dict.fromkeys(names):
+            topic = self.topics.get(name)
+            if topic is not None:
+                found[name] = topic
+            elif name in self._pending:
+                waits[name] = self._pending[name]
+            else:
+                missing.append(name)
+        created = await self.create_topics([NewTopic(n) for n in missing]) if missing else []
+        found.update(zip(missing, created, strict=True))
+        for name, future in waits.items():
+            found[name] = await asyncio.shield(future)
+        return found
 
     def create_internal(self, name: str, num_partitions: int, configs: dict[str, str]) -> Topic:
         existing = self.topics.get(name)
@@ -336,27 +527,82 @@ class TopicManager:
             return existing
         return self.create(name, num_partitions, configs=dict(configs), internal_configs=True)
 
-    def delete(self, name: str) -> None:
-        topic = self.topics.get(name)
-        if topic is None:
-            raise TopicError(3, f"topic {name!r} does not exist")  # UNKNOWN_TOPIC_OR_PARTITION
-        if topic.internal:
-            raise TopicError(42, f"internal topic {name!r} cannot be deleted")  # INVALID_REQUEST
-        del self.topics[name]
-        del self.topics_by_id[topic.topic_id]
-        self._save_topics()
-        for index, plog in enumerate(topic.partitions):
-            plog.close()
-            path = self._partition_dir(name, index)
-            doomed = path.with_name(f"{path.name}.{topic.topic_id.hex}-delete")
-            os.replace(path, doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
-        log.info("deleted topic %s", name)
+    # --- deleting -----------------------------------------------------------------------
 
-    def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+    async def delete_topics(self, names: list[str]) -> dict[str, TopicError | None]:
+        """Delete topics: one durable journal write for all, then their files, off the loop.
+
+        A topic is gone for clients once the journal says so; if that write fails,
+        the topic is untouched (KAFKA_STORAGE_ERROR). Its directories are renamed
+        to `*-delete` names and removed; what a crash leaves is cleaned at start-up.
+        """
+        outcome: dict[str, TopicError | None] = {}
+        doomed: list[Topic] = []
+        for name in dict.fromkeys(names):
+            topic = self.topics.get(name)
+            if topic is None or name in self._deleting:
+                outcome[name] = TopicError(
+                    UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+                )
+            elif topic.internal:
+                outcome[name] = TopicError(42, f"internal topic {name!r} cannot be deleted")
+            else:
+                doomed.append(topic)
+                self._deleting.add(name)
+        if not doomed:
+            return outcome
+        loop = asyncio.get_running_loop()
+        changes = [{"op": "delete", "name": t.name} for t in doomed]
+        work = loop.run_in_executor(self._worker, self.store.commit, changes)
+        removed: asyncio.Future[BaseException | None] = loop.create_future()
+        work.add_done_callback(functools.partial(self._finish_deletion, doomed, removed))
+        failure = await asyncio.shield(removed)
+        for topic in doomed:
+            outcome[topic.name] = (
+                None
+                if failure is None
+                else TopicError(KAFKA_STORAGE_ERROR, f"cannot delete {topic.name!r}: {failure}")
+            )
+        return outcome
+
+    def _finish_deletion(
+        self,
+        doomed: list[Topic],
+        removed: asyncio.Future[BaseException | None],
+        work: asyncio.Future[None],
+    ) -> None:
+        """On the loop once the journal write is done: unregister, then remove the files."""
+        self._deleting.difference_update(t.name for t in doomed)
+        failure = work.exception() if not work.cancelled() else asyncio.CancelledError()
+        if failure is not None:
+            storage_failures.log("delete", logging.ERROR, "cannot record deletions: %s", failure)
+            removed.set_result(failure)
+            return
+        for topic in doomed:
+            del self.topics[topic.name]
+            del self.topics_by_id[topic.topic_id]
+            log.info("deleted topic %s", topic.name)
+        files = asyncio.get_running_loop().run_in_executor(self._worker, self._remove_files, doomed)
+        files.add_done_callback(lambda _: removed.set_result(None))
+
+    def _remove_files(self, doomed: list[Topic]) -> None:
+        for topic in doomed:
+            for plog in topic.partitions:
+                path = plog.directory
+                target = path.with_name(deletion_dir_name(path.name, topic.topic_id))
+                try:
+                    os.replace(path, target)
+                    plog.directory = target
+                except OSError as exc:
+                    log.warning("cannot rename %s for deletion: %s", path, exc)
+                plog.delete()
+
+    # --- changing -----------------------------------------------------------------------
+
+    async def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
         topic = self.topics.get(name)
-        if topic is None:
-            raise TopicError(3, f"topic {name!r} does not exist")
+        if topic is None or name in self._deleting:
+            raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         if topic.internal:
             # Group routing is hash % partition count: more partitions would move every
             # group's coordinator state out of reach after the next restart.
@@ -369,15 +615,43 @@ class TopicManager:
                 37,  # INVALID_PARTITIONS
                 f"topic {name!r} has {current} partitions; the new count must be larger: {total}",
             )
-        if validate_only:
+        if total > MAX_PARTITIONS:
+            raise TopicError(37, f"{total} partitions is more than one node should hold")
+        if validate_only or name in self._pending:
             return
-        log_config = self.log_config(topic)
-        for index in range(current, total):
-            topic.partitions.append(
-                PartitionLog.open(self._partition_dir(name, index), log_config, now_ms=self.now_ms)
-            )
-        self._save_topics()
-        log.info("topic %s now has %d partitions", name, total)
+        loop = asyncio.get_running_loop()
+        self._pending[name] = loop.create_future()
+        work = loop.run_in_executor(
+            self._worker, self._open_and_record_partitions, topic, current, total
+        )
+
+        def finish(work: asyncio.Future[list[PartitionLog]]) -> None:
+            pending = self._pending.pop(name)
+            if work.cancelled() or work.exception() is not None:
+                pending.set_result(TopicError(KAFKA_STORAGE_ERROR, "adding partitions failed"))
+                return
+            topic.partitions.extend(work.result())
+            log.info("topic %s now has %d partitions", name, total)
+            pending.set_result(topic)
+
+        work.add_done_callback(finish)
+        try:
+            await asyncio.shield(work)
+        except TopicError:
+            raise
+        except Exception as exc:
+            raise TopicError(KAFKA_STORAGE_ERROR, f"adding partitions failed: {exc}") from exc
+
+    def _open_and_record_partitions(
+        self, topic: Topic, current: int, total: int
+    ) -> list[PartitionLog]:
+        logs = self._open_partitions(topic, current, total)
+        try:
+            self.store.commit([{"op": "partitions", "name": topic.name, "partitions": total}])
+        except OSError as exc:
+            self._discard(topic, logs, current, total)
+            raise TopicError(KAFKA_STORAGE_ERROR, f"cannot record new partitions: {exc}") from exc
+        return logs
 
     def alter_configs(
         self,
@@ -393,7 +667,7 @@ class TopicManager:
         INTERNAL_TOPIC_ALTERABLE_CONFIGS change."""
         topic = self.topics.get(name)
         if topic is None:
-            raise TopicError(3, f"topic {name!r} does not exist")
+            raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         updated = dict(topic.configs) if incremental else {}
         for key, value in configs.items():
             if value is None:
@@ -412,8 +686,11 @@ class TopicManager:
         log_config = self._build_log_config(
             resolve_topic_configs(clean, self.config, internal=topic.internal)
         )
+        try:
+            self.store.commit([{"op": "configs", "name": name, "configs": clean}])
+        except OSError as exc:
+            raise TopicError(KAFKA_STORAGE_ERROR, f"cannot record configs: {exc}") from exc
         topic.configs = clean
-        self._save_topics()
         for plog in topic.partitions:
             plog.config = log_config
         return clean
@@ -458,3 +735,5 @@ class TopicManager:
             for failure in pool.map(_close_quietly, logs):
                 if failure is not None:
                     log.error("closing %s failed: %s", failure[0], failure[1])
+        self._worker.shutdown(wait=True)
+        self.store.close()

@@ -67,8 +67,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--listen",
         metavar="HOST:PORT",
-        help=f"one PLAINTEXT listener, advertised as is (default {DEFAULT_LISTEN}); "
-        "for several listeners or TLS/SASL use the `listeners` setting",
+        help=f"one PLAINTEXT listener (default {DEFAULT_LISTEN}); a wildcard host (0.0.0.0, ::)"
+        " advertises this machine's name; for several listeners or TLS/SASL use the"
+        " `listeners` setting",
     )
     parser.add_argument(
         "--advertise",
@@ -152,6 +153,7 @@ def _settings(args: argparse.Namespace) -> tuple[BrokerConfig, str | None]:
             if not sep or not name.strip():
                 raise ConfigError(f"--set expects key=value, got {item!r}")
             config.set(name.strip(), value)
+        config.check()
     except ConfigError as exc:
         raise CliError(str(exc)) from None
     return config, log_dirs
@@ -182,9 +184,10 @@ def _metrics(args: argparse.Namespace) -> tuple[tuple[str, int] | None, str | No
 
 
 def run(args: argparse.Namespace) -> int:
+    from odradek.broker.allocator import tune_allocator
     from odradek.broker.config import ConfigError
     from odradek.broker.security.credentials import parse_add_scram
-    from odradek.broker.server import Broker, run_broker
+    from odradek.broker.server import WILDCARD_HOSTS, Broker, run_broker
     from odradek.cli.main import CliError
     from odradek.protocol.scram import ScramError
 
@@ -200,15 +203,24 @@ def run(args: argparse.Namespace) -> int:
     if args.listen and not config.is_default("listeners"):
         raise CliError("give --listen or the listeners setting, not both")
     host, port = parse_address(args.listen or DEFAULT_LISTEN, "--listen")
-    advertised = parse_address(args.advertise, "--advertise") if args.advertise else (host, port)
-    if args.advertise and not config.is_default("listeners"):
-        raise CliError("--advertise goes with --listen; with listeners use advertised.listeners")
+    # Without --advertise the broker advertises the listen host, or its own name
+    # when that is a wildcard (0.0.0.0 / ::), which no client can connect to.
+    advertised: tuple[str | None, int] = (None, port)
+    if args.advertise:
+        if not config.is_default("listeners"):
+            raise CliError(
+                "--advertise goes with --listen; with listeners use advertised.listeners"
+            )
+        advertised = parse_address(args.advertise, "--advertise")
+        if advertised[0] in WILDCARD_HOSTS:
+            raise CliError(f"--advertise needs an address clients can reach, not {advertised[0]}")
     metrics, token = _metrics(args)
     try:
         initial_users = [parse_add_scram(spec) for spec in args.add_scram]
     except ScramError as exc:
         raise CliError(str(exc)) from None
     data_dir = args.data_dir or log_dirs or DEFAULT_DATA_DIR
+    tune_allocator()
     try:
         broker = Broker(
             Path(data_dir),

@@ -16,6 +16,16 @@ class FrameError(Exception):
     """The peer sent a size prefix no valid frame can have; the connection must close."""
 
 
+def frame_size(prefix: bytes | bytearray, max_frame_bytes: int) -> int:
+    """The payload size a frame's 4-byte prefix announces, checked against the limit."""
+    (size,) = SIZE_PREFIX.unpack_from(prefix, 0)
+    if size < 0 or size > max_frame_bytes:
+        raise FrameError(
+            f"frame size {size} outside 0..{max_frame_bytes} (socket.request.max.bytes)"
+        )
+    return int(size)
+
+
 class FrameDecoder:
     """Accumulates bytes and yields complete frame payloads, checking each size."""
 
@@ -32,12 +42,7 @@ class FrameDecoder:
             if self._needed is None:
                 if len(self._buffer) < 4:
                     return frames
-                (size,) = SIZE_PREFIX.unpack_from(self._buffer, 0)
-                if size < 0 or size > self.max_frame_bytes:
-                    raise FrameError(
-                        f"frame size {size} outside 0..{self.max_frame_bytes}"
-                        " (socket.request.max.bytes)"
-                    )
+                size = frame_size(self._buffer, self.max_frame_bytes)
                 del self._buffer[:4]
                 self._needed = size
             if len(self._buffer) < self._needed:

@@ -1,5 +1,11 @@
 """Metadata: brokers, and topics with their partitions (this node leads them all).
 
+Unknown topics are auto-created, a bounded number per request, off the event
+loop (one journal fsync for all of them). Past
+`auto.create.topics.max.per.request`, unknown topics answer
+LEADER_NOT_AVAILABLE, as Kafka does while a topic is being created; a client
+retries and its next request creates the next share.
+
 With an authorizer, as Kafka: topics the principal may not DESCRIBE are left out
 of an all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when named (so
 an unauthorized name never reveals whether the topic exists); auto-creation
@@ -8,7 +14,9 @@ needs CREATE on the cluster or on the topic.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
@@ -18,10 +26,12 @@ from odradek.broker.topics import Topic, TopicError
 from odradek.protocol.apikeys import ApiKey
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
-UNKNOWN_TOPIC_ID = 100
+LEADER_NOT_AVAILABLE = 5
 TOPIC_AUTHORIZATION_FAILED = 29
+UNKNOWN_TOPIC_ID = 100
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 ZERO_UUID = uuid.UUID(int=0)
+BUILD_IN_THREAD_TOPICS = 100
 
 
 def topic_entry(ctx: RequestContext, topic: Topic) -> dict[str, Any]:
@@ -70,49 +80,81 @@ def _may_create(ctx: RequestContext, name: str) -> bool:
     )
 
 
+def _auto_create_allowed(ctx: RequestContext, request: Any) -> bool:
+    return bool(ctx.broker.config["auto.create.topics.enable"]) and getattr(
+        request, "allow_auto_topic_creation", True
+    )
+
+
 @handles(ApiKey.METADATA, 0, 13)
-def metadata(ctx: RequestContext, request: Any) -> Any:
+async def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     topics = broker.topics
     requested = request.topics
     if requested is None or (ctx.version == 0 and not requested):
-        entries = [topic_entry(ctx, t) for t in topics if _describable(ctx, t.name)]
-    else:
-        auto_create = bool(broker.config["auto.create.topics.enable"]) and getattr(
-            request, "allow_auto_topic_creation", True
+        every = [t for t in topics if _describable(ctx, t.name)]
+        if len(every) > BUILD_IN_THREAD_TOPICS:
+            # Thousands of topics take a few hundred milliseconds to describe: do it
+            # off the event loop, from this snapshot of the topic list.
+            return await asyncio.to_thread(_response, ctx, request, [], every)
+        return _response(ctx, request, [topic_entry(ctx, t) for t in every])
+    wanted: list[tuple[str | None, uuid.UUID | None]] = [
+        (getattr(w, "name", None), getattr(w, "topic_id", None)) for w in requested
+    ]
+    auto_create = _auto_create_allowed(ctx, request)
+    created: dict[str, Topic | TopicError] = {}
+    if auto_create:
+        unknown = [
+            n
+            for n, _ in wanted
+            if n and topics.get(n) is None and _describable(ctx, n) and _may_create(ctx, n)
+        ]
+        unknown = list(dict.fromkeys(unknown))
+        limit = max(int(broker.config["auto.create.topics.max.per.request"]), 0)
+        created = await topics.ensure_topics(unknown[:limit])
+    entries = []
+    for name, topic_id in wanted:
+        if not name and topic_id and topic_id != ZERO_UUID:
+            found = topics.topics_by_id.get(topic_id)
+            if found is None:
+                entries.append(missing_entry(None, UNKNOWN_TOPIC_ID, topic_id))
+            elif not _describable(ctx, found.name):
+                # Topic ids are not secret (Kafka): the id is echoed, the name is not.
+                entries.append(missing_entry(None, TOPIC_AUTHORIZATION_FAILED, topic_id))
+            else:
+                entries.append(topic_entry(ctx, found))
+            continue
+        if name and not _describable(ctx, name):
+            entries.append(missing_entry(name, TOPIC_AUTHORIZATION_FAILED))
+            continue
+        topic = topics.get(name) if name else None
+        if topic is None and name and auto_create:
+            if not _may_create(ctx, name):
+                entries.append(missing_entry(name, TOPIC_AUTHORIZATION_FAILED))
+                continue
+            outcome = created.get(name)
+            if isinstance(outcome, TopicError):
+                entries.append(missing_entry(name, outcome.error_code))
+                continue
+            if outcome is None:  # past this request's auto-create limit: a retry creates it
+                entries.append(missing_entry(name, LEADER_NOT_AVAILABLE))
+                continue
+            topic = outcome
+        entries.append(
+            topic_entry(ctx, topic) if topic else missing_entry(name, UNKNOWN_TOPIC_OR_PARTITION)
         )
-        entries = []
-        for wanted in requested:
-            name = getattr(wanted, "name", None)
-            topic_id = getattr(wanted, "topic_id", None)
-            if not name and topic_id and topic_id != ZERO_UUID:
-                found = topics.topics_by_id.get(topic_id)
-                if found is None:
-                    entries.append(missing_entry(None, UNKNOWN_TOPIC_ID, topic_id))
-                elif not _describable(ctx, found.name):
-                    # Topic ids are not secret (Kafka): the id is echoed, the name is not.
-                    entries.append(missing_entry(None, TOPIC_AUTHORIZATION_FAILED, topic_id))
-                else:
-                    entries.append(topic_entry(ctx, found))
-                continue
-            if name and not _describable(ctx, name):
-                entries.append(missing_entry(name, TOPIC_AUTHORIZATION_FAILED))
-                continue
-            topic = topics.get(name) if name else None
-            if topic is None and name and auto_create and not _may_create(ctx, name):
-                entries.append(missing_entry(name, TOPIC_AUTHORIZATION_FAILED))
-                continue
-            if topic is None and name and auto_create:
-                try:
-                    topic = topics.create(name)
-                except TopicError as exc:
-                    entries.append(missing_entry(name, exc.error_code))
-                    continue
-            entries.append(
-                topic_entry(ctx, topic)
-                if topic
-                else missing_entry(name, UNKNOWN_TOPIC_OR_PARTITION)
-            )
+    return _response(ctx, request, entries)
+
+
+def _response(
+    ctx: RequestContext,
+    request: Any,
+    entries: list[dict[str, Any]],
+    described: Sequence[Topic] = (),
+) -> Any:
+    """The Metadata response: `entries`, then an entry for each topic in `described`."""
+    broker = ctx.broker
+    entries = entries + [topic_entry(ctx, t) for t in described]
     if getattr(request, "include_topic_authorized_operations", False):
         for entry in entries:
             if entry["error_code"] == 0:
@@ -131,14 +173,7 @@ def metadata(ctx: RequestContext, request: Any) -> Any:
         ctx,
         {
             "throttle_time": NO_THROTTLE,
-            "brokers": [
-                {
-                    "node_id": broker.node_id,
-                    "host": host,
-                    "port": port,
-                    "rack": None,
-                }
-            ],
+            "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
             "cluster_id": broker.cluster_id,
             "controller_id": broker.node_id,
             "topics": entries,

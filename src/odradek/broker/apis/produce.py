@@ -22,7 +22,7 @@ from odradek.broker.config import topic_config_value
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from odradek.broker.topics import Topic, TopicError
+from odradek.broker.topics import KAFKA_STORAGE_ERROR, Topic, TopicError, storage_failures
 from odradek.log.errors import LogError
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.records import (
@@ -90,19 +90,17 @@ def _partition_result(
 
 
 def _append(
-    ctx: RequestContext, topic_name: str, index: int, records: bytes | None
+    ctx: RequestContext,
+    topic_name: str,
+    index: int,
+    records: bytes | None,
+    auto_created: dict[str, Topic | TopicError],
 ) -> dict[str, Any]:
     broker = ctx.broker
     topic = broker.topics.get(topic_name)
-    if (
-        topic is None
-        and broker.config["auto.create.topics.enable"]
-        and _may_create(ctx, topic_name)
-    ):
-        try:
-            topic = broker.topics.create(topic_name)
-        except TopicError as exc:
-            return _partition_result(index, exc.error_code, str(exc))
+    failed = auto_created.get(topic_name)
+    if topic is None and isinstance(failed, TopicError):
+        return _partition_result(index, failed.error_code, str(failed))
     if topic is None or not 0 <= index < len(topic.partitions):
         return _partition_result(index, UNKNOWN_TOPIC_OR_PARTITION, "unknown topic or partition")
     if topic.internal:
@@ -123,6 +121,12 @@ def _append(
         return _partition_result(
             index, exc.error_code, str(exc), log_start_offset=plog.start_offset
         )
+    except OSError as exc:
+        # A full disk or an I/O error: refuse this append, keep the connection.
+        storage_failures.log(
+            "produce", logging.ERROR, "cannot append to %s-%d: %s", topic_name, index, exc
+        )
+        return _partition_result(index, KAFKA_STORAGE_ERROR, f"storage error: {exc.strerror}")
     if not info.duplicate:
         broker.notify_append(topic_name, index)
     return _partition_result(
@@ -151,8 +155,24 @@ def _topic_name(ctx: RequestContext, topic_data: Any) -> tuple[str, tuple[int, s
     return found.name, None
 
 
+async def _auto_create(
+    ctx: RequestContext, named: list[tuple[str, tuple[int, str] | None]]
+) -> dict[str, Topic | TopicError]:
+    """Create the unknown topics this produce names, a bounded number, in one batch."""
+    broker = ctx.broker
+    if not broker.config["auto.create.topics.enable"]:
+        return {}
+    unknown = [
+        name
+        for name, error in named
+        if error is None and broker.topics.get(name) is None and _may_create(ctx, name)
+    ]
+    limit = max(int(broker.config["auto.create.topics.max.per.request"]), 0)
+    return await broker.topics.ensure_topics(list(dict.fromkeys(unknown))[:limit])
+
+
 @handles(ApiKey.PRODUCE, 0, 13, parse_from=3)
-def produce(ctx: RequestContext, request: Any) -> Any:
+async def produce(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     if acks not in (-1, 0, 1):
         error: tuple[int, str] | None = (
@@ -174,21 +194,29 @@ def produce(ctx: RequestContext, request: Any) -> Any:
             )
     else:
         error = None
+    named = [_topic_name(ctx, t) for t in request.topic_data]
+    writable = [
+        error is not None or ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, name)
+        for name, error in named
+    ]
+    auto_created: dict[str, Topic | TopicError] = {}
+    if error is None:
+        auto_created = await _auto_create(
+            ctx, [n for n, ok in zip(named, writable, strict=True) if ok]
+        )
     responses = []
-    for topic_data in request.topic_data:
-        name, topic_error = _topic_name(ctx, topic_data)
+    for topic_data, (name, topic_error), may_write in zip(
+        request.topic_data, named, writable, strict=True
+    ):
         failure = error or topic_error
         results = []
-        writable = topic_error is not None or ctx.authorize(
-            AclOperation.WRITE, ResourceType.TOPIC, name
-        )
         for part in topic_data.partition_data:
             if failure is not None:
                 results.append(_partition_result(part.index, *failure))
-            elif not writable:
+            elif not may_write:
                 results.append(_partition_result(part.index, TOPIC_AUTHORIZATION_FAILED))
             else:
-                results.append(_append(ctx, name, part.index, part.records))
+                results.append(_append(ctx, name, part.index, part.records, auto_created))
         responses.append(
             {
                 "name": name,

@@ -26,7 +26,7 @@ from odradek.broker.context import CloseConnection
 from odradek.broker.security.principal import KafkaPrincipal
 from odradek.broker.security.sasl import SaslFailure, SaslServer
 from odradek.protocol.apikeys import ApiKey
-from odradek.protocol.framing import FrameDecoder, frame
+from odradek.protocol.framing import frame
 
 if TYPE_CHECKING:
     from odradek.broker.security import BrokerSecurity
@@ -73,7 +73,6 @@ class Session:
         self._bad_reauth_mechanism = False
         self._sasl: SaslServer | None = None
         self.close_reason: str | None = None  # answer this request, then close
-        self.decoder: FrameDecoder | None = None
 
     # --- the gate in front of every request ------------------------------------------
 
@@ -191,8 +190,6 @@ class Session:
         self.reauthenticating = False
         self.raw_tokens = False
         self._sasl = None
-        if self.decoder is not None:
-            self.decoder.max_frame_bytes = int(self.security.config["socket.request.max.bytes"])
         lifetime_ms = self.security.max_reauth_ms(self.listener)
         self.expires_at = self.clock() + lifetime_ms / 1000 if lifetime_ms > 0 else None
         log.debug(

@@ -4,7 +4,7 @@ metadata, so a crash leaves the old or the new version and never a torn file."""
 
 from __future__ import annotations
 
-from odradek.broker.topics import _write_json_atomically as write_json_atomically
+from odradek.broker.topic_store import write_json_atomically
 
 SECURITY_DIR = "security"
 

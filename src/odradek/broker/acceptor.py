@@ -1,0 +1,123 @@
+"""A listening socket that accepts connections like `asyncio.start_server`, robustly.
+
+asyncio's server retries a failing `accept()` (EMFILE: no descriptors left)
+hundreds of times a second, logging a traceback each time, for as long as the
+process is out of descriptors. `start_acceptor` takes the same arguments that
+matter here (callback, host, port, backlog, ssl, ssl_handshake_timeout) and
+instead backs off, 10 ms doubling to 1 s, and logs the failure once per
+interval with a count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+import ssl as ssl_module
+from collections.abc import Awaitable, Callable
+
+from odradek.ratelog import RateLimitedLog
+
+log = logging.getLogger("odradek.broker")
+
+ConnectionCallback = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+# accept() failures that mean "out of descriptors or memory for now": back off and retry.
+RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+BACKOFF_S = (0.01, 1.0)
+# Bytes a connection's reader buffers ahead of what the broker has asked for.
+READ_AHEAD_BYTES = 256 * 1024
+
+
+class Acceptor:
+    """Accepts on one listening socket and runs the callback for each connection."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        callback: ConnectionCallback,
+        *,
+        ssl: ssl_module.SSLContext | None,
+        ssl_handshake_timeout: float | None,
+        failures: RateLimitedLog,
+    ) -> None:
+        self.sock = sock
+        self._callback = callback
+        self._ssl = ssl
+        self._ssl_handshake_timeout = ssl_handshake_timeout
+        self._failures = failures
+        self._starting: set[asyncio.Task[None]] = set()  # strong references until done
+        self._task = asyncio.create_task(self._run())
+
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        return (self.sock,)
+
+    def close(self) -> None:
+        self._task.cancel()
+        self.sock.close()
+
+    async def wait_closed(self) -> None:
+        await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        backoff = BACKOFF_S[0]
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(self.sock)
+            except OSError as exc:
+                if exc.errno == errno.EBADF:
+                    return  # the listener was closed
+                if exc.errno not in RESOURCE_ERRORS:
+                    # A peer gone before we took its connection (ECONNABORTED), ...
+                    self._failures.log("accept-other", logging.WARNING, "accept failed: %s", exc)
+                    continue
+                self._failures.log(
+                    "accept", logging.ERROR, "cannot accept connections: %s; retrying", exc
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_S[1])
+                continue
+            backoff = BACKOFF_S[0]
+            task = asyncio.create_task(self._connection(conn))
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+
+    async def _connection(self, conn: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=READ_AHEAD_BYTES, loop=loop)
+        try:
+            transport, protocol = await loop.connect_accepted_socket(
+                lambda: asyncio.StreamReaderProtocol(reader),
+                conn,
+                ssl=self._ssl,
+                ssl_handshake_timeout=self._ssl_handshake_timeout,
+            )
+        except (TimeoutError, OSError, ssl_module.SSLError) as exc:
+            log.debug("connection setup failed: %s", exc)
+            conn.close()
+            return
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        await self._callback(reader, writer)
+
+
+async def start_acceptor(
+    callback: ConnectionCallback,
+    host: str | None,
+    port: int,
+    *,
+    failures: RateLimitedLog,
+    backlog: int = 512,
+    ssl: ssl_module.SSLContext | None = None,
+    ssl_handshake_timeout: float | None = None,
+) -> Acceptor:
+    """Listen on host:port (all interfaces for None or a wildcard) and start accepting."""
+    bind_host = (host or "").strip("[]")
+    family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+    sock = socket.create_server((bind_host, port), family=family, backlog=backlog)
+    sock.setblocking(False)
+    return Acceptor(
+        sock, callback, ssl=ssl, ssl_handshake_timeout=ssl_handshake_timeout, failures=failures
+    )
