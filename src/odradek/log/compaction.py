@@ -397,10 +397,12 @@ def _scan_uncompressed(raw: bytes, h: BatchHeader) -> list[_Rec]:
     return out
 
 
-def _scan(h: BatchHeader, raw: bytes) -> tuple[list[_Rec], list[DecodedRecord] | None]:
+def _scan(
+    h: BatchHeader, raw: bytes, max_decompressed: int
+) -> tuple[list[_Rec], list[DecodedRecord] | None]:
     if h.compression == COMPRESSION_NONE:
         return _scan_uncompressed(raw, h), None
-    decoded = decode_batch_records(raw, 0, h)
+    decoded = decode_batch_records(raw, 0, h, max_decompressed_bytes=max_decompressed)
     recs = [(r.offset, r.timestamp, r.key, r.value is None, i, 0) for i, r in enumerate(decoded)]
     return recs, decoded
 
@@ -469,7 +471,9 @@ def _rebuild(
 # --------------------------------------------------------------------------- the pass
 
 
-def _build_offset_map(segments: list[Segment], first_dirty: int, c: _Counters) -> dict[bytes, int]:
+def _build_offset_map(
+    segments: list[Segment], first_dirty: int, max_decompressed: int, c: _Counters
+) -> dict[bytes, int]:
     """key -> latest offset over every segment that holds data at or after ``first_dirty``."""
     latest: dict[bytes, int] = {}
     for seg in segments:
@@ -479,7 +483,7 @@ def _build_offset_map(segments: list[Segment], first_dirty: int, c: _Counters) -
             if h.is_control or h.records_count <= 0:
                 continue
             try:
-                recs, _ = _scan(h, raw)
+                recs, _ = _scan(h, raw, max_decompressed)
             except RecordError:
                 continue  # copied unchanged later; its keys simply stay unshadowed
             for r in recs:
@@ -523,7 +527,7 @@ def _filter_group(
                 writer.add(raw, h)
                 continue
             try:
-                recs, decoded = _scan(h, raw)
+                recs, decoded = _scan(h, raw, config.max_decompressed_bytes)
             except RecordError:
                 c.batches_copied_undecoded += 1
                 writer.add(raw, h)
@@ -636,7 +640,7 @@ def compact_segments(
         )
 
     c = _Counters()
-    latest = _build_offset_map(segments, first_dirty, c)
+    latest = _build_offset_map(segments, first_dirty, config.max_decompressed_bytes, c)
     after: list[Segment] = []
     for group in _group(cleanable, config.segment_bytes):
         cleaned = directory / f"{segment_name(group[0].base_offset)}{_CLEANED}"

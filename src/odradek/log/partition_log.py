@@ -286,8 +286,13 @@ class PartitionLog:
         view = memoryview(data)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
-        raws = validate_batches_raw(view, allow_control=not from_client)
         cfg = self.config
+        raws = validate_batches_raw(
+            view,
+            allow_control=not from_client,
+            check_records=from_client,
+            max_decompressed_bytes=cfg.max_decompressed_bytes,
+        )
         max_size = cfg.max_message_bytes
         first = self.end_offset
         nxt = first
@@ -476,13 +481,13 @@ class PartitionLog:
                 return self._first_record_at_or_after(seg, p, h, timestamp_ms, start)
         return None
 
-    @staticmethod
     def _first_record_at_or_after(
-        seg: Segment, pos: int, h: BatchHeader, timestamp_ms: int, start: int
+        self, seg: Segment, pos: int, h: BatchHeader, timestamp_ms: int, start: int
     ) -> tuple[int, int]:
+        limit = self.config.max_decompressed_bytes
         try:
             raw = seg.read_batch_at(pos, h.size)
-            for r in decode_batch_records(raw, 0, parse_header(raw)):
+            for r in decode_batch_records(raw, 0, parse_header(raw), max_decompressed_bytes=limit):
                 if r.timestamp >= timestamp_ms and r.offset >= start:
                     return r.offset, r.timestamp
         except RecordError:
