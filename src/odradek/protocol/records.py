@@ -34,6 +34,7 @@ Batch layout (big endian), offsets in bytes::
 
 from __future__ import annotations
 
+import gzip
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
@@ -759,8 +760,7 @@ def decompress(codec: int, data: bytes | memoryview, max_bytes: int) -> bytes:
 
 def _compress(codec: int, data: bytes) -> bytes:
     if codec == COMPRESSION_GZIP:
-        deflater = zlib.compressobj(wbits=31)
-        return deflater.compress(data) + deflater.flush()
+        return gzip.compress(data)
     if codec == COMPRESSION_SNAPPY:
         return _snappy_compress_xerial(data)
     if codec == COMPRESSION_LZ4:
