@@ -73,6 +73,7 @@ __all__ = [
     "patch_base_offset",
     "patch_partition_leader_epoch",
     "set_log_append_time",
+    "unpack_header",
     "validate_batches",
     "validate_batches_raw",
 ]
@@ -217,6 +218,8 @@ def _increment_sequence(seq: int, inc: int) -> int:
 
 
 _unpack_header = _HEADER.unpack_from
+unpack_header = _unpack_header
+"""(buffer, position) -> the header as a ``RawHeader`` tuple: the cheap form for walks."""
 
 
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
