@@ -830,6 +830,8 @@ class PartitionLog:
         Segments holding a quarantined range are never rewritten.
         """
         with self._maintenance:
+            if self._closing or self._closed:
+                return CompactionStats.skipped_for("the log is closed")
             self.drain()  # rolled segments finished: their index files are not rewritten later
             with self._lock:
                 self._check_open()
