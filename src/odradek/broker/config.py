@@ -41,6 +41,13 @@ _SETTINGS = (
     Setting(
         "message.max.bytes", INT, 1048588, "Largest record batch accepted.", "max.message.bytes"
     ),
+    Setting(
+        "message.decompressed.max.bytes",
+        INT,
+        16777216,
+        "Most one compressed record batch may inflate to; a larger one is refused with "
+        "RECORD_LIST_TOO_LARGE (no Kafka equivalent).",
+    ),
     Setting("socket.request.max.bytes", INT, 104857600, "Largest request frame accepted."),
     Setting(
         "log.segment.bytes", INT, 1073741824, "Segment file size before a roll.", "segment.bytes"
@@ -99,6 +106,13 @@ _SETTINGS = (
         "min.cleanable.dirty.ratio",
     ),
     Setting("log.cleaner.backoff.ms", LONG, 15000, "How often compacted topics are checked."),
+    Setting(
+        "log.max.open.files",
+        INT,
+        1000,
+        "Segment files open at once across all partitions; the least recently used idle "
+        "one is closed beyond this (no Kafka equivalent).",
+    ),
     Setting("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets."),
     Setting("offsets.topic.segment.bytes", INT, 104857600, "Segment size of __consumer_offsets."),
     Setting(
