@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from odradek.broker.config import TOPIC_SETTINGS, BrokerConfig, ConfigError, parse_value
-from odradek.log import LogConfig, PartitionLog
+from odradek.log import LogConfig, PartitionLog, set_max_open_files
 
 log = logging.getLogger("odradek.topics")
 
@@ -97,6 +97,7 @@ class TopicManager:
         self.now_ms = now_ms
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
+        set_max_open_files(int(config["log.max.open.files"]))  # descriptors are per process
         self._meta_path = self.data_dir / "meta.json"
         self._topics_path = self.data_dir / "topics.json"
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -194,6 +195,7 @@ class TopicManager:
             cleanup_policy=str(value("cleanup.policy")),
             delete_retention_ms=int(value("delete.retention.ms")),
             min_cleanable_dirty_ratio=float(value("min.cleanable.dirty.ratio")),
+            max_decompressed_bytes=int(self.config["message.decompressed.max.bytes"]),
         )
 
     def effective_topic_configs(self, topic: Topic) -> list[tuple[str, str, bool]]:
