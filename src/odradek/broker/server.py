@@ -149,9 +149,11 @@ class Broker:
                         log.info("retention deleted %d segments", deleted)
                 if now >= next_cleaning:
                     next_cleaning = now + cleaner_every
+                    started = time.monotonic()
                     compacted = await asyncio.to_thread(self.topics.compact)
                     if compacted:
-                        log.info("compacted %d partitions", compacted)
+                        took = time.monotonic() - started
+                        log.info("compacted %d partitions in %.2fs", compacted, took)
             except Exception:
                 log.exception("log housekeeping failed")
 

@@ -20,7 +20,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 __all__ = [
     "DEFAULT_MAX_OPEN_FILES",
@@ -40,14 +39,14 @@ class SegmentFile:
 
     __slots__ = ("fd", "path", "pins", "retired")
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str) -> None:
         self.path = path
         self.fd = -1
         self.pins = 0
         self.retired = False
 
     def __repr__(self) -> str:
-        return f"SegmentFile({self.path.name}, fd={self.fd}, pins={self.pins})"
+        return f"SegmentFile({self.path}, fd={self.fd}, pins={self.pins})"
 
 
 class FileCache:

@@ -102,7 +102,7 @@ class Segment:
         self.base_offset = base_offset
         self.index_interval = index_interval
         self.files = files
-        self.file = SegmentFile(directory / f"{segment_name(base_offset)}.log")
+        self.file = SegmentFile(os.path.join(directory, f"{segment_name(base_offset)}.log"))
         self.loaded = False
         self.assumed = False  # size and end offset taken from a clean shutdown's record
         self.size = -1  # unknown until loaded (or assumed, or stat'ed by byte_size)
@@ -125,7 +125,7 @@ class Segment:
 
     @property
     def log_path(self) -> Path:
-        return self.file.path
+        return Path(self.file.path)
 
     @property
     def index_path(self) -> Path:
