@@ -23,7 +23,6 @@ from odradek.protocol.records import (
     BATCH_OVERHEAD,
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
-    COMPRESSION_NONE,
     COMPRESSION_SNAPPY,
     COMPRESSION_ZSTD,
     CorruptRecordError,
@@ -216,13 +215,18 @@ def test_offset_deltas_must_count_up_from_zero() -> None:
     gappy = records_of(
         build_batch([Record(0, 0, b"a", b"1"), Record(2, 0, b"b", b"2")], timestamp_ms=1000)
     )
-    with pytest.raises(InvalidRecordError, match="offset delta is 2"):
+    with pytest.raises(InvalidRecordError, match="record 1 has offset delta 2"):
         validate_batches(raw_batch(gappy, 2, last_offset_delta=1))
     swapped = records_of(
         build_batch([Record(1, 0, b"a", b"1"), Record(0, 0, b"b", b"2")], timestamp_ms=1000)
     )
-    with pytest.raises(InvalidRecordError, match="offset delta is 1"):
+    with pytest.raises(InvalidRecordError, match="record 0 has offset delta 1"):
         validate_batches(raw_batch(swapped, 2))
+    middle = records_of(
+        build_batch([Record(d, 0, b"k", b"v") for d in (0, 5, 2)], timestamp_ms=1000)
+    )
+    with pytest.raises(InvalidRecordError, match="offset delta is 5"):  # compressed: all checked
+        validate_batches(raw_batch(zlib.compress(middle, wbits=31), 3, codec=COMPRESSION_GZIP))
 
 
 def _one_record(body: bytes) -> bytes:
@@ -246,13 +250,18 @@ def _one_record(body: bytes) -> bytes:
     ],
 )
 def test_records_whose_fields_disagree_with_their_length_are_refused(body: bytes, why: str) -> None:
+    """Compressed batches are walked field by field (uncompressed ones frame by frame)."""
+    compressed = zlib.compress(_one_record(body), wbits=31)
     with pytest.raises(InvalidRecordError, match=why):
-        validate_batches(raw_batch(_one_record(body), 1))
+        validate_batches(raw_batch(compressed, 1, codec=COMPRESSION_GZIP))
 
 
 def test_bytes_after_the_last_record_are_refused() -> None:
-    with pytest.raises(InvalidRecordError, match="follow the last"):
+    with pytest.raises(InvalidRecordError, match="do not fill it"):
         validate_batches(raw_batch(plain(3) + b"\x00" * 8, 3))
+    gzipped = zlib.compress(plain(3) + b"\x00" * 8, wbits=31)
+    with pytest.raises(InvalidRecordError, match="follow the last"):
+        validate_batches(raw_batch(gzipped, 3, codec=COMPRESSION_GZIP))
 
 
 def test_trusted_writers_may_skip_the_record_walk() -> None:
@@ -271,18 +280,32 @@ def test_headers_and_long_varints_pass() -> None:
     assert validate_batches(batch)[0].records_count == 130
 
 
+def _frames(section: bytes) -> list[tuple[int, int]]:
+    """(start, end) of each record by its length prefix alone (an independent reading)."""
+    out = []
+    pos = 0
+    while pos < len(section):
+        n = shift = 0
+        start = pos
+        while True:
+            b = section[pos]
+            pos += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        pos += n >> 1
+        out.append((start, pos))
+    return out
+
+
 @settings(max_examples=300, deadline=None)
-@given(
-    payload=st.binary(max_size=120),
-    count=st.integers(1, 8),
-    codec=st.sampled_from([COMPRESSION_NONE, COMPRESSION_GZIP]),
-)
-def test_whatever_validation_accepts_decodes_to_exactly_its_records(
-    payload: bytes, count: int, codec: int
+@given(payload=st.binary(max_size=120), count=st.integers(1, 8))
+def test_compressed_garbage_is_refused_or_decodes_to_exactly_its_records(
+    payload: bytes, count: int
 ) -> None:
-    """Garbage under a valid CRC: refused with a storage error, or truly well-formed."""
-    section = payload if codec == COMPRESSION_NONE else zlib.compress(payload, wbits=31)
-    batch = raw_batch(section, count, codec=codec)
+    """Garbage under a valid CRC, compressed: refused, or truly well-formed."""
+    batch = raw_batch(zlib.compress(payload, wbits=31), count, codec=COMPRESSION_GZIP)
     try:
         validate_batches(batch)
     except RecordError:
@@ -291,14 +314,28 @@ def test_whatever_validation_accepts_decodes_to_exactly_its_records(
     assert [r.offset for r in decoded] == list(range(count))
 
 
+@settings(max_examples=300, deadline=None)
+@given(payload=st.binary(max_size=120), count=st.integers(1, 8))
+def test_uncompressed_garbage_is_refused_or_frames_exactly_its_records(
+    payload: bytes, count: int
+) -> None:
+    """Uncompressed: what passes is exactly ``count`` whole record frames."""
+    try:
+        validate_batches(raw_batch(payload, count))
+    except RecordError:
+        return
+    frames = _frames(payload)
+    assert len(frames) == count and frames[-1][1] == len(payload)
+
+
 @settings(max_examples=150, deadline=None)
 @given(n=st.integers(1, 40), flip=st.integers(0, 10_000), bit=st.integers(0, 7))
-def test_a_flipped_bit_under_a_recomputed_crc_is_refused_or_still_decodes(
+def test_a_flipped_bit_in_compressed_records_is_refused_or_still_decodes(
     n: int, flip: int, bit: int
 ) -> None:
     section = bytearray(plain(n))
     section[flip % len(section)] ^= 1 << bit
-    batch = raw_batch(bytes(section), n)
+    batch = raw_batch(zlib.compress(bytes(section), wbits=31), n, codec=COMPRESSION_GZIP)
     try:
         validate_batches(batch)
     except RecordError:

@@ -9,10 +9,12 @@ writes and replays its own records in ``__consumer_offsets``), for
 
 Produce-time validation (``validate_batches_raw``) follows Kafka's LogValidator
 for magic 2: besides the header and CRC it walks every record without building
-objects (``_check_records``: lengths tile the batch exactly, ``records_count``
-records, offset deltas 0..n-1, key / value / header lengths consistent), and a
-compressed batch is first inflated with a hard output bound (``decompress``), so
-a small batch that would inflate to gigabytes is refused before it costs memory.
+objects. An uncompressed batch gets the cheap walk (``_check_record_frames``:
+record lengths tile the batch into exactly ``records_count`` records, whose
+first and last offset deltas are 0 and n-1). A compressed one is first inflated
+with a hard output bound (``decompress``), so a small batch that would inflate
+to gigabytes is refused before it costs memory, then walked completely
+(``_check_records``: every offset delta, key, value and header length).
 
 Batch layout (big endian), offsets in bytes::
 
@@ -354,7 +356,7 @@ def validate_batches_raw(
             raise InvalidRecordError("clients are not allowed to write control batches")
         if check_records:
             if codec == COMPRESSION_NONE:
-                _check_records(data, pos + BATCH_OVERHEAD, pos + size, count, pos)
+                _check_record_frames(data, pos + BATCH_OVERHEAD, pos + size, count, pos)
             else:
                 inflated = decompress(
                     codec, mv[pos + BATCH_OVERHEAD : pos + size], max_decompressed_bytes
@@ -485,6 +487,72 @@ def _check_records(
             f"record batch at byte {batch_pos}: {end - pos} bytes follow the last of its "
             f"{count} records (records_count does not match the records)"
         )
+
+
+def _check_record_frames(
+    buf: bytes | bytearray | memoryview, pos: int, end: int, count: int, batch_pos: int
+) -> None:
+    """The cheap walk for uncompressed batches: record frames, and the ends' offset deltas.
+
+    Each record's length must land inside the batch and the lengths must tile
+    the batch into exactly ``count`` records; the first record's offset delta
+    must be 0 and the last one's ``count - 1``. Reading only the length of each
+    record keeps this near 0.2 us per record (every produced record pays it);
+    the full walk (``_check_records``, for compressed batches, which are
+    inflated anyway) costs about 1 us.
+    """
+    if count * _MIN_RECORD_BYTES > end - pos:
+        raise InvalidRecordError(
+            f"record batch at byte {batch_pos}: records_count {count} cannot fit in "
+            f"{end - pos} bytes of records"
+        )
+    start = pos
+    last = pos
+    try:
+        for _ in range(count):
+            last = pos
+            b = buf[pos]
+            if b < 0x80:
+                pos += 1 + (b >> 1)
+            else:
+                c = buf[pos + 1]
+                if c < 0x80:
+                    b = (b & 0x7F) | (c << 7)
+                    pos += 2 + (b >> 1)
+                else:
+                    b, pos = _uvarint(buf, pos)
+                    pos += b >> 1
+            if b & 1 or b < 12:  # negative, or too short for a record body
+                raise _RecordLie(-1, "its length is impossible")
+        if pos != end:
+            raise InvalidRecordError(
+                f"record batch at byte {batch_pos}: its records do not fill it "
+                f"({end - pos:+d} bytes): records_count {count} does not match the records"
+            )
+        for index, at in ((0, start), (count - 1, last)):
+            delta = _offset_delta_at(buf, at)
+            if delta != index:
+                raise InvalidRecordError(
+                    f"record batch at byte {batch_pos}: record {index} has offset delta {delta}"
+                )
+    except _RecordLie:
+        raise InvalidRecordError(
+            f"record batch at byte {batch_pos}: a record length is impossible or runs past the "
+            f"end of the batch (records_count {count})"
+        ) from None
+    except IndexError:
+        raise InvalidRecordError(
+            f"record batch at byte {batch_pos}: its records run past its end "
+            f"(records_count {count})"
+        ) from None
+
+
+def _offset_delta_at(buf: bytes | bytearray | memoryview, pos: int) -> int:
+    """The offset delta of the record starting at ``pos`` (after length and attributes)."""
+    _, p = _uvarint(buf, pos)  # length
+    _, p = _uvarint(buf, p + 1)  # timestamp delta, after the attributes byte
+    v, _ = _uvarint(buf, p)
+    return (v >> 1) ^ -(v & 1)
 
 
 class _RecordLie(Exception):
