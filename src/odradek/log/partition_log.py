@@ -638,7 +638,7 @@ class PartitionLog:
                 return seg, found[0], found[1]
         return None
 
-    def read(self, offset: int, max_bytes: int) -> bytes:
+    def read(self, offset: int, max_bytes: int) -> bytes | bytearray:
         """Whole batches from the batch containing ``offset``, at least one if any exist.
 
         Reads stay within one segment, as Kafka's do; the caller fetches again.
@@ -656,7 +656,7 @@ class PartitionLog:
             seg, pos, base = loc
             return seg.read_from(pos, max_bytes, base)
 
-    def iter_batches_from(self, offset: int) -> Iterator[bytes]:
+    def iter_batches_from(self, offset: int) -> Iterator[bytes | bytearray]:
         """Every readable batch from the one containing ``offset`` (coordinator replay).
 
         A quarantined range is logged and skipped: state rebuilt from what is

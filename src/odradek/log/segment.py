@@ -295,6 +295,7 @@ class Segment:
         chunk: int = _SCAN_CHUNK,
         *,
         verify_crc: bool = False,
+        prefetch: tuple[bytes | bytearray, int] | None = None,
     ) -> Iterator[tuple[int, RawHeader]]:
         """(position, raw header) of every valid batch from ``start`` to ``stop``.
 
@@ -307,54 +308,62 @@ class Segment:
         claims, the pending batch's own base offset (outside the CRC) is the
         damaged one. Known holes are jumped; anything broken is quarantined
         (``_quarantine``) and the walk goes on after it. Stops before a batch
-        that would cross ``stop`` (default: the end of the file).
+        that would cross ``stop`` (default: the end of the file). ``prefetch``:
+        bytes already read and their position, used before reading more.
         """
         pos = start
         pending: tuple[int, RawHeader, int] | None = None  # yielded once confirmed
-        buf = b""
-        buf_start = start
+        buf, buf_start = prefetch if prefetch is not None else (b"", start)
+        base = self.base_offset
         with self.files.use(self.file) as fd:
+            stale = True  # the limits below change only when something is quarantined
             while True:
-                end = self.size if stop < 0 else min(stop, self.size)
-                upper = self._offset_bound()
-                hole = self._hole_at(pos)
+                if stale:
+                    size_now = self.size
+                    end = size_now if stop < 0 else min(stop, size_now)
+                    upper = self._offset_bound()
+                    holes = self.holes
+                    stale = False
+                hole = self._hole_at(pos) if holes else None
                 t: RawHeader | None = None
                 reason: str | None = None
-                if hole is None and pos < self.size:
+                if hole is None and pos < size_now:
                     off = pos - buf_start
                     if off < 0 or off + BATCH_OVERHEAD > len(buf):
-                        want = max(min(chunk, self.size - pos), BATCH_OVERHEAD)
-                        buf = os.pread(fd, want, pos)
+                        buf = os.pread(fd, max(min(chunk, size_now - pos), BATCH_OVERHEAD), pos)
                         buf_start, off = pos, 0
                     if len(buf) - off < BATCH_OVERHEAD:
                         reason = "a batch header is cut off by the file end"
                     else:
                         t = unpack_header(buf, off)
-                        size = t[1] + LOG_OVERHEAD
-                        reason = _broken(t, pos, size, self.size, expected, upper, self.base_offset)
+                        last = t[0] + t[6]
+                        if not (  # the common case inline; _broken says what is wrong
+                            t[1] >= MIN_BATCH_LENGTH
+                            and t[3] == 2
+                            and pos + t[1] + LOG_OVERHEAD <= size_now
+                            and t[0] >= expected
+                            and t[6] >= 0
+                            and last - base <= _MAX_REL_OFFSET
+                            and (upper is None or last < upper)
+                        ):
+                            size = t[1] + LOG_OVERHEAD
+                            reason = _broken(t, pos, size, size_now, expected, upper, base)
                 if pending is not None:
                     p0, t0, expected0 = pending
                     pending = None
                     lined_up = (
-                        pos == self.size
+                        pos == size_now
                         or (hole is not None and pos == hole.position)
                         or (t is not None and reason is None and t[0] == expected)
                     )
                     # The next base falls inside what the pending batch claims, and the
                     # pending batch itself jumped ahead of the chain: its base is damaged.
                     goes_back_into_it = (
-                        t is not None
+                        not lined_up
+                        and t is not None
                         and t0[0] > expected0
                         and expected0 <= t[0] < expected
-                        and _broken(
-                            t,
-                            pos,
-                            t[1] + LOG_OVERHEAD,
-                            self.size,
-                            expected0,
-                            upper,
-                            self.base_offset,
-                        )
+                        and _broken(t, pos, t[1] + LOG_OVERHEAD, size_now, expected0, upper, base)
                         is None
                     )
                     if goes_back_into_it or (
@@ -364,7 +373,7 @@ class Segment:
                             "its base offset is damaged" if goes_back_into_it else "CRC32C mismatch"
                         )
                         self._quarantine(p0, expected0, why, t0)
-                        pos, expected = p0, expected0
+                        pos, expected, stale = p0, expected0, True
                         continue
                     yield p0, t0
                 if hole is not None:
@@ -375,6 +384,7 @@ class Segment:
                     return
                 if reason is not None or t is None:
                     self._quarantine(pos, expected, reason or "unreadable header", t)
+                    stale = True
                     continue
                 size = t[1] + LOG_OVERHEAD
                 if pos + size > end:
@@ -659,34 +669,41 @@ class Segment:
         self.check_readable(offset)
         return None
 
-    def read_from(self, pos: int, max_bytes: int, expected: int) -> bytes:
+    def read_from(self, pos: int, max_bytes: int, expected: int) -> bytearray:
         """Whole, checked batches starting at ``pos`` up to ``max_bytes``; at least one.
 
         Every returned batch went through ``_chain``, so a damaged length can
         neither return garbage nor skip data silently: the read stops before a
         quarantined range (the next fetch asks for its first offset and gets the
         error). ``expected``: the base offset ``find_batch`` gave for ``pos``.
+        One read covers the data and the header after it, which the walk checks.
         """
         limit = pos + max(max_bytes, 0)
-        chunk = min(max(max_bytes, 4096) + 2 * BATCH_OVERHEAD, _SCAN_CHUNK)
+        # A bytearray, so the answer is this buffer cut short, not a copy of it.
+        buf = bytearray(min(max(limit, pos + 1) + BATCH_OVERHEAD, self.size) - pos)
+        with self.files.use(self.file) as fd:
+            del buf[os.preadv(fd, [buf], pos) :]
+        if len(buf) >= BATCH_OVERHEAD:  # the first batch is returned whole, however large
+            limit = max(limit, pos + unpack_header(buf)[1] + LOG_OVERHEAD)
         end = pos
         next_off = -1
-        for p, t in self._chain(pos, expected, chunk=chunk):
-            size = t[1] + LOG_OVERHEAD
-            if p != end or (p + size > limit and p > pos):
-                break
-            end = p + size
+        for p, t in self._chain(pos, expected, limit, _SCAN_CHUNK, prefetch=(buf, pos)):
+            if p != end:
+                break  # a quarantined range lies between: stop before it
+            end = p + t[1] + LOG_OVERHEAD
             next_off = t[0] + t[6] + 1
-            if end >= limit:
-                break
         if end == pos:
             self.check_readable(expected)  # the batch at ``pos`` was just quarantined
-            return b""
-        data = self.pread(end - pos, pos)
-        if len(data) == end - pos:
+            return bytearray()
+        n = end - pos
+        if n <= len(buf):
+            del buf[n:]
+        else:  # a first batch larger than the limit
+            buf = bytearray(self.pread(n, pos))
+        if len(buf) == n:
             self._hint_offset = next_off
             self._hint_pos = end
-        return data
+        return buf
 
     def read_batch_at(self, pos: int, size: int) -> bytes:
         return self.pread(size, pos)
