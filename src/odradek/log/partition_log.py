@@ -288,6 +288,9 @@ class PartitionLog:
             return None
         interval = config.index_interval_bytes
         segments = [Segment.existing(directory, b, interval, files) for b in bases]
+        quarantined = {n[:20] for n in names if n.endswith(".corrupt")}
+        for seg in segments:  # the listing says which segments have a quarantine record
+            seg.marker_on_disk = segment_name(seg.base_offset) in quarantined
         _link(segments)
         segments[-1].assume(active_size, end)
         start = max(start, bases[0])

@@ -85,6 +85,7 @@ class Segment:
         "holes",
         "index_interval",
         "loaded",
+        "marker_on_disk",
         "max_timestamp",
         "next_offset",
         "next_segment_base",
@@ -105,6 +106,7 @@ class Segment:
         self.file = SegmentFile(os.path.join(directory, f"{segment_name(base_offset)}.log"))
         self.loaded = False
         self.assumed = False  # size and end offset taken from a clean shutdown's record
+        self.marker_on_disk: bool | None = None  # is there a .corrupt file? None: unknown
         self.size = -1  # unknown until loaded (or assumed, or stat'ed by byte_size)
         self.next_offset = base_offset
         self.next_segment_base: int | None = None  # offsets here stay below it
@@ -204,7 +206,8 @@ class Segment:
             return
         assumed_end = self.next_offset if self.assumed else None
         self.size = os.stat(self.log_path).st_size
-        self.holes = self._read_corrupt_marker()
+        if self.marker_on_disk is not False:
+            self.holes = self._read_corrupt_marker()
         if not self.load_indexes():
             self.recover(truncate_torn_tail=False)
             self.write_index_files(fsync=False)
