@@ -114,15 +114,10 @@ def _start(data_dir: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
 
 
-def _partitions_listed(bootstrap: str) -> int:
+def _wait_listed(bootstrap: str, want: int, deadline_s: float) -> float:
+    """Seconds until the broker accepts connections and Metadata lists ``want`` partitions."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    meta = admin.list_topics(timeout=30)
-    return sum(len(t.partitions) for name, t in meta.topics.items() if name.startswith("bench-"))
-
-
-def _wait_listed(bootstrap: str, want: int, deadline_s: float) -> float:
     started = time.perf_counter()
     host, _, port = bootstrap.rpartition(":")
     while time.perf_counter() - started < deadline_s:
@@ -131,9 +126,13 @@ def _wait_listed(bootstrap: str, want: int, deadline_s: float) -> float:
         except OSError:
             time.sleep(0.01)
             continue
-        if _partitions_listed(bootstrap) >= want:
-            return time.perf_counter() - started
-        time.sleep(0.05)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        while time.perf_counter() - started < deadline_s:
+            topics = admin.list_topics(timeout=30).topics
+            listed = sum(len(t.partitions) for n, t in topics.items() if n.startswith("bench-"))
+            if listed >= want:
+                return time.perf_counter() - started
+            time.sleep(0.05)
     raise RuntimeError(f"broker did not list {want} partitions in {deadline_s}s")
 
 
