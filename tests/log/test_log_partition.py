@@ -231,10 +231,13 @@ def test_reopen_after_clean_close(tmp_path: Path) -> None:
     log.close()
     assert (tmp_path / "p" / ".clean_shutdown").exists()
     log = open_log(tmp_path / "p", segment_bytes=500, index_interval_bytes=64)
-    assert not (tmp_path / "p" / ".clean_shutdown").exists()
+    # The record stays until the first change: reopened and closed untouched, still clean.
+    assert (tmp_path / "p" / ".clean_shutdown").exists()
     assert (log.end_offset, log.size_bytes, log.segment_count) == (end, size, segs)
     assert log.read(0, 1 << 30) == expected
+    assert (tmp_path / "p" / ".clean_shutdown").exists()
     assert log.append(batch()).base_offset == end
+    assert not (tmp_path / "p" / ".clean_shutdown").exists()
     log.close()
 
 
@@ -376,17 +379,21 @@ def test_flush_policy_by_messages_and_time(tmp_path: Path, monkeypatch: pytest.M
     clock = Clock(0)
     log = open_log(tmp_path / "p", clock, flush_messages=5)
     for _ in range(4):
-        log.append(batch(1))
+        assert log.append(batch(1)).flushed is None
     assert calls == []
-    log.append(batch(1))
+    flushed = log.append(batch(1)).flushed  # due: fsynced by a worker, not by the caller
+    assert flushed is not None
+    flushed.result(timeout=30)
     assert calls == [0]
     log.close()
     calls.clear()
     log = open_log(tmp_path / "q", clock, flush_ms=1000)
-    log.append(batch(1))
+    assert log.append(batch(1)).flushed is None
     assert calls == []
     clock.t = 1000
-    log.append(batch(1))
+    flushed = log.append(batch(1)).flushed
+    assert flushed is not None
+    flushed.result(timeout=30)
     assert calls == [0]
 
 

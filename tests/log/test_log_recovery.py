@@ -1,4 +1,4 @@
-"""Crash recovery: torn tails cut at every byte, corrupt tails, unclean reopen."""
+"""Crash recovery: torn tails cut at every byte, damage quarantined, unclean reopen."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from odradek.log import LogConfig, PartitionLog
+from odradek.log import CorruptSegmentError, LogConfig, PartitionLog
 from odradek.protocol.records import build_batch, decode_records, iter_batches
 
 CFG = LogConfig(segment_bytes=1500, index_interval_bytes=64)
@@ -34,6 +35,7 @@ def crashed_log(path: Path, count: int = 30) -> list[tuple[int, int, int]]:
     for i in range(count):
         log.append(batch(i, i % 3 + 1))
     assert log.segment_count >= 2
+    log.drain()  # the process "dies" after its workers finished the rolls
     last = sorted(path.glob("*.log"))[-1]
     return [(p, h.base_offset, h.size) for p, h in iter_batches(last.read_bytes())]
 
@@ -81,11 +83,14 @@ def test_torn_tail_cut_at_every_byte_of_last_two_batches(tmp_path: Path) -> None
         shutil.rmtree(d)
 
 
-def test_corrupt_byte_in_last_batch_truncates_it(tmp_path: Path) -> None:
+def test_corrupt_byte_in_last_batch_is_quarantined_not_truncated(tmp_path: Path) -> None:
+    """A complete last batch that fails its CRC is damage, not a torn write: it stays."""
     src = tmp_path / "src"
     tail = crashed_log(src)
     last_seg = sorted(src.glob("*.log"))[-1]
+    full = last_seg.read_bytes()
     p_last, base_last, size_last = tail[-1]
+    end = [h for _, h in iter_batches(full)][-1].next_offset
     for offset_in_batch in (17, 21, 30, size_last - 1):
         d = tmp_path / f"c{offset_in_batch}"
         shutil.copytree(src, d)
@@ -95,8 +100,16 @@ def test_corrupt_byte_in_last_batch_truncates_it(tmp_path: Path) -> None:
             f.seek(p_last + offset_in_batch)
             f.write(bytes([b[0] ^ 0xFF]))
         log = PartitionLog.open(d, CFG, now_ms=now)
-        assert log.end_offset == base_last
-        assert (d / last_seg.name).stat().st_size == p_last
+        assert (d / last_seg.name).stat().st_size == len(full)  # nothing deleted
+        assert (d / (last_seg.stem + ".corrupt")).exists()
+        assert log.end_offset == end  # its offsets are not handed out again
+        with pytest.raises(CorruptSegmentError) as err:
+            log.read(base_last, 1 << 20)
+        assert err.value.error_code == 2
+        before = decode_records(log.read(int(last_seg.stem), 1 << 30))
+        assert before and before[-1].offset == base_last - 1
+        assert log.append(batch(999)).base_offset == end
+        assert [r.offset for r in decode_records(log.read(end, 1 << 20))] == [end, end + 1]
         log.close()
 
 
@@ -119,30 +132,44 @@ def test_garbage_tail_is_dropped(tmp_path_factory: object, garbage: bytes) -> No
     again.close()
 
 
-def test_corrupt_middle_segment_with_missing_index_discards_later(tmp_path: Path) -> None:
+def test_corrupt_middle_segment_is_quarantined_and_later_segments_kept(tmp_path: Path) -> None:
+    """Recovery that meets damage in an older segment deletes nothing after it."""
     d = tmp_path / "p"
     log = PartitionLog.open(d, CFG, now_ms=now)
     for i in range(60):
         log.append(batch(i))
+    end = log.end_offset
+    original = {r.offset: r for r in decode_records(b"".join(log.iter_batches_from(0)))}
     log.close()
     segs = sorted(d.glob("*.log"))
     assert len(segs) >= 3
     victim = segs[1]
-    (d / (victim.stem + ".index")).unlink()
+    hit = next(h for p, h in iter_batches(victim.read_bytes()) if p <= 200 < p + h.size)
+    (d / (victim.stem + ".index")).unlink()  # forces a scan of that segment
     with open(victim, "r+b") as f:
         f.seek(200)
         b = f.read(1)
         f.seek(200)
         f.write(bytes([b[0] ^ 0xFF]))
     log = PartitionLog.open(d, CFG, now_ms=now)
-    assert log.segment_count == 2
-    assert sorted(d.glob("*.log")) == segs[:2]
-    data = log.read(0, 1 << 30)
-    assert [r.offset for r in decode_records(data)] == list(range(int(segs[1].stem)))
-    more = b"".join(log.iter_batches_from(int(segs[1].stem)))
-    offs = [r.offset for r in decode_records(more)]
-    assert offs == list(range(int(segs[1].stem), log.end_offset))
+    assert sorted(d.glob("*.log")) == segs
+    assert log.end_offset == end
+    replayed = decode_records(b"".join(log.iter_batches_from(0)))
+    lost = set(range(hit.base_offset, hit.next_offset))
+    assert [r.offset for r in replayed] == [o for o in range(end) if o not in lost]
+    assert all(r == original[r.offset] for r in replayed)
+    assert log.quarantined == [(int(victim.stem), hit.base_offset, hit.next_offset)]
+    assert (d / (victim.stem + ".corrupt")).exists()
+    for offset in lost:
+        with pytest.raises(CorruptSegmentError):
+            log.read(offset, 1 << 20)
+    assert decode_records(log.read(hit.next_offset, 1 << 20))[0].offset == hit.next_offset
     log.close()
+    again = PartitionLog.open(d, CFG, now_ms=now)  # the quarantine outlives a restart
+    with pytest.raises(CorruptSegmentError):
+        again.read(hit.base_offset, 1 << 20)
+    assert again.end_offset == end
+    again.close()
 
 
 def test_stale_files_cleaned_on_open(tmp_path: Path) -> None:

@@ -213,6 +213,15 @@ _SETTINGS = (
         Only(1, "a single node holds one replica of each partition"),
     ),
     Setting(
+        "message.decompressed.max.bytes",
+        INT,
+        16777216,
+        "Most one compressed record batch may inflate to; a larger one is refused with "
+        "RECORD_LIST_TOO_LARGE (no Kafka equivalent).",
+        None,
+        at_least(1024),
+    ),
+    Setting(
         "message.max.bytes",
         INT,
         1048588,
@@ -484,6 +493,15 @@ _SETTINGS = (
         "Segment size of __consumer_offsets.",
         None,
         at_least(1),
+    ),
+    Setting(
+        "log.max.open.files",
+        INT,
+        1000,
+        "Segment files open at once across all partitions; the least recently used idle "
+        "one is closed beyond this (no Kafka equivalent).",
+        None,
+        at_least(16),
     ),
     Setting(
         "offsets.retention.minutes",

@@ -187,10 +187,11 @@ class Broker:
         log.info("odradek broker stopped")
 
     async def _run_housekeeping(self) -> None:
-        """Retention and compaction, each on its own interval, on the event loop.
+        """Retention and compaction, each on its own interval, in a worker thread.
 
-        Both run between requests (the loop is single-threaded), so they never race
-        an append; compaction of small internal topics takes milliseconds.
+        The partition logs make that safe (odradek.log.partition_log, "Threads"):
+        reading and rewriting segments, fsyncs and deleting files happen outside
+        their locks, so appends and fetches on the event loop go on meanwhile.
         """
         loop = asyncio.get_running_loop()
         retention_every = int(self.config["log.retention.check.interval.ms"]) / 1000
@@ -203,14 +204,16 @@ class Broker:
             try:
                 if now >= next_retention:
                     next_retention = now + retention_every
-                    deleted = self.topics.enforce_retention()
+                    deleted = await asyncio.to_thread(self.topics.enforce_retention)
                     if deleted:
                         log.info("retention deleted %d segments", deleted)
                 if now >= next_cleaning:
                     next_cleaning = now + cleaner_every
-                    compacted = self.topics.compact()
+                    started = time.monotonic()
+                    compacted = await asyncio.to_thread(self.topics.compact)
                     if compacted:
-                        log.info("compacted %d partitions", compacted)
+                        took = time.monotonic() - started
+                        log.info("compacted %d partitions in %.2fs", compacted, took)
             except Exception:
                 log.exception("log housekeeping failed")
 

@@ -44,7 +44,7 @@ from odradek.broker.config import (
     validate_topic_configs,
 )
 from odradek.broker.topic_store import TopicStore, write_json_atomically
-from odradek.log import LogConfig, PartitionLog
+from odradek.log import LogConfig, PartitionLog, set_max_open_files
 from odradek.ratelog import RateLimitedLog
 
 log = logging.getLogger("odradek.topics")
@@ -165,6 +165,7 @@ class TopicManager:
         # Names being created or deleted by a request still in the worker thread.
         self._pending: dict[str, asyncio.Future[Topic | TopicError]] = {}
         self._deleting: set[str] = set()
+        set_max_open_files(int(config["log.max.open.files"]))  # descriptors are per process
         self._meta_path = self.data_dir / "meta.json"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._meta = self._load_meta()
@@ -295,8 +296,7 @@ class TopicManager:
     def log_config(self, topic: Topic) -> LogConfig:
         return self._build_log_config(self.resolved_configs(topic))
 
-    @staticmethod
-    def _build_log_config(values: dict[str, Any]) -> LogConfig:
+    def _build_log_config(self, values: dict[str, Any]) -> LogConfig:
         def value(topic_name: str) -> Any:
             raw = values[topic_name]
             return ",".join(raw) if isinstance(raw, list) else raw
@@ -314,6 +314,7 @@ class TopicManager:
             cleanup_policy=str(value("cleanup.policy")),
             delete_retention_ms=int(value("delete.retention.ms")),
             min_cleanable_dirty_ratio=float(value("min.cleanable.dirty.ratio")),
+            max_decompressed_bytes=int(self.config["message.decompressed.max.bytes"]),
         )
 
     def effective_topic_configs(self, topic: Topic) -> list[tuple[str, str, bool]]:
@@ -589,13 +590,7 @@ class TopicManager:
         for topic in doomed:
             for plog in topic.partitions:
                 path = plog.directory
-                target = path.with_name(deletion_dir_name(path.name, topic.topic_id))
-                try:
-                    os.replace(path, target)
-                    plog.directory = target
-                except OSError as exc:
-                    log.warning("cannot rename %s for deletion: %s", path, exc)
-                plog.delete()
+                plog.delete(move_to=path.with_name(deletion_dir_name(path.name, topic.topic_id)))
 
     # --- changing -----------------------------------------------------------------------
 

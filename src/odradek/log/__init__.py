@@ -7,6 +7,7 @@ from odradek.log.compaction import CompactionStats
 from odradek.log.config import LogConfig
 from odradek.log.errors import (
     CorruptRecordError,
+    CorruptSegmentError,
     DuplicateSequenceError,
     InvalidProducerEpochError,
     InvalidRecordError,
@@ -17,6 +18,7 @@ from odradek.log.errors import (
     OutOfOrderSequenceError,
     UnknownProducerIdError,
 )
+from odradek.log.files import FileCache, set_max_open_files, shared_file_cache
 from odradek.log.partition_log import AppendInfo, PartitionLog
 from odradek.log.producer_state import BatchMetadata, ProducerEntry, ProducerStateManager
 
@@ -25,7 +27,9 @@ __all__ = [
     "BatchMetadata",
     "CompactionStats",
     "CorruptRecordError",
+    "CorruptSegmentError",
     "DuplicateSequenceError",
+    "FileCache",
     "InvalidProducerEpochError",
     "InvalidRecordError",
     "InvalidTimestampError",
@@ -38,4 +42,6 @@ __all__ = [
     "ProducerEntry",
     "ProducerStateManager",
     "UnknownProducerIdError",
+    "set_max_open_files",
+    "shared_file_cache",
 ]

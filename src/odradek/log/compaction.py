@@ -52,11 +52,18 @@ What a compaction pass does (``PartitionLog.compact`` calls ``compact_segments``
    behind in a segment that was not rewritten yet.
 6. The checkpoint moves to the active segment's base offset after the last swap.
 
+Threads: ``PartitionLog.compact`` may run in a worker thread while the event
+loop appends and reads. The pass reads sealed segments (which appends never
+touch) and the active segment only up to its size when the pass began, writes
+the ``.cleaned`` file and fsyncs it without the log's lock, and takes the lock
+only to commit each group (``swap_in``); a group whose segments changed
+meanwhile (DeleteRecords) is discarded. Segments holding a quarantined
+(corrupt) range are never rewritten: their bytes stay for the operator.
+
 Not covered: transactions (no transaction index exists yet, so records of
 aborted transactions are treated like committed ones and transaction markers
 are kept forever), ``min.compaction.lag.ms`` / ``max.compaction.lag.ms``,
-the KIP-534 delete horizon stamped into batches, and a background cleaner
-thread: the owner of the log calls ``compact`` (serialized with appends).
+and the KIP-534 delete horizon stamped into batches.
 """
 
 from __future__ import annotations
@@ -64,11 +71,12 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from odradek.log.config import LogConfig
+from odradek.log.files import FileCache
 from odradek.log.index import write_file_atomic
 from odradek.log.segment import Segment, segment_name
 from odradek.protocol.records import (
@@ -94,6 +102,7 @@ __all__ = [
     "dirty_bytes",
     "read_checkpoint",
     "recover_leftovers",
+    "swap_in",
     "write_checkpoint",
 ]
 
@@ -140,6 +149,11 @@ class CompactionStats:
     null_keys_removed: int = 0
     empty_batches_retained: int = 0
     batches_copied_undecoded: int = 0
+
+    @classmethod
+    def skipped_for(cls, reason: str) -> CompactionStats:
+        """A pass that did not run (or stopped before committing anything)."""
+        return cls(False, reason, 0.0, -1, -1, 0, 0, 0, 0)
 
 
 @dataclass(slots=True)
@@ -221,15 +235,19 @@ def _unlink_segment_files(directory: Path, base: int, *, keep_log: bool = False)
 
 def _next_offset_of(path: Path, base: int) -> int:
     """Next offset after the last CRC-valid batch of a segment-format file."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        seg = Segment(path.parent, base, 0, fd)
-        nxt = base
-        for _, h in seg.iter_headers(0, check_crc=True):
-            nxt = h.next_offset
-        return nxt
-    finally:
-        os.close(fd)
+    data = path.read_bytes()
+    nxt = base
+    pos = 0
+    while len(data) - pos >= BATCH_OVERHEAD:
+        h = parse_header(data, pos)
+        end = pos + h.size
+        if h.batch_length < MIN_BATCH_LENGTH or end > len(data):
+            break
+        if crc32c(memoryview(data)[pos + _CRC_START : end]) != h.crc:
+            break
+        nxt = h.next_offset
+        pos = end
+    return nxt
 
 
 def recover_leftovers(directory: Path) -> list[str]:
@@ -265,33 +283,8 @@ def recover_leftovers(directory: Path) -> list[str]:
 # --------------------------------------------------------------------------- batch I/O
 
 
-def _iter_batches(seg: Segment) -> Iterator[tuple[BatchHeader, bytes]]:
-    """Every whole batch of a segment with its bytes, read 1 MiB at a time."""
-    fd = seg.fd
-    end = seg.size
-    pos = 0
-    buf = b""
-    buf_start = 0
-    while end - pos >= BATCH_OVERHEAD:
-        off = pos - buf_start
-        if off + BATCH_OVERHEAD > len(buf):
-            buf = os.pread(fd, min(_READ_CHUNK, end - pos), pos)
-            buf_start = pos
-            off = 0
-            if len(buf) < BATCH_OVERHEAD:
-                return
-        h = parse_header(buf, off)
-        size = h.batch_length + 12
-        if h.batch_length < MIN_BATCH_LENGTH or pos + size > end:
-            return
-        if off + size > len(buf):
-            buf = os.pread(fd, max(min(_READ_CHUNK, end - pos), size), pos)
-            buf_start = pos
-            off = 0
-            if len(buf) < size:
-                return
-        yield h, buf[off : off + size]
-        pos += size
+class _Stopped(Exception):
+    """The log is closing: the pass stops and commits nothing more."""
 
 
 class _SegmentWriter:
@@ -397,10 +390,12 @@ def _scan_uncompressed(raw: bytes, h: BatchHeader) -> list[_Rec]:
     return out
 
 
-def _scan(h: BatchHeader, raw: bytes) -> tuple[list[_Rec], list[DecodedRecord] | None]:
+def _scan(
+    h: BatchHeader, raw: bytes, max_decompressed: int
+) -> tuple[list[_Rec], list[DecodedRecord] | None]:
     if h.compression == COMPRESSION_NONE:
         return _scan_uncompressed(raw, h), None
-    decoded = decode_batch_records(raw, 0, h)
+    decoded = decode_batch_records(raw, 0, h, max_decompressed_bytes=max_decompressed)
     recs = [(r.offset, r.timestamp, r.key, r.value is None, i, 0) for i, r in enumerate(decoded)]
     return recs, decoded
 
@@ -469,17 +464,33 @@ def _rebuild(
 # --------------------------------------------------------------------------- the pass
 
 
-def _build_offset_map(segments: list[Segment], first_dirty: int, c: _Counters) -> dict[bytes, int]:
-    """key -> latest offset over every segment that holds data at or after ``first_dirty``."""
+def _build_offset_map(
+    segments: list[Segment],
+    active_end: int,
+    first_dirty: int,
+    max_decompressed: int,
+    c: _Counters,
+    should_stop: Callable[[], bool],
+) -> dict[bytes, int]:
+    """key -> latest offset over every segment that holds data at or after ``first_dirty``.
+
+    The active segment is read only up to ``active_end`` (its size when the pass
+    began): appends may go on meanwhile, and records newer than that simply do
+    not shadow anything in this pass.
+    """
     latest: dict[bytes, int] = {}
+    last = segments[-1]
     for seg in segments:
         if seg.next_offset <= first_dirty:
             continue
-        for h, raw in _iter_batches(seg):
+        stop = active_end if seg is last else seg.size
+        for h, raw in seg.iter_raw_batches(stop):
+            if should_stop():
+                raise _Stopped
             if h.is_control or h.records_count <= 0:
                 continue
             try:
-                recs, _ = _scan(h, raw)
+                recs, _ = _scan(h, raw, max_decompressed)
             except RecordError:
                 continue  # copied unchanged later; its keys simply stay unshadowed
             for r in recs:
@@ -490,10 +501,17 @@ def _build_offset_map(segments: list[Segment], first_dirty: int, c: _Counters) -
 
 
 def _group(cleanable: list[Segment], max_bytes: int) -> list[list[Segment]]:
-    """Adjacent segments whose original sizes together fit one segment (Kafka does the same)."""
+    """Adjacent segments whose original sizes together fit one segment (Kafka does the same).
+
+    A segment with a quarantined range is never rewritten: it stands alone and is skipped.
+    """
     groups: list[list[Segment]] = []
+    after_hole = False
     for seg in cleanable:
-        if groups:
+        if seg.holes:
+            after_hole = True
+            continue
+        if groups and not after_hole:
             g = groups[-1]
             size = sum(s.size for s in g) + seg.size
             span = max(seg.next_offset, seg.base_offset + 1) - 1 - g[0].base_offset
@@ -501,6 +519,7 @@ def _group(cleanable: list[Segment], max_bytes: int) -> list[list[Segment]]:
                 g.append(seg)
                 continue
         groups.append([seg])
+        after_hole = False
     return groups
 
 
@@ -512,18 +531,21 @@ def _filter_group(
     config: LogConfig,
     producer_last_offsets: dict[int, int],
     c: _Counters,
+    should_stop: Callable[[], bool],
 ) -> bool:
     """Write the group's surviving batches; True if anything differs from the input."""
     changed = len(group) > 1
     for seg in group:
         tombstones_expire = now_ms - seg.largest_timestamp() > config.delete_retention_ms
-        for h, raw in _iter_batches(seg):
+        for h, raw in seg.iter_raw_batches(seg.size):
+            if should_stop():
+                raise _Stopped
             c.batches_read += 1
             if h.is_control:
                 writer.add(raw, h)
                 continue
             try:
-                recs, decoded = _scan(h, raw)
+                recs, decoded = _scan(h, raw, config.max_decompressed_bytes)
             except RecordError:
                 c.batches_copied_undecoded += 1
                 writer.add(raw, h)
@@ -563,12 +585,16 @@ def _filter_group(
     return changed
 
 
-def _swap_in(directory: Path, group: list[Segment], writer: _SegmentWriter) -> Segment:
-    """Commit a cleaned group crash-safely and return the open replacement segment."""
+def swap_in(
+    directory: Path, group: list[Segment], writer: _SegmentWriter, files: FileCache
+) -> Segment:
+    """Commit a finished ``.cleaned`` file crash-safely; the replacement segment, loaded.
+
+    The caller holds the log's lock: this is a handful of renames, unlinks and
+    two directory fsyncs. The new segment's index files are the caller's to write.
+    """
     base = group[0].base_offset
     name = segment_name(base)
-    mtime_ns = max(os.fstat(s.fd).st_mtime_ns for s in group)
-    writer.finish(mtime_ns)
     swap = directory / f"{name}{_SWAP}"
     os.replace(writer.path, swap)
     _fsync_dir(directory)  # commit point: recovery now completes the swap
@@ -580,27 +606,33 @@ def _swap_in(directory: Path, group: list[Segment], writer: _SegmentWriter) -> S
     _unlink_segment_files(directory, base, keep_log=True)
     os.replace(swap, directory / f"{name}.log")
     _fsync_dir(directory)
-    new = Segment.open(directory, base, interval)
+    new = Segment.existing(directory, base, interval, files)
+    new.size = writer.pos
+    new.loaded = True
     for note in writer.notes:
         new.note_batch(*note)
-    new.finalize_indexes(fsync=False)
+    new.seal()
     return new
 
 
 def compact_segments(
     directory: Path,
     segments: list[Segment],
+    active_end: int,
     config: LogConfig,
     now_ms: int,
     producer_last_offsets: dict[int, int],
-    replace: Callable[[list[Segment], Segment], None],
+    commit: Callable[[list[Segment], _SegmentWriter], Segment | None],
     *,
+    should_stop: Callable[[], bool] = lambda: False,
     force: bool = False,
 ) -> CompactionStats:
     """One compaction pass over ``segments`` (the last one is active and left alone).
 
-    ``replace(old_group, new_segment)`` is called right after each group is
-    swapped on disk, so the caller's segment list always matches the files.
+    ``commit(old_group, writer)`` swaps each finished group in (``swap_in``, under
+    the log's lock) and returns the new segment, or None when the group changed
+    meanwhile and the cleaned file must be dropped. ``should_stop`` is polled
+    between batches: when it turns true the pass ends, committing nothing more.
     """
     cleanable = segments[:-1]
     active = segments[-1]
@@ -610,7 +642,7 @@ def compact_segments(
     dirty, total = dirty_bytes(cleanable, first_dirty)
     ratio = dirty / total if total else 0.0
     seg_before = len(segments)
-    bytes_before = sum(s.size for s in segments)
+    bytes_before = sum(s.size for s in cleanable) + active_end
 
     def skipped(reason: str) -> CompactionStats:
         return CompactionStats(
@@ -636,22 +668,35 @@ def compact_segments(
         )
 
     c = _Counters()
-    latest = _build_offset_map(segments, first_dirty, c)
-    after: list[Segment] = []
+    limit = config.max_decompressed_bytes
+    try:
+        latest = _build_offset_map(segments, active_end, first_dirty, limit, c, should_stop)
+    except _Stopped:
+        return skipped("stopped: the log is closing")
+    after: list[Segment] = [s for s in cleanable if s.holes]
     for group in _group(cleanable, config.segment_bytes):
         cleaned = directory / f"{segment_name(group[0].base_offset)}{_CLEANED}"
         writer = _SegmentWriter(cleaned)
         try:
-            changed = _filter_group(group, writer, latest, now_ms, config, producer_last_offsets, c)
+            changed = _filter_group(
+                group, writer, latest, now_ms, config, producer_last_offsets, c, should_stop
+            )
+            if changed and not any(s.holes for s in group):  # no damage found on the way
+                writer.finish(max(s.mtime_ns() for s in group))
+                new = commit(group, writer)
+            else:
+                new = None
+        except _Stopped:
+            writer.abort()
+            return skipped("stopped: the log is closing")
         except BaseException:
             writer.abort()
             raise
-        if not changed:
+        if new is None:
             writer.abort()
             after.extend(group)
             continue
-        new = _swap_in(directory, group, writer)
-        replace(group, new)
+        new.write_index_files(fsync=False)
         after.append(new)
         c.groups_rewritten += 1
     next_dirty = active.base_offset
@@ -665,7 +710,7 @@ def compact_segments(
         seg_before,
         len(after) + 1,
         bytes_before,
-        sum(s.size for s in after) + active.size,
+        sum(s.size for s in after) + active_end,
         c.keys_in_map,
         c.groups_rewritten,
         c.batches_read,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from odradek.protocol.records import DEFAULT_MAX_DECOMPRESSED_BYTES
+
 __all__ = ["LogConfig"]
 
 _LONG_MAX = 2**63 - 1
@@ -25,6 +27,9 @@ class LogConfig:
     cleanup_policy: str = "delete"  # cleanup.policy: "delete" | "compact" | "compact,delete"
     delete_retention_ms: int = 86400000  # delete.retention.ms: how long tombstones survive
     min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    # message.decompressed.max.bytes (broker-wide, no Kafka equivalent): the most one
+    # compressed batch may inflate to, at produce time and wherever the log decodes one
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 1:
@@ -37,6 +42,8 @@ class LogConfig:
             raise ValueError("index_interval_bytes must be >= 0")
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise ValueError(f"unknown message_timestamp_type {self.message_timestamp_type!r}")
+        if self.max_decompressed_bytes < 1:
+            raise ValueError("max_decompressed_bytes must be positive")
         if self.delete_retention_ms < 0:
             raise ValueError("delete_retention_ms must be >= 0")
         if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:

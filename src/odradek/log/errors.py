@@ -14,6 +14,7 @@ from odradek.protocol.records import RecordError as LogError
 
 __all__ = [
     "CorruptRecordError",
+    "CorruptSegmentError",
     "DuplicateSequenceError",
     "InvalidProducerEpochError",
     "InvalidRecordError",
@@ -24,6 +25,18 @@ __all__ = [
     "OutOfOrderSequenceError",
     "UnknownProducerIdError",
 ]
+
+
+class CorruptSegmentError(CorruptRecordError):
+    """CORRUPT_MESSAGE (2): the offset lies in a quarantined (corrupt) part of a segment.
+
+    ``resume_offset`` is the first offset after the damage, where reading can go on
+    (the coordinator's replay does; a fetch reports the error to the consumer).
+    """
+
+    def __init__(self, message: str, *, resume_offset: int) -> None:
+        super().__init__(message)
+        self.resume_offset = resume_offset
 
 
 class OffsetOutOfRangeError(LogError):

@@ -4,11 +4,23 @@ Layout: one directory per partition holding ``<base offset:020d>.log`` segment
 files with their ``.index`` / ``.timeindex`` companions (Kafka naming), plus
 ``producer.snapshot`` (idempotence state), ``log-start-offset`` (after
 DeleteRecords / retention), ``cleaner-offset-checkpoint`` (first dirty offset
-of a compacted log) and ``.clean_shutdown`` (present only between a clean
-``close()`` and the next ``open()``). Compaction (``compact()``, see
+of a compacted log), ``<base>.corrupt`` (a quarantined segment, see below) and
+``.clean_shutdown`` (written by a clean ``close()``: start and end offsets and
+the active segment's size). Compaction (``compact()``, see
 ``odradek.log.compaction``) rewrites non-active segments through
 ``<base>.log.cleaned`` and ``<base>.log.swap`` files; ``open()`` first deletes
 leftover ``.cleaned`` files and completes leftover swaps.
+
+Opening
+-------
+A partition shut down cleanly opens with one directory listing, one small read
+(the clean-shutdown record) and one ``stat`` (is the active segment still the
+size recorded?): no scan, no index read, no descriptor kept. Segments load
+their indexes on first use and borrow descriptors from the shared
+``FileCache`` (``log.max.open.files``), so idle partitions hold no files; an
+``OSError`` during ``open`` leaves nothing open. The record stays on disk until
+the first change, so a partition opened and closed again without a write stays
+clean.
 
 Durability and flush policy
 ---------------------------
@@ -16,27 +28,30 @@ Durability and flush policy
   (no Python-level buffer) before it returns. Acknowledged data is therefore in
   the OS page cache and survives ``kill -9`` of the broker process; it survives
   a machine crash or power loss only once fsynced.
-* fsync happens (a) when ``flush.messages`` records have been appended since
+* fsync is due (a) when ``flush.messages`` records have been appended since
   the last fsync, (b) when ``flush.ms`` has elapsed since the last fsync, both
-  checked on every append against the injected clock, (c) on ``flush()`` and
-  (d) on ``close()``. The defaults, like Kafka's, never fsync on the append
-  path and rely on the page cache (Kafka relies on replication for the rest;
-  a single Odradek broker has none, so set ``flush.messages=1`` for
-  fsync-per-append durability at a large throughput cost).
-* Index files are derived data. They are written when a segment rolls and at
-  clean shutdown; after a crash they are validated and rebuilt when needed.
+  checked on every append against the injected clock. A due fsync runs in a
+  worker thread; ``AppendInfo.flushed`` is its future, which the Produce handler
+  awaits before answering, so ``flush.messages=1`` still means "fsynced before
+  acknowledged" without blocking the event loop. ``flush()`` and ``close()``
+  fsync too. The defaults, like Kafka's, never fsync on the append path.
+* A rolled segment is finished in a worker thread: its index files written and
+  fsynced, the segment fsynced, the producer snapshot written. Index files are
+  derived data: after a crash they are validated and rebuilt when needed.
 
-Recovery on open
-----------------
-Without a clean-shutdown marker the last segment is scanned batch by batch,
-checking every CRC32C; the file is truncated after the last complete, valid
-batch (a torn tail) and its indexes are rebuilt. Any segment whose index files
-are missing or inconsistent is rebuilt the same way; if that finds corruption
-in an older segment, every later segment is discarded, because the log must
-stay a contiguous valid prefix. Producer state is loaded from the newest
-snapshot and brought up to date by replaying batch headers written after it
-(cost: one header-only scan of data since the last roll, or of the whole log
-when no usable snapshot exists).
+Recovery on open, and corruption
+--------------------------------
+Without a clean-shutdown record (or when the active segment no longer matches
+it) the last segment is scanned batch by batch, checking every CRC32C, and its
+indexes are rebuilt; a torn tail (an interrupted write: a header cut short, a
+length running past the end of the file, or zeros) is truncated. Any other
+damage, in any segment and found by any scan or read, is *quarantined* in
+place: the range stays in the file, its offsets answer CORRUPT_MESSAGE, the
+rest of the segment and every later segment stay readable, ``<base>.corrupt``
+records the range for the operator, and an error is logged. Nothing past a
+corrupt point is ever deleted (docs/operations.md, "Recovery"). Producer state
+is loaded from the newest snapshot and brought up to date by replaying batch
+headers written after it.
 
 Rolling: a new segment starts when the incoming data would push the active
 segment past ``segment.bytes``, when more than ``segment.ms`` passed (injected
@@ -45,23 +60,35 @@ open), or when relative offsets would overflow. Appended batches get their base
 offset and partition leader epoch (``leader_epoch``, 0 on a single broker)
 patched; both lie outside the CRC.
 
-Reads never decode records; they locate the batch through the sparse offset
-index and a short header scan with ``os.pread``, then return whole batches.
-Not thread-safe: callers serialize access per partition (an asyncio broker
-does so naturally).
+Threads
+-------
+Appends, reads and timestamp lookups are cheap and run on the caller's thread
+(the event loop) under the partition's lock. The heavy work runs elsewhere:
+fsyncs and the finishing of rolled segments in this module's worker threads,
+and ``enforce_retention`` / ``compact`` in whatever thread calls them (the
+broker's housekeeping uses ``asyncio.to_thread``). They take the lock only for
+short steps (choosing segments, swapping a cleaned segment in, detaching
+deleted ones): reading and writing whole segments, fsyncs and file deletion
+happen outside it, on sealed segments appends never touch. One maintenance
+lock per partition keeps compaction and retention from overlapping.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
 import struct
+import threading
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 from odradek.log.compaction import (
     CompactionStats,
@@ -70,12 +97,14 @@ from odradek.log.compaction import (
     dirty_bytes,
     read_checkpoint,
     recover_leftovers,
+    swap_in,
 )
 from odradek.log.config import LogConfig
-from odradek.log.errors import MessageTooLargeError, OffsetOutOfRangeError
+from odradek.log.errors import CorruptSegmentError, MessageTooLargeError, OffsetOutOfRangeError
+from odradek.log.files import FileCache, shared_file_cache
 from odradek.log.index import write_file_atomic
 from odradek.log.producer_state import ProducerStateManager
-from odradek.log.segment import Segment
+from odradek.log.segment import Segment, segment_name
 from odradek.protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
@@ -94,21 +123,40 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 PRODUCER_SNAPSHOT_FILE = "producer.snapshot"
 LOG_START_FILE = "log-start-offset"
+_LEFTOVER_SUFFIXES = (".tmp", ".cleaned", ".swap")
 _MAX_REL_OFFSET = 2**31 - 1
 _ITER_CHUNK = 1 << 20
 # base_offset, batch_length, partition_leader_epoch: the patched, CRC-free prefix
 _PREFIX = struct.Struct(">qii")
+_WORKER_THREADS = 2
+
+_workers: ThreadPoolExecutor | None = None
+_workers_lock = threading.Lock()
+
+
+def _worker_pool() -> ThreadPoolExecutor:
+    """Threads for fsyncs, finishing rolled segments and deleting files (shared by all logs)."""
+    global _workers
+    with _workers_lock:
+        if _workers is None:
+            _workers = ThreadPoolExecutor(_WORKER_THREADS, thread_name_prefix="odradek-log-io")
+        return _workers
 
 
 @dataclass(frozen=True, slots=True)
 class AppendInfo:
-    """Result of an append, shaped after what a ProduceResponse partition needs."""
+    """Result of an append, shaped after what a ProduceResponse partition needs.
+
+    ``flushed`` is set when the append made an fsync due (flush.messages /
+    flush.ms): it completes once that fsync has run in a worker thread.
+    """
 
     base_offset: int
     last_offset: int
     log_append_time_ms: int
     log_start_offset: int
     duplicate: bool = False
+    flushed: Future[None] | None = field(default=None, compare=False)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -118,6 +166,30 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _segment_bases(names: list[str]) -> list[int]:
+    return sorted(
+        int(n[:20]) for n in names if len(n) == 24 and n.endswith(".log") and n[:20].isdigit()
+    )
+
+
+def _read_clean_record(directory: str, names: list[str]) -> dict[str, int] | None:
+    """The clean-shutdown record: None if absent, {} for an old empty marker or junk."""
+    if CLEAN_SHUTDOWN_FILE not in names:
+        return None
+    try:
+        with open(os.path.join(directory, CLEAN_SHUTDOWN_FILE), "rb") as f:
+            record = json.loads(f.read() or b"{}")
+    except (ValueError, FileNotFoundError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _read_start_offset(directory: Path) -> int | None:
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        return int((directory / LOG_START_FILE).read_text().strip())
+    return None
 
 
 class PartitionLog:
@@ -132,99 +204,153 @@ class PartitionLog:
         config: LogConfig,
         now_ms: Callable[[], int],
         segments: list[Segment],
-        producers: ProducerStateManager,
         start_offset: int,
+        files: FileCache,
+        producers: ProducerStateManager | None,
     ) -> None:
         self.directory = directory
         self.config = config
         self._now_ms = now_ms
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
-        self._producers = producers
+        self._files = files
+        self._producers = producers  # None until first needed (loaded from the snapshot)
         self._start_offset = start_offset
-        self._size = sum(s.size for s in segments)
         self._unflushed_messages = 0
         self._dirty_segments: set[Segment] = set()
         self._dir_dirty = False
         self._last_flush_ms = now_ms()
+        self._lock = threading.RLock()
+        self._maintenance = threading.Lock()
+        self._finishing = threading.Lock()  # one rolled segment finished at a time
+        self._snapshot_written = -1  # newest producer snapshot offset a worker wrote
+        self._background: set[Future[Any]] = set()
+        self._closing = False
         self._closed = False
         # Whether close() must write indexes, snapshot and fsync: False only for a log
         # opened cleanly and not changed since, whose files are already complete on disk.
         self._modified = True
+        # The clean-shutdown record is still on disk: remove it before the first change.
+        self._clean_record_on_disk = False
         self.leader_epoch = 0
 
     # ------------------------------------------------------------------ open / recovery
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, *, now_ms: Callable[[], int]) -> PartitionLog:
-        """Create an empty log or recover an existing one (see the module docstring)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        now_ms: Callable[[], int],
+        files: FileCache | None = None,
+    ) -> PartitionLog:
+        """Create an empty log, open a cleanly closed one cheaply, or recover one."""
+        directory = directory if isinstance(directory, Path) else Path(directory)
+        files = files or shared_file_cache()
+        where = os.fspath(directory)  # plain strings: pathlib costs show at 10,000 partitions
+        try:
+            names = os.listdir(where)
+        except FileNotFoundError:
+            directory.mkdir(parents=True, exist_ok=True)
+            names = []
+        bases = _segment_bases(names)
+        record = _read_clean_record(where, names)
+        if record and bases and not any(n.endswith(_LEFTOVER_SUFFIXES) for n in names):
+            inst = cls._open_clean(directory, config, now_ms, files, names, bases, record)
+            if inst is not None:
+                return inst
+            record = None  # the files changed after the clean shutdown: recover
+        return cls._open_recovering(directory, config, now_ms, files, record is not None)
+
+    @classmethod
+    def _open_clean(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        now_ms: Callable[[], int],
+        files: FileCache,
+        names: list[str],
+        bases: list[int],
+        record: dict[str, int],
+    ) -> PartitionLog | None:
+        """The fast path: trust the clean-shutdown record if the active segment matches it."""
+        try:
+            end = int(record["end_offset"])
+            active_size = int(record["active_size"])
+            start = int(record["start_offset"])
+            if int(record["active_base"]) != bases[-1]:
+                return None
+        except (KeyError, TypeError, ValueError):
+            return None
+        active_path = os.path.join(directory, f"{segment_name(bases[-1])}.log")
+        if os.stat(active_path).st_size != active_size:
+            return None
+        interval = config.index_interval_bytes
+        segments = [Segment.existing(directory, b, interval, files) for b in bases]
+        quarantined = {n[:20] for n in names if n.endswith(".corrupt")}
+        for seg in segments:  # the listing says which segments have a quarantine record
+            seg.marker_on_disk = segment_name(seg.base_offset) in quarantined
+        _link(segments)
+        segments[-1].assume(active_size, end)
+        start = max(start, bases[0])
+        if LOG_START_FILE in names:
+            start = max(start, _read_start_offset(directory) or 0)
+        inst = cls(directory, config, now_ms, segments, min(start, end), files, None)
+        inst._modified = False
+        inst._clean_record_on_disk = True
+        segments[-1].created_ms = now_ms() if active_size else None
+        return inst
+
+    @classmethod
+    def _open_recovering(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        now_ms: Callable[[], int],
+        files: FileCache,
+        clean: bool,
+    ) -> PartitionLog:
+        """Clean up leftovers, then scan the last segment (unless shut down cleanly)."""
         marker = directory / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        if clean:
+        if marker.exists():  # an old-style or stale marker: gone before anything changes
             marker.unlink()
             _fsync_dir(directory)
         for tmp in directory.glob("*.tmp"):
             tmp.unlink()
         for action in recover_leftovers(directory):
             log.warning("%s: interrupted compaction: %s", directory, action)
-
-        bases = sorted(
-            int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit() and len(p.stem) == 20
-        )
-        live = {f"{b:020d}" for b in bases}
-        for p in [*directory.glob("*.index"), *directory.glob("*.timeindex")]:
-            if p.stem not in live:
-                p.unlink()  # orphan index of a deleted segment
-        segments: list[Segment] = []
+        names = os.listdir(directory)
+        bases = _segment_bases(names)
+        live = {segment_name(b) for b in bases}
+        for name in names:
+            stem, _, suffix = name.partition(".")
+            if suffix in ("index", "timeindex", "corrupt") and stem not in live:
+                (directory / name).unlink()  # a companion of a deleted segment
         interval = config.index_interval_bytes
+        segments: list[Segment] = []
         try:
-            for i, base in enumerate(bases):
-                seg = Segment.open(directory, base, interval)
-                segments.append(seg)
-                is_last = i == len(bases) - 1
-                if (not clean and is_last) or not seg.load_indexes():
-                    truncated = seg.recover()
-                    seg.finalize_indexes(fsync=False)
-                    if truncated:
-                        log.warning(
-                            "%s: truncated %d bytes of torn or corrupt data from segment %d",
-                            directory,
-                            truncated,
-                            base,
-                        )
-                        if not is_last:
-                            for later in bases[i + 1 :]:
-                                s = Segment.open(directory, later, interval)
-                                s.delete_files()
-                            log.warning(
-                                "%s: discarded %d segments after a corrupt segment",
-                                directory,
-                                len(bases) - i - 1,
-                            )
-                            break
+            segments = [Segment.existing(directory, b, interval, files) for b in bases]
+            if not segments:
+                segments.append(Segment.create(directory, 0, interval, files))
+            _link(segments)
+            last = segments[-1]
+            if clean:
+                last.ensure_loaded()
+            else:
+                last.recover(truncate_torn_tail=True)
+                last.write_index_files(fsync=False)
+            end = last.next_offset
+            start = max(segments[0].base_offset, min(_read_start_offset(directory) or 0, end))
+            clamp_checkpoint(directory, end)
+            producers = cls._load_producers(directory, segments, start, end)
         except BaseException:
             for s in segments:
                 s.close()
             raise
-        if not segments:
-            segments.append(Segment.open(directory, 0, interval))
-        now = now_ms()
-        segments[-1].created_ms = now if not segments[-1].is_empty else None
-
-        end = segments[-1].next_offset
-        start = segments[0].base_offset
-        with contextlib.suppress(FileNotFoundError, ValueError):
-            saved = int((directory / LOG_START_FILE).read_text().strip())
-            start = max(start, min(saved, end))
-
-        clamp_checkpoint(directory, end)
-        producers = cls._load_producers(directory, segments, start, end)
-        inst = cls(directory, config, now_ms, segments, producers, start)
-        if not clean:
-            inst._dir_dirty = True
-        inst._modified = not clean
+        inst = cls(directory, config, now_ms, segments, start, files, producers)
+        inst._dir_dirty = True
+        segments[-1].created_ms = now_ms() if not segments[-1].is_empty else None
         return inst
 
     @staticmethod
@@ -238,15 +364,22 @@ class PartitionLog:
         if loaded is not None and segments[0].base_offset <= loaded[1] <= end:
             producers, from_offset = loaded
         for seg in segments:
-            if seg.next_offset <= from_offset:
-                continue
-            pos = seg.find_batch(from_offset) if from_offset > seg.base_offset else 0
-            if pos is None:
-                continue
-            for _, h in seg.iter_headers(pos):
+            if from_offset >= end:
+                break
+            if seg.next_segment_base is not None and seg.next_segment_base <= from_offset:
+                continue  # wholly before the snapshot: not even loaded
+            for _, h in _headers_from(seg, max(from_offset, seg.base_offset)):
                 producers.replay(h)
         producers.evict_below(start)
         return producers
+
+    def _producer_state(self) -> ProducerStateManager:
+        """The idempotence state, loaded on first use (call with the lock held)."""
+        if self._producers is None:
+            self._producers = self._load_producers(
+                self.directory, self._segments, self._start_offset, self.end_offset
+            )
+        return self._producers
 
     # ------------------------------------------------------------------ properties
 
@@ -260,7 +393,7 @@ class PartitionLog:
 
     @property
     def size_bytes(self) -> int:
-        return self._size
+        return sum(s.byte_size() for s in list(self._segments))
 
     @property
     def segment_count(self) -> int:
@@ -268,7 +401,17 @@ class PartitionLog:
 
     @property
     def producer_state(self) -> ProducerStateManager:
-        return self._producers
+        with self._lock:
+            return self._producer_state()
+
+    @property
+    def quarantined(self) -> list[tuple[int, int, int]]:
+        """(segment base, first offset, end offset) of every quarantined range."""
+        return [
+            (s.base_offset, h.first_offset, h.end_offset)
+            for s in list(self._segments)
+            for h in s.holes
+        ]
 
     # ------------------------------------------------------------------ append
 
@@ -278,19 +421,22 @@ class PartitionLog:
         """Validate, assign offsets, stamp, and write one or more batches.
 
         ``from_client=False`` (coordinator-written data) allows control batches
-        and skips sequence checks, like Kafka's COORDINATOR append origin.
-        Header fields are handled as plain tuples here: this is the hot path.
+        and skips sequence and record checks, like Kafka's COORDINATOR append
+        origin. Header fields are handled as plain tuples here: this is the hot path.
         """
         self._check_open()
-        self._modified = True
         view = memoryview(data)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
-        raws = validate_batches_raw(view, allow_control=not from_client)
         cfg = self.config
+        raws = validate_batches_raw(
+            view,
+            allow_control=not from_client,
+            check_records=from_client,
+            max_decompressed_bytes=cfg.max_decompressed_bytes,
+        )
         max_size = cfg.max_message_bytes
-        first = self.end_offset
-        nxt = first
+        count = 0
         records = 0
         idempotent = False
         for t in raws:
@@ -301,15 +447,33 @@ class PartitionLog:
                 )
             if t[9] >= 0:
                 idempotent = True
-            nxt += t[6] + 1
+            count += t[6] + 1
             records += t[12]
+        with self._lock:
+            self._check_open()
+            return self._append_locked(view, raws, count, records, idempotent, from_client)
+
+    def _append_locked(
+        self,
+        view: memoryview,
+        raws: list[Any],
+        count: int,
+        records: int,
+        idempotent: bool,
+        from_client: bool,
+    ) -> AppendInfo:
+        cfg = self.config
+        seg = self._segments[-1]
+        seg.ensure_loaded()
+        first = seg.next_offset
+        nxt = first + count
         last = nxt - 1
         now = self._now_ms()
         append_time = now if cfg.log_append_time else -1
 
         updates = None
         if idempotent:
-            producers = self._producers
+            producers = self._producer_state()
             headers = [BatchHeader(*t) for t in raws]
             if from_client:
                 for h in headers:
@@ -329,6 +493,7 @@ class PartitionLog:
                 off += h.last_offset_delta + 1
             updates = producers.prepare(triples, check_sequence=from_client)
 
+        self._begin_change()
         total = len(view)
         self._maybe_roll(total, last, now)
         seg = self._segments[-1]
@@ -360,18 +525,31 @@ class PartitionLog:
             seg.created_ms = now
         for note in notes:
             seg.note_batch(*note)
-        self._size += total
         self._dirty_segments.add(seg)
         if updates:
-            self._producers.commit(updates)
+            self._producer_state().commit(updates)
 
         self._unflushed_messages += records
+        flushed = None
         if (
             self._unflushed_messages >= cfg.flush_messages
             or now - self._last_flush_ms >= cfg.flush_ms
         ):
-            self._flush(now)
-        return AppendInfo(first, last, append_time, self._start_offset, duplicate=False)
+            self._unflushed_messages = 0
+            self._last_flush_ms = now
+            flushed = self._submit(self.flush)
+        return AppendInfo(first, last, append_time, self._start_offset, flushed=flushed)
+
+    def _begin_change(self) -> None:
+        """Before the first change after a clean open: the clean record must go."""
+        self._modified = True
+        if self._clean_record_on_disk:
+            # No fsync needed: a record that survives a machine crash no longer
+            # matches the active segment's size or base, and then open() recovers.
+            with contextlib.suppress(FileNotFoundError):
+                (self.directory / CLEAN_SHUTDOWN_FILE).unlink()
+            self._clean_record_on_disk = False
+            self._dir_dirty = True
 
     def _maybe_roll(self, incoming: int, last_offset: int, now: int) -> None:
         """Roll when size, age (segment.ms since first append) or offset range demand it."""
@@ -387,20 +565,64 @@ class PartitionLog:
             self.roll()
 
     def roll(self) -> None:
-        """Close the active segment for writing and start a new one at end_offset."""
-        self._check_open()
-        self._modified = True
-        old = self._segments[-1]
-        if old.is_empty:
-            return
-        old.finalize_indexes(fsync=False)
-        new = Segment.open(self.directory, old.next_offset, self.config.index_interval_bytes)
-        self._segments.append(new)
-        self._bases.append(new.base_offset)
-        self._dir_dirty = True
-        self._producers.write_snapshot(
-            self.directory / PRODUCER_SNAPSHOT_FILE, new.base_offset, fsync=False
-        )
+        """Start a new active segment at end_offset; the old one is finished by a worker."""
+        with self._lock:
+            self._check_open()
+            old = self._segments[-1]
+            old.ensure_loaded()
+            if old.is_empty:
+                return
+            self._begin_change()
+            old.seal()
+            new = Segment.create(
+                self.directory, old.next_offset, self.config.index_interval_bytes, self._files
+            )
+            old.next_segment_base = new.base_offset
+            self._segments.append(new)
+            self._bases.append(new.base_offset)
+            self._dir_dirty = True
+            snapshot = None
+            if self._producers is not None:
+                snapshot = self._producers.snapshot_bytes(new.base_offset)
+            self._submit(self._finish_rolled, old, new.base_offset, snapshot)
+
+    def _finish_rolled(self, old: Segment, rolled_at: int, snapshot: bytes | None) -> None:
+        """Worker: index files, fsync of the sealed segment, producer snapshot."""
+        with self._finishing:
+            if old.file.retired:
+                return  # deleted meanwhile (retention, topic deletion): nothing to finish
+            try:
+                old.write_index_files(fsync=True)
+                old.fsync()
+                if snapshot is not None and rolled_at > self._snapshot_written:
+                    path = self.directory / PRODUCER_SNAPSHOT_FILE
+                    write_file_atomic(path, snapshot, fsync=True)
+                    self._snapshot_written = rolled_at
+                _fsync_dir(self.directory)
+            except (OSError, ValueError):
+                if self._closing or old.file.retired:
+                    return
+                raise
+        with self._lock:
+            self._dirty_segments.discard(old)
+
+    # ------------------------------------------------------------------ background work
+
+    def _submit(self, fn: Callable[..., None], *args: Any) -> Future[None]:
+        future: Future[None] = _worker_pool().submit(fn, *args)
+        self._background.add(future)
+        future.add_done_callback(self._background_done)
+        return future
+
+    def _background_done(self, future: Future[None]) -> None:
+        self._background.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            log.error("%s: background log work failed: %r", self.directory, future.exception())
+
+    def drain(self) -> None:
+        """Wait until every fsync, roll and deletion handed to a worker has finished."""
+        while self._background:
+            wait(list(self._background))
 
     # ------------------------------------------------------------------ read
 
@@ -410,37 +632,47 @@ class PartitionLog:
                 f"offset {offset} is outside [{self._start_offset}, {self.end_offset}]"
             )
 
-    def _locate(self, offset: int) -> tuple[int, int] | None:
-        """(segment index, position) of the first batch whose last offset >= offset."""
+    def _locate(self, offset: int) -> tuple[Segment, int, int] | None:
+        """(segment, position, base offset) of the first batch whose last offset >= offset."""
         i = max(bisect_right(self._bases, offset) - 1, 0)
-        segs = self._segments
-        while i < len(segs):
-            pos = segs[i].find_batch(offset)
-            if pos is not None:
-                return i, pos
-            i += 1
+        for seg in self._segments[i:]:
+            found = seg.find_batch(offset)
+            if found is not None:
+                return seg, found[0], found[1]
         return None
 
-    def read(self, offset: int, max_bytes: int) -> bytes:
+    def read(self, offset: int, max_bytes: int) -> bytes | bytearray:
         """Whole batches from the batch containing ``offset``, at least one if any exist.
 
         Reads stay within one segment, as Kafka's do; the caller fetches again.
+        Raises CorruptSegmentError (CORRUPT_MESSAGE) for an offset in a
+        quarantined range.
         """
-        self._check_open()
-        self._check_range(offset)
-        if offset == self.end_offset:
-            return b""
-        loc = self._locate(offset)
-        if loc is None:
-            return b""
-        i, pos = loc
-        return self._segments[i].read_from(pos, max_bytes)
+        with self._lock:
+            self._check_open()
+            self._check_range(offset)
+            if offset == self.end_offset:
+                return b""
+            loc = self._locate(offset)
+            if loc is None:
+                return b""
+            seg, pos, base = loc
+            return seg.read_from(pos, max_bytes, base)
 
-    def iter_batches_from(self, offset: int) -> Iterator[bytes]:
-        """Every batch from the one containing ``offset`` to the end (coordinator replay)."""
+    def iter_batches_from(self, offset: int) -> Iterator[bytes | bytearray]:
+        """Every readable batch from the one containing ``offset`` (coordinator replay).
+
+        A quarantined range is logged and skipped: state rebuilt from what is
+        readable beats a coordinator that cannot load at all.
+        """
         self._check_range(offset)
         while offset < self.end_offset:
-            chunk = self.read(offset, _ITER_CHUNK)
+            try:
+                chunk = self.read(offset, _ITER_CHUNK)
+            except CorruptSegmentError as exc:
+                log.error("%s: replay skips a corrupt range: %s", self.directory, exc)
+                offset = exc.resume_offset
+                continue
             if not chunk:
                 return
             nxt = offset
@@ -456,33 +688,33 @@ class PartitionLog:
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= target, or None.
 
-        Record granularity whenever the batch can be decoded (uncompressed, or a
-        codec whose library is installed); otherwise the batch's base offset and
-        max timestamp (batch granularity). Records below the log start are skipped.
+        Record granularity whenever the batch can be decoded within
+        ``max_decompressed_bytes`` (uncompressed, or a codec whose library is
+        installed); otherwise the batch's base offset and max timestamp (batch
+        granularity). Records below the log start are skipped.
         """
-        self._check_open()
-        start = self._start_offset
-        for seg in self._segments:
-            if seg.is_empty or seg.max_timestamp < timestamp_ms or seg.next_offset <= start:
-                continue
-            rel = seg.time_index.lookup_before(timestamp_ms)
-            from_off = max(seg.base_offset + (rel if rel is not None else 0), start)
-            pos = seg.find_batch(from_off)
-            if pos is None:
-                continue
-            for p, h in seg.iter_headers(pos, chunk=64 * 1024):
-                if h.max_timestamp < timestamp_ms or h.last_offset < start:
+        with self._lock:
+            self._check_open()
+            start = self._start_offset
+            for seg in self._segments:
+                seg.ensure_loaded()
+                if seg.is_empty or seg.max_timestamp < timestamp_ms or seg.next_offset <= start:
                     continue
-                return self._first_record_at_or_after(seg, p, h, timestamp_ms, start)
-        return None
+                rel = seg.time_index.lookup_before(timestamp_ms)
+                from_off = max(seg.base_offset + (rel if rel is not None else 0), start)
+                for p, h in _headers_from(seg, from_off):
+                    if h.max_timestamp < timestamp_ms or h.last_offset < start:
+                        continue
+                    return self._first_record_at_or_after(seg, p, h, timestamp_ms, start)
+            return None
 
-    @staticmethod
     def _first_record_at_or_after(
-        seg: Segment, pos: int, h: BatchHeader, timestamp_ms: int, start: int
+        self, seg: Segment, pos: int, h: BatchHeader, timestamp_ms: int, start: int
     ) -> tuple[int, int]:
+        limit = self.config.max_decompressed_bytes
         try:
             raw = seg.read_batch_at(pos, h.size)
-            for r in decode_batch_records(raw, 0, parse_header(raw)):
+            for r in decode_batch_records(raw, 0, parse_header(raw), max_decompressed_bytes=limit):
                 if r.timestamp >= timestamp_ms and r.offset >= start:
                     return r.offset, r.timestamp
         except RecordError:
@@ -491,23 +723,23 @@ class PartitionLog:
 
     def max_timestamp(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the earliest record carrying the largest timestamp."""
-        self._check_open()
-        best: Segment | None = None
-        for seg in self._segments:
-            if seg.is_empty or seg.offset_of_max_timestamp < 0:
-                continue
-            if best is None or seg.max_timestamp > best.max_timestamp:
-                best = seg
-        if best is None:
-            return None
-        target = best.max_timestamp
-        pos = best.find_batch(best.offset_of_max_timestamp)
-        if pos is not None:
-            for p, h in best.iter_headers(pos, chunk=64 * 1024):
+        with self._lock:
+            self._check_open()
+            best: Segment | None = None
+            for seg in self._segments:
+                seg.ensure_loaded()
+                if seg.is_empty or seg.offset_of_max_timestamp < 0:
+                    continue
+                if best is None or seg.max_timestamp > best.max_timestamp:
+                    best = seg
+            if best is None:
+                return None
+            target = best.max_timestamp
+            for p, h in _headers_from(best, best.offset_of_max_timestamp):
                 if h.max_timestamp == target:
                     off, ts = self._first_record_at_or_after(best, p, h, target, 0)
                     return max(off, self._start_offset), ts
-        return max(best.offset_of_max_timestamp, self._start_offset), target
+            return max(best.offset_of_max_timestamp, self._start_offset), target
 
     # ------------------------------------------------------------------ retention
 
@@ -515,63 +747,75 @@ class PartitionLog:
         """Delete whole old segments by retention.ms / retention.bytes / log start offset.
 
         The active segment is never deleted. Time retention uses each segment's
-        largest record timestamp, as Kafka does. Returns the number deleted.
+        largest record timestamp, as Kafka does. The segments are chosen and
+        detached under the lock; their files are deleted in a worker thread.
+        Safe to call from any thread. Returns the number deleted.
         """
-        self._check_open()
-        cfg = self.config
-        segs = self._segments
-        n = 0
-        # Segments entirely below the log start offset (DeleteRecords) go first.
-        while n < len(segs) - 1 and segs[n + 1].base_offset <= self._start_offset:
-            n += 1
-        if cfg.delete_enabled:
-            if cfg.retention_ms >= 0:
-                while n < len(segs) - 1 and now_ms - segs[n].largest_timestamp() > cfg.retention_ms:
-                    n += 1
-            if cfg.retention_bytes >= 0:
-                excess = self._size - cfg.retention_bytes - sum(s.size for s in segs[:n])
-                while n < len(segs) - 1 and excess - segs[n].size >= 0:
-                    excess -= segs[n].size
-                    n += 1
-        if n:
-            self._delete_leading(n)
-        return n
+        with self._maintenance, self._lock:
+            if self._closing or self._closed:
+                return 0
+            cfg = self.config
+            segs = self._segments
+            n = 0
+            # Segments entirely below the log start offset (DeleteRecords) go first.
+            while n < len(segs) - 1 and segs[n + 1].base_offset <= self._start_offset:
+                n += 1
+            if cfg.delete_enabled:
+                if cfg.retention_ms >= 0:
+                    while (
+                        n < len(segs) - 1
+                        and now_ms - segs[n].largest_timestamp() > cfg.retention_ms
+                    ):
+                        n += 1
+                if cfg.retention_bytes >= 0:
+                    sizes = [s.byte_size() for s in segs]
+                    excess = sum(sizes) - cfg.retention_bytes - sum(sizes[:n])
+                    while n < len(segs) - 1 and excess - sizes[n] >= 0:
+                        excess -= sizes[n]
+                        n += 1
+            if n:
+                self._delete_leading(n)
+            return n
 
     def delete_records_before(self, offset: int) -> None:
         """Advance the log start offset (DeleteRecords); whole segments below it are removed."""
-        self._check_open()
-        self._modified = True
-        if offset > self.end_offset or offset < 0:
-            raise OffsetOutOfRangeError(
-                f"cannot delete records before {offset}: log end offset is {self.end_offset}"
-            )
-        if offset <= self._start_offset:
-            return
-        self._start_offset = offset
-        self._write_start_offset()
-        n = 0
-        segs = self._segments
-        while n < len(segs) - 1 and segs[n + 1].base_offset <= offset:
-            n += 1
-        if n:
-            self._delete_leading(n)
-        self._producers.evict_below(self._start_offset)
+        with self._lock:
+            self._check_open()
+            if offset > self.end_offset or offset < 0:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records before {offset}: log end offset is {self.end_offset}"
+                )
+            if offset <= self._start_offset:
+                return
+            self._begin_change()
+            self._start_offset = offset
+            self._write_start_offset()
+            n = 0
+            segs = self._segments
+            while n < len(segs) - 1 and segs[n + 1].base_offset <= offset:
+                n += 1
+            if n:
+                self._delete_leading(n)
+            if self._producers is not None:
+                self._producers.evict_below(self._start_offset)
 
     def _delete_leading(self, n: int) -> None:
-        self._modified = True
+        """Detach the first ``n`` segments (lock held); a worker deletes their files."""
+        self._begin_change()
         doomed = self._segments[:n]
         del self._segments[:n]
         del self._bases[:n]
         for s in doomed:
-            self._size -= s.size
             self._dirty_segments.discard(s)
-            s.delete_files()
+            s.close()
         self._dir_dirty = True
         new_start = self._segments[0].base_offset
         if new_start > self._start_offset:
             self._start_offset = new_start
             self._write_start_offset()
-        self._producers.evict_below(self._start_offset)
+        if self._producers is not None:
+            self._producers.evict_below(self._start_offset)
+        self._submit(_delete_segment_files, doomed)
 
     def _write_start_offset(self) -> None:
         write_file_atomic(
@@ -587,33 +831,57 @@ class PartitionLog:
         reaches ``min.cleanable.dirty.ratio`` (or ``force``). Offsets, the log
         start and end offsets never change; ``now_ms`` is the clock for
         ``delete.retention.ms``. See ``odradek.log.compaction`` for the rules.
+        Safe to call from any thread: the segments are read and rewritten
+        without the lock, which is held only to swap each cleaned group in.
+        Segments holding a quarantined range are never rewritten.
         """
-        self._check_open()
-        last_offsets = {
-            pid: e.last_offset for pid, e in self._producers.entries.items() if e.batches
-        }
-        stats = compact_segments(
-            self.directory,
-            self._segments,
-            self.config,
-            now_ms,
-            last_offsets,
-            self._replace_segments,
-            force=force,
-        )
-        if stats.ran:
-            self._modified = True
-        return stats
+        with self._maintenance:
+            if self._closing or self._closed:
+                return CompactionStats.skipped_for("the log is closed")
+            self.drain()  # rolled segments finished: their index files are not rewritten later
+            with self._lock:
+                self._check_open()
+                segments = list(self._segments)
+                for s in segments:
+                    s.ensure_loaded()
+                active_end = segments[-1].size
+                last_offsets = {
+                    pid: e.last_offset
+                    for pid, e in self._producer_state().entries.items()
+                    if e.batches
+                }
+            try:
+                stats = compact_segments(
+                    self.directory,
+                    segments,
+                    active_end,
+                    self.config,
+                    now_ms,
+                    last_offsets,
+                    self._commit_compacted,
+                    should_stop=lambda: self._closing,
+                    force=force,
+                )
+            except (OSError, ValueError):
+                if self._closing:  # the log is being closed or deleted: stop quietly
+                    return CompactionStats.skipped_for("the log was closed")
+                raise
+            return stats
 
-    def _replace_segments(self, old: list[Segment], new: Segment) -> None:
-        """Swap a compacted group for its rewritten segment in the in-memory list."""
-        i = next(k for k, s in enumerate(self._segments) if s is old[0])
-        self._segments[i : i + len(old)] = [new]
-        self._bases[i : i + len(old)] = [new.base_offset]
-        for s in old:
-            self._size -= s.size
-            self._dirty_segments.discard(s)
-        self._size += new.size
+    def _commit_compacted(self, group: list[Segment], writer: Any) -> Segment | None:
+        """Swap a cleaned group in, unless it changed meanwhile (then None: discard it)."""
+        with self._lock:
+            if self._closing or any(s not in self._segments for s in group):
+                return None
+            self._begin_change()
+            new = swap_in(self.directory, group, writer, self._files)
+            i = next(k for k, s in enumerate(self._segments) if s is group[0])
+            self._segments[i : i + len(group)] = [new]
+            self._bases[i : i + len(group)] = [new.base_offset]
+            for s in group:
+                self._dirty_segments.discard(s)
+            _link(self._segments)
+            return new
 
     @property
     def first_dirty_offset(self) -> int:
@@ -625,55 +893,103 @@ class PartitionLog:
 
     def dirty_ratio(self) -> float:
         """Dirty bytes over all bytes of the non-active segments (0.0 if there are none)."""
-        dirty, total = dirty_bytes(self._segments[:-1], self.first_dirty_offset)
+        with self._lock:
+            cleanable = self._segments[:-1]
+            for s in cleanable:
+                s.ensure_loaded()
+            dirty, total = dirty_bytes(cleanable, self.first_dirty_offset)
         return dirty / total if total else 0.0
 
     # ------------------------------------------------------------------ durability
 
     def flush(self) -> None:
-        """fsync every segment written since the last flush, and the directory if needed."""
-        self._check_open()
-        self._flush(self._now_ms())
+        """fsync every segment written since the last flush, and the directory if needed.
 
-    def _flush(self, now: int) -> None:
+        Safe from any thread: the fsyncs run outside the lock.
+        """
+        with self._lock:
+            self._check_open()
+            dirty = list(self._dirty_segments)
+            self._dirty_segments.clear()
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            self._unflushed_messages = 0
+            self._last_flush_ms = self._now_ms()
+        try:
+            for seg in dirty:
+                if not seg.file.retired:
+                    seg.fsync()
+            if dir_dirty:
+                _fsync_dir(self.directory)
+        except BaseException:
+            with self._lock:
+                self._dirty_segments.update(s for s in dirty if not s.file.retired)
+                self._dir_dirty = self._dir_dirty or dir_dirty
+            raise
+
+    def close(self) -> None:
+        """Flush, write indexes and producer snapshot, then the clean-shutdown record."""
+        if self._closed:
+            return
+        self._closing = True
+        with self._maintenance:
+            self.drain()
+            with self._lock:
+                if self._closed:
+                    return
+                self._close_locked()
+
+    def _close_locked(self) -> None:
+        if not self._modified:
+            # Nothing changed since a clean open: the record and files are still complete.
+            self._retire_files()
+            self._closed = True
+            return
         for seg in self._dirty_segments:
             seg.fsync()
         self._dirty_segments.clear()
-        if self._dir_dirty:
-            _fsync_dir(self.directory)
-            self._dir_dirty = False
-        self._unflushed_messages = 0
-        self._last_flush_ms = now
-
-    def close(self) -> None:
-        """Flush, write indexes and producer snapshot, then the clean-shutdown marker."""
-        if self._closed:
-            return
-        if not self._modified:
-            # Nothing changed since a clean open: the files on disk are complete. The
-            # marker needs no fsync; losing it only costs a recovery scan.
-            for s in self._segments:
-                s.close()
-            write_file_atomic(self.directory / CLEAN_SHUTDOWN_FILE, b"", fsync=False)
-            self._closed = True
-            return
-        self._flush(self._now_ms())
         active = self._segments[-1]
+        active.ensure_loaded()
         active.finalize_indexes(fsync=True)
-        self._producers.write_snapshot(
-            self.directory / PRODUCER_SNAPSHOT_FILE, self.end_offset, fsync=True
+        if self._producers is not None:
+            self._producers.write_snapshot(
+                self.directory / PRODUCER_SNAPSHOT_FILE, self.end_offset, fsync=True
+            )
+        record = {
+            "start_offset": self._start_offset,
+            "end_offset": self.end_offset,
+            "active_base": active.base_offset,
+            "active_size": active.size,
+        }
+        self._retire_files()
+        write_file_atomic(
+            self.directory / CLEAN_SHUTDOWN_FILE, json.dumps(record).encode(), fsync=True
         )
-        for s in self._segments:
-            s.close()
-        write_file_atomic(self.directory / CLEAN_SHUTDOWN_FILE, b"", fsync=True)
         _fsync_dir(self.directory)
         self._closed = True
 
-    def delete(self) -> None:
-        """Remove the partition directory entirely (topic deletion)."""
+    def _retire_files(self) -> None:
         for s in self._segments:
             s.close()
-        self._closed = True
+
+    def delete(self, move_to: Path | None = None) -> None:
+        """Remove the partition directory entirely (topic deletion).
+
+        ``move_to``: first rename the directory there (Kafka's ``-delete`` name), under
+        the maintenance lock so no compaction or retention pass is writing in it, so a
+        crash before the removal leaves a directory no topic can be served from.
+        """
+        self._closing = True
+        with self._maintenance:
+            self.drain()
+            with self._lock:
+                self._retire_files()
+                self._closed = True
+            if move_to is not None:
+                try:
+                    os.replace(self.directory, move_to)
+                    self.directory = move_to
+                except OSError as exc:
+                    log.warning("cannot rename %s for deletion: %s", self.directory, exc)
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def _check_open(self) -> None:
@@ -683,5 +999,28 @@ class PartitionLog:
     def __repr__(self) -> str:
         return (
             f"PartitionLog({self.directory}, start={self._start_offset}, end={self.end_offset}, "
-            f"segments={len(self._segments)}, bytes={self._size})"
+            f"segments={len(self._segments)})"
         )
+
+
+def _link(segments: list[Segment]) -> None:
+    """Tell each segment where the next one starts (its offsets must stay below)."""
+    for seg, nxt in pairwise(segments):
+        seg.next_segment_base = nxt.base_offset
+    segments[-1].next_segment_base = None
+
+
+def _headers_from(seg: Segment, offset: int) -> Iterator[tuple[int, BatchHeader]]:
+    """Headers of ``seg`` from the batch holding ``offset``; quarantined ranges skipped."""
+    try:
+        found = seg.find_batch(offset)
+    except CorruptSegmentError as exc:
+        found = seg.find_batch(exc.resume_offset) if exc.resume_offset < seg.next_offset else None
+    if found is not None:
+        yield from seg.iter_headers(*found)
+
+
+def _delete_segment_files(segments: list[Segment]) -> None:
+    """Worker: unlink detached segments (slow for big files on some filesystems)."""
+    for seg in segments:
+        seg.delete_files()

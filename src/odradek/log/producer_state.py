@@ -218,6 +218,10 @@ class ProducerStateManager:
 
     def write_snapshot(self, path: Path, end_offset: int, *, fsync: bool) -> None:
         """Persist the state as of ``end_offset`` so reopening need not rescan old segments."""
+        write_file_atomic(path, self.snapshot_bytes(end_offset), fsync=fsync)
+
+    def snapshot_bytes(self, end_offset: int) -> bytes:
+        """The snapshot file's contents (taken under the log's lock, written by a worker)."""
         parts = [_SNAP_HEAD.pack(_SNAP_MAGIC, 1, end_offset, len(self.entries))]
         for e in self.entries.values():
             parts.append(_SNAP_ENTRY.pack(e.producer_id, e.epoch, len(e.batches)))
@@ -228,7 +232,7 @@ class ProducerStateManager:
                     )
                 )
         body = b"".join(parts)
-        write_file_atomic(path, body + _SNAP_CRC.pack(crc32c(body)), fsync=fsync)
+        return body + _SNAP_CRC.pack(crc32c(body))
 
     @classmethod
     def read_snapshot(cls, path: Path) -> tuple[ProducerStateManager, int] | None:

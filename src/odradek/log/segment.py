@@ -1,31 +1,56 @@
 """One log segment: an append-only ``.log`` file of whole record batches plus its indexes.
 
-Reads use ``os.pread`` on a file descriptor kept open for the segment's life,
-so concurrent appends (``O_APPEND`` writes) never move a shared file position.
-Only batch headers are ever parsed here.
+A segment costs nothing until it is used: it learns its size, indexes and end
+offset on first use (``ensure_loaded``), and borrows a file descriptor from the
+shared ``FileCache`` for each operation, so idle partitions hold no files.
+
+Every walk over the batch chain checks each header against what must hold for
+a chain of batches written by this log (length, magic, offsets increasing and
+inside the segment). A walk that breaks has found corruption: the segment
+*quarantines* the broken range in place (``Hole``): it searches for the next
+CRC-valid batch, records the range and the offsets it held in ``<base>.corrupt``
+(kept until an operator acts), logs an error, and from then on reads skip the
+range and answer for offsets inside it with ``CorruptSegmentError``. Nothing is
+truncated or deleted here, except a torn tail by ``recover(truncate_torn_tail=True)``.
+
+Not thread-safe on its own: the partition log serializes access; the fields a
+worker thread reads without that lock (a sealed segment's size, indexes, holes)
+only ever change by replacement.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
+from odradek.log.errors import CorruptSegmentError
+from odradek.log.files import FileCache, SegmentFile
 from odradek.log.index import IndexCorruptError, OffsetIndex, TimeIndex, write_file_atomic
 from odradek.protocol.records import (
     BATCH_OVERHEAD,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
     BatchHeader,
+    RawHeader,
     crc32c,
-    parse_header,
+    unpack_header,
 )
 
-__all__ = ["Segment", "segment_name"]
+__all__ = ["Hole", "Segment", "segment_name"]
 
-_SCAN_CHUNK = 1 << 20  # recovery / full scans read 1 MiB at a time
+log = logging.getLogger(__name__)
+
+_SCAN_CHUNK = 1 << 20  # recovery / resync / full scans read 1 MiB at a time
 _MAX_REL_OFFSET = 2**32 - 1
+_CRC_START = 21
+_MAGIC_POS = 16
+_MAGIC = b"\x02"
 
 
 def segment_name(base_offset: int) -> str:
@@ -33,39 +58,68 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+class Hole(NamedTuple):
+    """A quarantined byte range and the offsets it held: [first_offset, end_offset)."""
+
+    position: int
+    end_position: int
+    first_offset: int
+    end_offset: int
+
+
 class Segment:
-    """A segment file and its in-memory sparse indexes; not thread-safe on its own."""
+    """A segment file, its in-memory sparse indexes, and any quarantined ranges."""
 
     __slots__ = (
         "_hint_offset",
         "_hint_pos",
+        "_hole_lock",
+        "_truncate_torn_tail",
+        "assumed",
         "base_offset",
         "bytes_since_index",
         "created_ms",
         "directory",
-        "fd",
+        "file",
+        "files",
+        "holes",
         "index_interval",
+        "loaded",
+        "marker_on_disk",
         "max_timestamp",
         "next_offset",
+        "next_segment_base",
         "offset_index",
         "offset_of_max_timestamp",
         "size",
         "time_index",
+        "truncated",
     )
 
-    def __init__(self, directory: Path, base_offset: int, index_interval: int, fd: int) -> None:
+    def __init__(
+        self, directory: Path, base_offset: int, index_interval: int, files: FileCache
+    ) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval = index_interval
-        self.fd = fd
-        self.size = os.fstat(fd).st_size
+        self.files = files
+        self.file = SegmentFile(os.path.join(directory, f"{segment_name(base_offset)}.log"))
+        self.loaded = False
+        self.assumed = False  # size and end offset taken from a clean shutdown's record
+        self.marker_on_disk: bool | None = None  # is there a .corrupt file? None: unknown
+        self.size = -1  # unknown until loaded (or assumed, or stat'ed by byte_size)
         self.next_offset = base_offset
+        self.next_segment_base: int | None = None  # offsets here stay below it
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
         self.bytes_since_index = 0
         self.created_ms: int | None = None  # injected-clock time of the first append
         self.offset_index = OffsetIndex()
         self.time_index = TimeIndex()
+        self.holes: tuple[Hole, ...] = ()
+        self._hole_lock = threading.RLock()
+        self._truncate_torn_tail = False  # only while recover(truncate_torn_tail=True) runs
+        self.truncated = 0
         self._hint_offset = -1
         self._hint_pos = -1
 
@@ -73,7 +127,7 @@ class Segment:
 
     @property
     def log_path(self) -> Path:
-        return self.directory / f"{segment_name(self.base_offset)}.log"
+        return Path(self.file.path)
 
     @property
     def index_path(self) -> Path:
@@ -83,32 +137,89 @@ class Segment:
     def timeindex_path(self) -> Path:
         return self.directory / f"{segment_name(self.base_offset)}.timeindex"
 
+    @property
+    def corrupt_path(self) -> Path:
+        return self.directory / f"{segment_name(self.base_offset)}.corrupt"
+
     @classmethod
-    def open(cls, directory: Path, base_offset: int, index_interval: int) -> Segment:
-        """Open (creating if needed) the segment's log file for append and pread."""
-        path = directory / f"{segment_name(base_offset)}.log"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        return cls(directory, base_offset, index_interval, fd)
+    def create(
+        cls, directory: Path, base_offset: int, index_interval: int, files: FileCache
+    ) -> Segment:
+        """A new, empty segment file (its descriptor stays in the cache for the appends)."""
+        seg = cls(directory, base_offset, index_interval, files)
+        with files.use(seg.file, create=True) as fd:
+            seg.size = os.fstat(fd).st_size
+        seg.loaded = True
+        if seg.size:  # a leftover file of that name: learn what it holds
+            seg.loaded = False
+            seg.ensure_loaded()
+        return seg
+
+    @classmethod
+    def existing(
+        cls, directory: Path, base_offset: int, index_interval: int, files: FileCache
+    ) -> Segment:
+        """A segment file on disk, not read until first used."""
+        return cls(directory, base_offset, index_interval, files)
+
+    def assume(self, size: int, next_offset: int) -> None:
+        """What a clean shutdown recorded: size and end offset, without reading anything."""
+        self.size = size
+        self.next_offset = next_offset
+        self.assumed = True
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.files.retire(self.file)
 
     def delete_files(self) -> None:
         self.close()
-        for p in (self.log_path, self.index_path, self.timeindex_path):
+        for p in (self.log_path, self.index_path, self.timeindex_path, self.corrupt_path):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
 
     def fsync(self) -> None:
-        os.fsync(self.fd)
+        with self.files.use(self.file) as fd:
+            os.fsync(fd)
+
+    def pread(self, n: int, pos: int) -> bytes:
+        with self.files.use(self.file) as fd:
+            return os.pread(fd, n, pos)
+
+    def mtime_ns(self) -> int:
+        return os.stat(self.log_path).st_mtime_ns
+
+    def byte_size(self) -> int:
+        """The file's size; a stat, not a load, for a segment not used yet."""
+        if self.size < 0:
+            self.size = os.stat(self.log_path).st_size
+        return self.size
 
     # ------------------------------------------------------------------ state
 
     @property
     def is_empty(self) -> bool:
-        return self.size == 0
+        return self.byte_size() == 0
+
+    def ensure_loaded(self) -> None:
+        """Learn size, indexes and end offset: index files if they check out, else a scan."""
+        if self.loaded:
+            return
+        assumed_end = self.next_offset if self.assumed else None
+        self.size = os.stat(self.log_path).st_size
+        if self.marker_on_disk is not False:
+            self.holes = self._read_corrupt_marker()
+        if not self.load_indexes():
+            self.recover(truncate_torn_tail=False)
+            self.write_index_files(fsync=False)
+        if assumed_end is not None and assumed_end != self.next_offset:
+            log.error(
+                "%s: segment %d ends at offset %d, not at %d as recorded at shutdown",
+                self.directory,
+                self.base_offset,
+                self.next_offset,
+                assumed_end,
+            )
+        self.loaded = True
 
     def note_batch(
         self, pos: int, base_offset: int, next_offset: int, max_ts: int, size: int
@@ -135,82 +246,310 @@ class Segment:
         """Write all bytes with unbuffered os.write; on failure cut back to the old size."""
         view = memoryview(data)
         old = self.size
-        try:
-            while view:
-                n = os.write(self.fd, view)
-                view = view[n:]
-        except BaseException:
-            os.ftruncate(self.fd, old)
-            raise
+        with self.files.use(self.file) as fd:
+            try:
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+            except BaseException:
+                os.ftruncate(fd, old)
+                raise
         self.size = old + len(data)
 
     def write_parts(self, parts: tuple[bytes | memoryview, ...], total: int) -> None:
         """One os.writev of several buffers (avoids copying the payload to patch it)."""
         old = self.size
-        try:
-            n = os.writev(self.fd, parts)
-            if n < total:  # short write (signal, disk nearly full): finish the rest
-                rest = memoryview(b"".join(parts))[n:]
-                while rest:
-                    k = os.write(self.fd, rest)
-                    rest = rest[k:]
-        except BaseException:
-            os.ftruncate(self.fd, old)
-            raise
+        with self.files.use(self.file) as fd:
+            try:
+                n = os.writev(fd, parts)
+                if n < total:  # short write (signal, disk nearly full): finish the rest
+                    rest = memoryview(b"".join(parts))[n:]
+                    while rest:
+                        k = os.write(fd, rest)
+                        rest = rest[k:]
+            except BaseException:
+                os.ftruncate(fd, old)
+                raise
         self.size = old + total
 
-    def finalize_indexes(self, *, fsync: bool) -> None:
-        """Record the final max timestamp in the time index and write both index files."""
+    def seal(self) -> None:
+        """No more appends: record the final max timestamp in the time index (in memory)."""
         if self.offset_of_max_timestamp >= 0:
             self.time_index.maybe_append(
                 self.max_timestamp, self.offset_of_max_timestamp - self.base_offset
             )
+
+    def write_index_files(self, *, fsync: bool) -> None:
         write_file_atomic(self.index_path, self.offset_index.to_bytes(), fsync=fsync)
         write_file_atomic(self.timeindex_path, self.time_index.to_bytes(), fsync=fsync)
 
-    # ------------------------------------------------------------------ scanning
+    def finalize_indexes(self, *, fsync: bool) -> None:
+        """Seal and write both index files."""
+        self.seal()
+        self.write_index_files(fsync=fsync)
 
-    def iter_headers(
-        self, start: int = 0, *, check_crc: bool = False, chunk: int = _SCAN_CHUNK
-    ) -> Iterator[tuple[int, BatchHeader]]:
-        """Yield (position, header) of whole batches from ``start``; stop at anything torn.
+    # ------------------------------------------------------------------ the batch chain
 
-        With ``check_crc`` every batch's CRC32C is verified and the walk stops
-        at the first mismatch, which is how recovery finds the valid prefix.
+    def _chain(
+        self,
+        start: int,
+        expected: int,
+        stop: int = -1,
+        chunk: int = _SCAN_CHUNK,
+        *,
+        verify_crc: bool = False,
+        prefetch: tuple[bytes | bytearray, int] | None = None,
+    ) -> Iterator[tuple[int, RawHeader]]:
+        """(position, raw header) of every valid batch from ``start`` to ``stop``.
+
+        ``start`` is a batch boundary whose batch has base offset >= ``expected``.
+        A batch is yielded only once the chain after it lines up (the next header
+        starts at its next offset, or it ends the file or meets a quarantined
+        range); otherwise its CRC32C must check out (always, with
+        ``verify_crc``), since a damaged length would pass for a gap left by
+        compaction. When the next header goes back to offsets the pending batch
+        claims, the pending batch's own base offset (outside the CRC) is the
+        damaged one. Known holes are jumped; anything broken is quarantined
+        (``_quarantine``) and the walk goes on after it. Stops before a batch
+        that would cross ``stop`` (default: the end of the file). ``prefetch``:
+        bytes already read and their position, used before reading more.
         """
-        end = self.size
-        fd = self.fd
-        buf = b""
-        buf_start = start
         pos = start
-        while end - pos >= BATCH_OVERHEAD:
-            off = pos - buf_start
-            if off + BATCH_OVERHEAD > len(buf):
-                buf = os.pread(fd, min(max(chunk, BATCH_OVERHEAD), end - pos), pos)
-                buf_start = pos
-                off = 0
-                if len(buf) < BATCH_OVERHEAD:
+        pending: tuple[int, RawHeader, int] | None = None  # yielded once confirmed
+        buf, buf_start = prefetch if prefetch is not None else (b"", start)
+        base = self.base_offset
+        with self.files.use(self.file) as fd:
+            stale = True  # the limits below change only when something is quarantined
+            while True:
+                if stale:
+                    size_now = self.size
+                    end = size_now if stop < 0 else min(stop, size_now)
+                    upper = self._offset_bound()
+                    holes = self.holes
+                    stale = False
+                hole = self._hole_at(pos) if holes else None
+                t: RawHeader | None = None
+                reason: str | None = None
+                if hole is None and pos < size_now:
+                    off = pos - buf_start
+                    if off < 0 or off + BATCH_OVERHEAD > len(buf):
+                        buf = os.pread(fd, max(min(chunk, size_now - pos), BATCH_OVERHEAD), pos)
+                        buf_start, off = pos, 0
+                    if len(buf) - off < BATCH_OVERHEAD:
+                        reason = "a batch header is cut off by the file end"
+                    else:
+                        t = unpack_header(buf, off)
+                        last = t[0] + t[6]
+                        if not (  # the common case inline; _broken says what is wrong
+                            t[1] >= MIN_BATCH_LENGTH
+                            and t[3] == 2
+                            and pos + t[1] + LOG_OVERHEAD <= size_now
+                            and t[0] >= expected
+                            and t[6] >= 0
+                            and last - base <= _MAX_REL_OFFSET
+                            and (upper is None or last < upper)
+                        ):
+                            size = t[1] + LOG_OVERHEAD
+                            reason = _broken(t, pos, size, size_now, expected, upper, base)
+                if pending is not None:
+                    p0, t0, expected0 = pending
+                    pending = None
+                    lined_up = (
+                        pos == size_now
+                        or (hole is not None and pos == hole.position)
+                        or (t is not None and reason is None and t[0] == expected)
+                    )
+                    # The next base falls inside what the pending batch claims, and the
+                    # pending batch itself jumped ahead of the chain: its base is damaged.
+                    goes_back_into_it = (
+                        not lined_up
+                        and t is not None
+                        and t0[0] > expected0
+                        and expected0 <= t[0] < expected
+                        and _broken(t, pos, t[1] + LOG_OVERHEAD, size_now, expected0, upper, base)
+                        is None
+                    )
+                    if goes_back_into_it or (
+                        (verify_crc or not lined_up) and not _crc_ok(fd, p0, t0)
+                    ):
+                        why = (
+                            "its base offset is damaged" if goes_back_into_it else "CRC32C mismatch"
+                        )
+                        self._quarantine(p0, expected0, why, t0)
+                        pos, expected, stale = p0, expected0, True
+                        continue
+                    yield p0, t0
+                if hole is not None:
+                    pos = max(pos, hole.end_position)
+                    expected = max(expected, hole.end_offset)
+                    continue
+                if pos >= end:
                     return
-            h = parse_header(buf, off)
-            size = h.batch_length + LOG_OVERHEAD
-            if h.batch_length < MIN_BATCH_LENGTH or h.magic != 2 or pos + size > end:
-                return
-            if check_crc:
-                if off + size > len(buf):
-                    buf = os.pread(fd, min(max(chunk, size), end - pos), pos)
-                    buf_start = pos
-                    off = 0
-                    if len(buf) < size:
-                        return
-                if crc32c(memoryview(buf)[off + 21 : off + size]) != h.crc:
+                if reason is not None or t is None:
+                    self._quarantine(pos, expected, reason or "unreadable header", t)
+                    stale = True
+                    continue
+                size = t[1] + LOG_OVERHEAD
+                if pos + size > end:
                     return
-            yield pos, h
-            pos += size
+                pending = (pos, t, expected)
+                expected = t[0] + t[6] + 1
+                pos += size
 
-    def recover(self) -> int:
-        """Rebuild indexes by a CRC-checked scan; cut the file after the last valid batch.
+    def _offset_bound(self) -> int | None:
+        """Offsets in this segment stay below this (next segment, or the known end)."""
+        if self.next_segment_base is not None:
+            return self.next_segment_base
+        return self.next_offset if self.loaded else None
 
-        Returns the number of bytes truncated (0 when the whole file was valid).
+    def _hole_at(self, pos: int) -> Hole | None:
+        for hole in self.holes:
+            if hole.position <= pos < hole.end_position:
+                return hole
+        return None
+
+    def hole_for_offset(self, offset: int) -> Hole | None:
+        for hole in self.holes:
+            if hole.first_offset <= offset < hole.end_offset:
+                return hole
+        return None
+
+    def check_readable(self, offset: int) -> None:
+        """Raise CorruptSegmentError when ``offset`` lies in a quarantined range."""
+        hole = self.hole_for_offset(offset)
+        if hole is not None:
+            raise CorruptSegmentError(
+                f"offset {offset} is in a corrupt part of segment {self.base_offset} "
+                f"({self.log_path}, bytes {hole.position}-{hole.end_position}, offsets "
+                f"{hole.first_offset}-{hole.end_offset - 1}), quarantined: see {self.corrupt_path}",
+                resume_offset=hole.end_offset,
+            )
+
+    def _quarantine(
+        self, pos: int, expected: int, reason: str, header: RawHeader | None
+    ) -> Hole | None:
+        """Record the damaged range starting at ``pos`` (idempotent, thread-safe).
+
+        The range ends at the next CRC-valid batch, or at the end of the file;
+        its offsets run from ``expected`` to that batch's base (or, at the end,
+        past whatever the damaged header plausibly claims). During a recovery
+        that may truncate, a torn tail is cut off instead (returns None).
+        """
+        with self._hole_lock:
+            existing = self._hole_at(pos)
+            if existing is not None:
+                return existing
+            upper = self._offset_bound() if self.loaded else self.next_segment_base
+            found = self._find_next_batch(pos + 1, expected, upper)
+            if found is None and self._truncate_torn_tail and self._torn_from(pos, header):
+                log.warning(
+                    "%s: truncating %d bytes of a torn write from segment %d",
+                    self.directory,
+                    self.size - pos,
+                    self.base_offset,
+                )
+                with self.files.use(self.file) as fd:
+                    os.ftruncate(fd, pos)
+                self.truncated += self.size - pos
+                self.size = pos
+                return None
+            if found is not None:
+                end_pos, end_offset = found
+            else:
+                end_pos = self.size
+                end_offset = max(expected, _claimed_end(header, expected, upper))
+                if self.loaded:
+                    end_offset = max(end_offset, self.next_offset)
+                if self.next_segment_base is not None:
+                    end_offset = max(end_offset, self.next_segment_base)
+            hole = self._add_hole(Hole(pos, end_pos, expected, end_offset))
+        log.error(
+            "%s: segment %d is corrupt at byte %d (%s): bytes %d-%d, offsets %d-%d quarantined "
+            "in place, nothing deleted; reading those offsets fails with CORRUPT_MESSAGE until "
+            "an operator acts (docs/operations.md, Recovery)",
+            self.directory,
+            self.base_offset,
+            pos,
+            reason,
+            hole.position,
+            hole.end_position,
+            hole.first_offset,
+            hole.end_offset - 1,
+        )
+        return hole
+
+    def _add_hole(self, hole: Hole) -> Hole:
+        before = [h for h in self.holes if h.end_position <= hole.position]
+        after = [h for h in self.holes if h.position >= hole.end_position]
+        for h in self.holes:
+            if h not in before and h not in after:  # overlapping: merge
+                hole = Hole(
+                    min(h.position, hole.position),
+                    max(h.end_position, hole.end_position),
+                    min(h.first_offset, hole.first_offset),
+                    max(h.end_offset, hole.end_offset),
+                )
+        self.holes = (*before, hole, *after)
+        self.next_offset = max(self.next_offset, hole.end_offset)
+        self._hint_offset = -1
+        self._write_corrupt_marker()
+        return hole
+
+    def _write_corrupt_marker(self) -> None:
+        body = json.dumps([h._asdict() for h in self.holes], indent=1).encode()
+        try:
+            write_file_atomic(self.corrupt_path, body, fsync=True)
+        except OSError as exc:  # the quarantine holds in memory; say the file is missing
+            log.error("%s: cannot write %s: %s", self.directory, self.corrupt_path, exc)
+
+    def _read_corrupt_marker(self) -> tuple[Hole, ...]:
+        try:
+            entries = json.loads(self.corrupt_path.read_bytes())
+            return tuple(sorted(Hole(**e) for e in entries))
+        except FileNotFoundError:
+            return ()
+        except (ValueError, TypeError) as exc:
+            log.error("%s: unreadable %s (%s): rescanning", self.directory, self.corrupt_path, exc)
+            return ()
+
+    def _find_next_batch(
+        self, start: int, expected: int, upper: int | None
+    ) -> tuple[int, int] | None:
+        """(position, base offset) of the first CRC-valid batch at or after ``start``.
+
+        Candidates are positions whose magic byte is 2 (found with ``bytes.find``),
+        whose header fits the chain, and whose CRC32C matches: a false match needs
+        all of that by chance.
+        """
+        pos = start
+        with self.files.use(self.file) as fd:
+            while pos + BATCH_OVERHEAD <= self.size:
+                buf = os.pread(fd, min(_SCAN_CHUNK + BATCH_OVERHEAD, self.size - pos), pos)
+                limit = len(buf) - BATCH_OVERHEAD
+                i = buf.find(_MAGIC, _MAGIC_POS)
+                while 0 <= i - _MAGIC_POS <= limit:
+                    p = i - _MAGIC_POS
+                    t = unpack_header(buf, p)
+                    size = t[1] + LOG_OVERHEAD
+                    where = pos + p
+                    if (
+                        _broken(t, where, size, self.size, expected, upper, self.base_offset)
+                        is None
+                    ) and _crc_ok(fd, where, t):
+                        return where, t[0]
+                    i = buf.find(_MAGIC, i + 1)
+                pos += max(limit + 1, 1)
+        return None
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self, *, truncate_torn_tail: bool) -> int:
+        """Rebuild indexes by a CRC-checked scan, quarantining what does not check out.
+
+        A tail that is plainly a torn write (a header cut off, a length running
+        past the end of the file, or zeros) is cut off when ``truncate_torn_tail``
+        (the last segment after an unclean stop); anything else that fails is
+        quarantined in place. Returns the number of bytes truncated.
         """
         self.offset_index = OffsetIndex()
         self.time_index = TimeIndex()
@@ -219,27 +558,35 @@ class Segment:
         self.offset_of_max_timestamp = -1
         self.bytes_since_index = 0
         self._hint_offset = -1
-        valid_end = 0
-        expected = self.base_offset
-        for pos, h in self.iter_headers(0, check_crc=True):
-            if (
-                h.base_offset < expected
-                or h.last_offset_delta < 0
-                or h.records_count < 0
-                or h.last_offset - self.base_offset > _MAX_REL_OFFSET
-            ):
-                break
-            self.note_batch(pos, h.base_offset, h.next_offset, h.max_timestamp, h.size)
-            expected = h.next_offset
-            valid_end = pos + h.size
-        truncated = self.size - valid_end
-        if truncated:
-            os.ftruncate(self.fd, valid_end)
-            self.size = valid_end
-        return truncated
+        self.holes = ()
+        self.loaded = False
+        self.size = os.stat(self.log_path).st_size
+        self.truncated = 0
+        self._truncate_torn_tail = truncate_torn_tail
+        try:
+            for pos, t in self._chain(0, self.base_offset, verify_crc=True):
+                self.note_batch(pos, t[0], t[0] + t[6] + 1, t[8], t[1] + LOG_OVERHEAD)
+        finally:
+            self._truncate_torn_tail = False
+        if self.holes:
+            self.next_offset = max(self.next_offset, self.holes[-1].end_offset)
+        else:  # a quarantine recorded earlier that the data no longer shows (repaired)
+            self.corrupt_path.unlink(missing_ok=True)
+        self.loaded = True
+        return self.truncated
+
+    def _torn_from(self, pos: int, t: RawHeader | None) -> bool:
+        """Does the file from ``pos`` look like an interrupted write rather than damage?"""
+        remaining = self.size - pos
+        if t is None or remaining < BATCH_OVERHEAD or t[1] + LOG_OVERHEAD > remaining:
+            return True
+        if remaining > _SCAN_CHUNK:
+            return False
+        tail = self.pread(remaining, pos)
+        return tail.count(0) == len(tail)
 
     def load_indexes(self) -> bool:
-        """Load index files and scan the tail after the last entry; False if unusable.
+        """Load index files and walk the tail after the last entry; False if unusable.
 
         A False answer means the caller must run ``recover()`` (full rebuild).
         """
@@ -248,12 +595,13 @@ class Segment:
             ti = TimeIndex.from_bytes(self.timeindex_path.read_bytes())
         except (FileNotFoundError, IndexCorruptError):
             return False
-        for i in {0, len(oi) - 1} if len(oi) else ():
-            raw = os.pread(self.fd, BATCH_OVERHEAD, oi.positions[i])
-            if len(raw) < BATCH_OVERHEAD:
-                return False
-            if parse_header(raw).base_offset != self.base_offset + oi.rel_offsets[i]:
-                return False
+        with self.files.use(self.file) as fd:
+            for i in {0, len(oi) - 1} if len(oi) else ():
+                raw = os.pread(fd, BATCH_OVERHEAD, oi.positions[i])
+                if len(raw) < BATCH_OVERHEAD:
+                    return False
+                if unpack_header(raw)[0] != self.base_offset + oi.rel_offsets[i]:
+                    return False
         self.offset_index = oi
         self.time_index = ti
         last = ti.last()
@@ -265,70 +613,166 @@ class Segment:
             self.offset_of_max_timestamp = -1
         self.bytes_since_index = 0
         start = oi.positions[-1] if len(oi) else 0
-        end = start
         self.next_offset = self.base_offset + (oi.rel_offsets[-1] if len(oi) else 0)
-        for pos, h in self.iter_headers(start):
-            self.note_batch(pos, h.base_offset, h.next_offset, h.max_timestamp, h.size)
-            end = pos + h.size
-        if end != self.size:
+        end = start
+        holes_before = len(self.holes)
+        for pos, t in self._chain(start, self.next_offset):
+            self.note_batch(pos, t[0], t[0] + t[6] + 1, t[8], t[1] + LOG_OVERHEAD)
+            end = pos + t[1] + LOG_OVERHEAD
+        if len(self.holes) != holes_before:
+            return True  # the walk quarantined damage; the indexes describe the rest
+        tail_hole = self.holes[-1] if self.holes else None
+        if end != self.size and not (tail_hole and tail_hole.end_position == self.size):
             return False
         return not (last is not None and self.base_offset + last[1] >= self.next_offset)
 
     # ------------------------------------------------------------------ reads
 
-    def find_batch(self, offset: int) -> int | None:
-        """Position of the first batch whose last offset >= ``offset``, or None."""
+    def iter_headers(self, start: int = 0, expected: int = -1) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of every valid batch from the boundary ``start``.
+
+        ``expected``: the least base offset the batch at ``start`` may have (what
+        ``find_batch`` answered with; the segment's base offset by default).
+        """
+        self.ensure_loaded()
+        for pos, t in self._chain(start, max(expected, self.base_offset)):
+            yield pos, BatchHeader(*t)
+
+    def iter_raw_batches(self, stop: int) -> Iterator[tuple[BatchHeader, bytes]]:
+        """Every valid batch that ends by byte ``stop``, with its bytes (compaction)."""
+        buf = b""
+        buf_start = 0
+        for pos, t in self._chain(0, self.base_offset, stop):
+            size = t[1] + LOG_OVERHEAD
+            off = pos - buf_start
+            if off + size > len(buf):
+                buf = self.pread(max(min(_SCAN_CHUNK, stop - pos), size), pos)
+                buf_start, off = pos, 0
+            yield BatchHeader(*t), buf[off : off + size]
+
+    def find_batch(self, offset: int) -> tuple[int, int] | None:
+        """(position, base offset) of the first batch whose last offset >= ``offset``.
+
+        None when this segment has no such batch. Raises CorruptSegmentError when
+        ``offset`` is in a quarantined range.
+        """
+        self.ensure_loaded()
         if offset >= self.next_offset:
             return None
+        self.check_readable(offset)
         if offset == self._hint_offset:
-            return self._hint_pos
-        _, pos = self.offset_index.lookup(max(offset - self.base_offset, 0))
+            return self._hint_pos, offset
+        rel, pos = self.offset_index.lookup(max(offset - self.base_offset, 0))
         chunk = max(self.index_interval, 4096) + 2 * BATCH_OVERHEAD
-        for p, h in self.iter_headers(pos, chunk=chunk):
-            if h.base_offset + h.last_offset_delta >= offset:
-                return p
+        for p, t in self._chain(pos, self.base_offset + rel, chunk=chunk):
+            if t[0] + t[6] >= offset:
+                if t[0] > offset:  # a gap (compaction) or a range quarantined on the way
+                    self.check_readable(offset)
+                return p, t[0]
+        self.check_readable(offset)
         return None
 
-    def read_from(self, pos: int, max_bytes: int) -> bytes:
-        """Whole batches starting at ``pos`` up to ``max_bytes``; at least one batch."""
-        size = self.size
+    def read_from(self, pos: int, max_bytes: int, expected: int) -> bytearray:
+        """Whole, checked batches starting at ``pos`` up to ``max_bytes``; at least one.
+
+        Every returned batch went through ``_chain``, so a damaged length can
+        neither return garbage nor skip data silently: the read stops before a
+        quarantined range (the next fetch asks for its first offset and gets the
+        error). ``expected``: the base offset ``find_batch`` gave for ``pos``.
+        One read covers the data and the header after it, which the walk checks.
+        """
         limit = pos + max(max_bytes, 0)
-        if limit >= size:
-            end = size
-            next_off = self.next_offset
-        else:
-            start = pos
-            end = pos
-            next_off = -1
-            entry = self.offset_index.floor_position(limit)
-            if entry is not None and entry[1] > pos:
-                start = end = entry[1]
-                next_off = self.base_offset + entry[0]
-            chunk = max(self.index_interval, 4096) + 2 * BATCH_OVERHEAD
-            for p, h in self.iter_headers(start, chunk=chunk):
-                if p + h.size > limit and p > pos:
-                    break
-                end = p + h.size
-                next_off = h.base_offset + h.last_offset_delta + 1
-                if end >= limit:
-                    break
-        if end <= pos:
-            return b""
-        data = os.pread(self.fd, end - pos, pos)
-        if next_off >= 0 and len(data) == end - pos:
+        # A bytearray, so the answer is this buffer cut short, not a copy of it.
+        buf = bytearray(min(max(limit, pos + 1) + BATCH_OVERHEAD, self.size) - pos)
+        with self.files.use(self.file) as fd:
+            del buf[os.preadv(fd, [buf], pos) :]
+        if len(buf) >= BATCH_OVERHEAD:  # the first batch is returned whole, however large
+            limit = max(limit, pos + unpack_header(buf)[1] + LOG_OVERHEAD)
+        end = pos
+        next_off = -1
+        for p, t in self._chain(pos, expected, limit, _SCAN_CHUNK, prefetch=(buf, pos)):
+            if p != end:
+                break  # a quarantined range lies between: stop before it
+            end = p + t[1] + LOG_OVERHEAD
+            next_off = t[0] + t[6] + 1
+        if end == pos:
+            self.check_readable(expected)  # the batch at ``pos`` was just quarantined
+            return bytearray()
+        n = end - pos
+        if n <= len(buf):
+            del buf[n:]
+        else:  # a first batch larger than the limit
+            buf = bytearray(self.pread(n, pos))
+        if len(buf) == n:
             self._hint_offset = next_off
             self._hint_pos = end
-        return data
+        return buf
 
     def read_batch_at(self, pos: int, size: int) -> bytes:
-        return os.pread(self.fd, size, pos)
+        return self.pread(size, pos)
 
     def largest_timestamp(self) -> int:
-        """Kafka's retention clock: max record timestamp, or file mtime if there is none."""
+        """Kafka's retention clock: max record timestamp, or file mtime if there is none.
+
+        A segment not loaded yet answers from the last entry of its time index
+        file (written when it was sealed), so retention does not load segments.
+        """
+        if not self.loaded:
+            try:
+                with open(self.timeindex_path, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    if size and size % 12 == 0:
+                        f.seek(size - 12)
+                        ts = int.from_bytes(f.read(8), "big", signed=True)
+                        if ts >= 0:
+                            return ts
+            except FileNotFoundError:
+                pass
+            self.ensure_loaded()
         if self.max_timestamp >= 0:
             return self.max_timestamp
-        return int(os.fstat(self.fd).st_mtime * 1000)
+        return self.mtime_ns() // 1_000_000
 
     def drop_read_hint(self) -> None:
         self._hint_offset = -1
         self._hint_pos = -1
+
+
+def _broken(
+    t: RawHeader,
+    pos: int,
+    size: int,
+    file_size: int,
+    expected: int,
+    upper: int | None,
+    segment_base: int,
+) -> str | None:
+    """Why the header ``t`` at ``pos`` cannot be the next batch of the chain, or None."""
+    if t[1] < MIN_BATCH_LENGTH:
+        return f"batch_length {t[1]} is below the minimum"
+    if t[3] != 2:
+        return f"magic {t[3]}"
+    if pos + size > file_size:
+        return f"batch_length {t[1]} runs past the end of the file"
+    if t[0] < expected:
+        return f"base offset {t[0]} goes back (expected {expected} or more)"
+    if t[6] < 0:
+        return f"last_offset_delta {t[6]}"
+    if t[0] + t[6] - segment_base > _MAX_REL_OFFSET:
+        return f"offsets reach {t[0] + t[6]}, beyond what one segment holds"
+    if upper is not None and t[0] + t[6] >= upper:
+        return f"offsets reach {t[0] + t[6]}, past the segment's end {upper}"
+    return None
+
+
+def _crc_ok(fd: int, pos: int, t: RawHeader) -> bool:
+    data = os.pread(fd, t[1] + LOG_OVERHEAD, pos)
+    return len(data) == t[1] + LOG_OVERHEAD and crc32c(memoryview(data)[_CRC_START:]) == t[4]
+
+
+def _claimed_end(t: RawHeader | None, expected: int, upper: int | None) -> int:
+    """End offset of a damaged tail: what its header claims, if that fits the chain."""
+    if t is None or t[0] != expected or not 0 <= t[6] < _MAX_REL_OFFSET:
+        return expected
+    end = t[0] + t[6] + 1
+    return min(end, upper) if upper is not None else end

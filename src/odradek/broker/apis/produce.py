@@ -5,7 +5,9 @@ batch is written to the partition's segment file (in the OS page cache, so a
 killed broker process loses nothing acknowledged; see docs/operations.md for
 the fsync policy). acks=0 gets no reply at all, as in Kafka. From v13 topics
 are named by topic id (KIP-516): an unknown id gets UNKNOWN_TOPIC_ID and is
-never auto-created.
+never auto-created. When an append makes an fsync due (flush.messages /
+flush.ms) the reply waits for it; the fsync itself runs in a worker thread,
+never on the event loop.
 
 Batches are stored as sent unless the topic's compression.type names a codec
 (anything but `producer`): then, as Kafka does, batches in another codec are
@@ -15,7 +17,9 @@ CRC is checked. This is the one case where Produce reads inside a batch.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from concurrent.futures import Future
 from typing import Any
 
 from odradek.broker.config import topic_config_value
@@ -95,6 +99,7 @@ def _append(
     index: int,
     records: bytes | None,
     auto_created: dict[str, Topic | TopicError],
+    flushes: list[tuple[dict[str, Any], Future[None]]],
 ) -> dict[str, Any]:
     broker = ctx.broker
     topic = broker.topics.get(topic_name)
@@ -113,8 +118,10 @@ def _append(
     try:
         target = _target_codec(ctx, topic)
         if target is not None:
-            validate_batches_raw(records)  # a corrupt batch must not get a fresh CRC
-            records = recompress_batches(records, *target)
+            bound = plog.config.max_decompressed_bytes
+            # A corrupt or poisoned batch must not get a fresh CRC.
+            validate_batches_raw(records, max_decompressed_bytes=bound)
+            records = recompress_batches(records, *target, max_decompressed_bytes=bound)
         info = plog.append(records)
     except LogError as exc:
         log.debug("append to %s-%d refused: %s", topic_name, index, exc)
@@ -129,13 +136,27 @@ def _append(
         return _partition_result(index, KAFKA_STORAGE_ERROR, f"storage error: {exc.strerror}")
     if not info.duplicate:
         broker.notify_append(topic_name, index)
-    return _partition_result(
+    result = _partition_result(
         index,
         0,
         base_offset=info.base_offset,
         log_append_time=info.log_append_time_ms,
         log_start_offset=info.log_start_offset,
     )
+    if info.flushed is not None:
+        flushes.append((result, info.flushed))
+    return result
+
+
+async def _await_flushes(flushes: list[tuple[dict[str, Any], Future[None]]]) -> None:
+    """Wait for the fsyncs these appends made due; a failed one fails its partition."""
+    outcomes = await asyncio.gather(
+        *(asyncio.wrap_future(f) for _, f in flushes), return_exceptions=True
+    )
+    for (result, _), outcome in zip(flushes, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            log.error("fsync after an append failed: %r", outcome)
+            result.update(error_code=KAFKA_STORAGE_ERROR, error_message=f"fsync failed: {outcome}")
 
 
 def _may_create(ctx: RequestContext, topic: str) -> bool:
@@ -205,6 +226,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             ctx, [n for n, ok in zip(named, writable, strict=True) if ok]
         )
     responses = []
+    flushes: list[tuple[dict[str, Any], Future[None]]] = []
     for topic_data, (name, topic_error), may_write in zip(
         request.topic_data, named, writable, strict=True
     ):
@@ -216,7 +238,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             elif not may_write:
                 results.append(_partition_result(part.index, TOPIC_AUTHORIZATION_FAILED))
             else:
-                results.append(_append(ctx, name, part.index, part.records, auto_created))
+                results.append(_append(ctx, name, part.index, part.records, auto_created, flushes))
         responses.append(
             {
                 "name": name,
@@ -226,4 +248,6 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
         )
     if acks == 0:
         return None
+    if flushes:
+        await _await_flushes(flushes)
     return respond(ctx, {"responses": responses, "throttle_time": NO_THROTTLE})

@@ -1,0 +1,150 @@
+"""An open-file budget for segment files: one LRU of descriptors shared by every log.
+
+A broker with thousands of partitions cannot keep every segment file open: the
+process has ``RLIMIT_NOFILE`` descriptors and its sockets need some too. A
+segment opens its file on first use; when more than ``max_open`` files are open
+the least recently used one that nobody is using is closed, and reopened later
+if needed (``log.max.open.files``, docs/operations.md).
+
+A descriptor is *pinned* while a caller uses it (``with files.use(f) as fd``),
+so a worker thread never has its descriptor closed, and the number reused, by
+the event loop's eviction or by the segment being deleted. When ``open`` fails
+with EMFILE / ENFILE every idle descriptor is closed and the open retried once.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = [
+    "DEFAULT_MAX_OPEN_FILES",
+    "FileCache",
+    "SegmentFile",
+    "set_max_open_files",
+    "shared_file_cache",
+]
+
+DEFAULT_MAX_OPEN_FILES = 1000
+_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+class SegmentFile:
+    """One segment's ``.log`` file: its path and, while open, its descriptor."""
+
+    __slots__ = ("fd", "path", "pins", "retired")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = -1
+        self.pins = 0
+        self.retired = False
+
+    def __repr__(self) -> str:
+        return f"SegmentFile({self.path}, fd={self.fd}, pins={self.pins})"
+
+
+class FileCache:
+    """Least-recently-used descriptors of segment files, at most ``max_open`` idle ones."""
+
+    def __init__(self, max_open: int = DEFAULT_MAX_OPEN_FILES) -> None:
+        if max_open < 1:
+            raise ValueError("max_open must be at least 1")
+        self.max_open = max_open
+        self._lock = threading.Lock()
+        self._open: OrderedDict[SegmentFile, None] = OrderedDict()
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    @contextmanager
+    def use(self, file: SegmentFile, *, create: bool = False) -> Iterator[int]:
+        """The file's descriptor, pinned for the ``with`` block (opened, maybe created)."""
+        fd = self._acquire(file, create)
+        try:
+            yield fd
+        finally:
+            self._release(file)
+
+    def _acquire(self, file: SegmentFile, create: bool) -> int:
+        with self._lock:
+            if file.fd >= 0:
+                self._open.move_to_end(file)
+                file.pins += 1
+                return file.fd
+            if file.retired:
+                raise ValueError(f"segment file {file.path} was closed for good")
+            self._shrink_to(self.max_open - 1)
+            flags = _FLAGS | os.O_CREAT if create else _FLAGS
+            try:
+                fd = os.open(file.path, flags, 0o644)
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_DESCRIPTORS:
+                    raise
+                self._shrink_to(0)
+                fd = os.open(file.path, flags, 0o644)
+            file.fd = fd
+            file.pins = 1
+            self._open[file] = None
+            return fd
+
+    def _release(self, file: SegmentFile) -> None:
+        with self._lock:
+            file.pins -= 1
+            if file.pins == 0 and (file.retired or len(self._open) > self.max_open):
+                self._close(file)
+
+    def retire(self, file: SegmentFile) -> None:
+        """Close for good: now, or when its last user is done (never reopened after)."""
+        with self._lock:
+            file.retired = True
+            if file.fd >= 0 and file.pins == 0:
+                self._close(file)
+
+    def close_idle(self) -> None:
+        """Close every descriptor nobody is using."""
+        with self._lock:
+            self._shrink_to(0)
+
+    def _shrink_to(self, target: int) -> None:
+        """Close least recently used idle descriptors until at most ``target`` are open."""
+        excess = len(self._open) - target
+        if excess <= 0:
+            return
+        victims = []
+        for file in self._open:  # oldest first
+            if file.pins == 0:
+                victims.append(file)
+                excess -= 1
+                if excess == 0:
+                    break
+        for file in victims:
+            self._close(file)
+
+    def _close(self, file: SegmentFile) -> None:
+        del self._open[file]
+        fd, file.fd = file.fd, -1
+        os.close(fd)
+
+
+_shared = FileCache()
+
+
+def shared_file_cache() -> FileCache:
+    """The process-wide cache: descriptors are a per-process resource."""
+    return _shared
+
+
+def set_max_open_files(max_open: int) -> None:
+    """Set the process-wide budget (the broker applies ``log.max.open.files``)."""
+    if max_open < 1:
+        raise ValueError("log.max.open.files must be at least 1")
+    _shared.max_open = max_open
+    with _shared._lock:
+        _shared._shrink_to(max_open)
