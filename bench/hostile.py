@@ -31,13 +31,16 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import zstandard
 from confluent_kafka import Producer
+from crc32c import crc32c
 from report import markdown_table  # bench/report.py (scripts run from bench/)
 
 from odradek.protocol.apikeys import ApiKey
@@ -282,6 +285,64 @@ def mass_topic_creation(run: AttackRun) -> str:
     elapsed = time.perf_counter() - started
     wire.close()
     return f"{created:,} topics in {elapsed:.1f} s"
+
+
+def _batch(records: bytes, count: int, codec: int = 0, last_offset_delta: int = -1) -> bytes:
+    """A v2 record batch around `records` with a valid CRC, whatever the records say."""
+    lod = count - 1 if last_offset_delta < 0 else last_offset_delta
+    now = int(time.time() * 1000)
+    header = struct.pack(
+        ">qiibIhiqqqhii", 0, 49 + len(records), -1, 2, 0, codec, lod, now, now, -1, -1, -1, count
+    )
+    out = bytearray(header) + records
+    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+def _produce_body(topic: str, batch: bytes) -> dict[str, Any]:
+    return {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout": 30_000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+    }
+
+
+def _send_until(run: AttackRun, batches: list[bytes], topic: str) -> tuple[int, set[int]]:
+    """Produce `batches` round-robin until the deadline; (requests sent, error codes seen)."""
+    wire = Wire(run.bootstrap)
+    deadline = time.monotonic() + run.duration_s
+    sent, codes = 0, set()
+    while time.monotonic() < deadline:
+        batch = batches[sent % len(batches)]
+        response = wire.request(ApiKey.PRODUCE, 8, _produce_body(topic, batch))
+        codes.add(int(response.responses[0].partition_responses[0].error_code))
+        sent += 1
+    wire.close()
+    return sent, codes
+
+
+@attack("decompression bombs")
+def decompression_bombs(run: AttackRun) -> str:
+    """zstd and gzip batches of a few KB that inflate to 512 MiB, produced back to back."""
+    zero = bytes(1 << 20)
+    zstd = zstandard.ZstdCompressor(level=19).compressobj()
+    zstd_bomb = b"".join(zstd.compress(zero) for _ in range(512)) + zstd.flush()
+    gzip = zlib.compressobj(9, zlib.DEFLATED, 31)
+    gzip_bomb = b"".join(gzip.compress(zero) for _ in range(512)) + gzip.flush()
+    batches = [_batch(zstd_bomb, 1, codec=4), _batch(gzip_bomb, 1, codec=1)]
+    sent, codes = _send_until(run, batches, VICTIM_TOPIC)
+    sizes = f"{len(zstd_bomb) // 1024}-{len(gzip_bomb) // 1024} KB"
+    return f"{sent:,} bombs of {sizes}; error codes {sorted(codes)}"
+
+
+@attack("poison batches")
+def poison_batches(run: AttackRun) -> str:
+    """Batches with a valid CRC over garbage, and one whose count claims 1,000,000 records."""
+    one_record = bytes([14, 0, 0, 0, 1, 2, 120, 0])  # a 7-byte record: no key, value "x"
+    batches = [_batch(os.urandom(200), 3), _batch(one_record, 1_000_000)]
+    sent, codes = _send_until(run, batches, VICTIM_TOPIC)
+    return f"{sent:,} poison batches; error codes {sorted(codes)}"
 
 
 # --- running --------------------------------------------------------------------------
