@@ -1,4 +1,4 @@
-"""Benchmark: Odradek's Python client vs kafka-python and aiokafka, same broker, same run.
+"""Benchmark: Odradek's Python client vs kafka-python, aiokafka and confluent-kafka, one run.
 
 Per value size (100 B and 1 KiB) and per client: produce N records (acks=1, linger 5 ms,
 16 KiB batches, no compression) into a fresh 4-partition topic, then consume them back
@@ -181,10 +181,63 @@ def aiokafka_consume(bootstrap: str, topic: str, n: int) -> None:
     asyncio.run(go())
 
 
+# ------------------------------------------------------------------------ confluent-kafka
+
+
+def confluent_produce(bootstrap: str, topic: str, n: int, value: bytes) -> None:
+    from confluent_kafka import Producer as CProducer
+
+    p = CProducer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": 1,
+            "linger.ms": 5,
+            "batch.size": 16_384,
+            "enable.idempotence": False,
+        }
+    )
+    produce = p.produce
+    for _ in range(n):
+        while True:
+            try:
+                produce(topic, value)
+                break
+            except BufferError:  # local queue full: serve delivery reports, then retry
+                p.poll(0.01)
+    if p.flush(120) != 0:
+        raise RuntimeError("confluent-kafka did not deliver every record")
+
+
+def confluent_consume(bootstrap: str, topic: str, n: int) -> None:
+    from confluent_kafka import OFFSET_BEGINNING
+    from confluent_kafka import Consumer as CConsumer
+    from confluent_kafka import TopicPartition as CTP
+
+    c = CConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-unused",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        c.assign([CTP(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        got = 0
+        deadline = time.monotonic() + 300
+        while got < n and time.monotonic() < deadline:
+            got += len(c.consume(num_messages=500, timeout=1.0))
+        if got < n:
+            raise RuntimeError(f"confluent-kafka consumed {got} of {n}")
+    finally:
+        c.close()
+
+
 CLIENTS: dict[str, tuple[Callable[..., None], Callable[..., None]]] = {
     "odradek": (odradek_produce, odradek_consume),
     "kafka-python": (kafka_python_produce, kafka_python_consume),
     "aiokafka": (aiokafka_produce, aiokafka_consume),
+    "confluent-kafka": (confluent_produce, confluent_consume),
 }
 
 

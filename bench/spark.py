@@ -14,7 +14,16 @@ Measures, in one local[2] SparkSession (numbers are for this machine only):
   = 10) into ``noop``; median and p90 of Spark's ``triggerExecution`` and of its
   parts (latestOffset, addBatch, walCommit, commitOffsets).
 
-Prints a Markdown table (copied into docs/spark.md).
+and, where Spark itself is the limit, the same jobs without Kafka (the ceilings):
+
+* the same rows read from a Parquet file into ``noop``;
+* the same rows as Arrow batches from a trivial Python data source (what any
+  Python source costs in Spark: worker, Arrow transfer to the JVM);
+* the same rows written to a Python data source sink that discards them (Spark's
+  JVM-to-Python Arrow transfer, what any Python sink costs);
+* the per-micro-batch overhead of Spark's built-in ``rate`` source.
+
+Prints a Markdown table (copied into docs/spark.md and docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -43,6 +52,66 @@ def _topic(bootstrap: str, name: str, partitions: int) -> str:
 def _pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _ceiling_sources(rows: int, value_bytes: int, partitions: int) -> tuple[type, type]:
+    """A Python source of in-memory Arrow rows and a Python sink that discards its input:
+    the cost of the Python Data Source API itself, with no Kafka behind it."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceReader,
+        InputPartition,
+        WriterCommitMessage,
+    )
+
+    from odradek.spark.arrow import SCHEMA_DDL, arrow_schema
+
+    class MemoryReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(partitions)]
+
+        def read(self, partition: InputPartition):  # type: ignore[no-untyped-def]
+            # One batch built once and yielded again and again: only Spark's costs remain.
+            share = rows // partitions
+            chunk = 8192
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.array([b"k"] * chunk, type=pa.binary()),
+                    pa.array([b"x" * value_bytes] * chunk, type=pa.binary()),
+                    pa.array(["t"] * chunk, type=pa.string()),
+                    pa.array([partition.value] * chunk, type=pa.int32()),
+                    pa.array(range(chunk), type=pa.int64()),
+                    pa.array([0] * chunk, type=pa.timestamp("us", tz="UTC")),
+                    pa.array([0] * chunk, type=pa.int32()),
+                ],
+                schema=arrow_schema(False),
+            )
+            for start in range(0, share, chunk):
+                yield batch.slice(0, min(chunk, share - start))
+
+    class DiscardWriter(DataSourceArrowWriter):
+        def write(self, iterator):  # type: ignore[no-untyped-def]
+            for _batch in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class CeilingSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "benchceiling"
+
+        def schema(self) -> str:
+            return SCHEMA_DDL
+
+        def reader(self, schema):  # type: ignore[no-untyped-def]
+            return MemoryReader()
+
+        def writer(self, schema, overwrite):  # type: ignore[no-untyped-def]
+            return DiscardWriter()
+
+    return CeilingSource, MemoryReader
 
 
 def main() -> None:
@@ -122,6 +191,45 @@ def main() -> None:
     results.append(("source, batch read (cold)", n, cold, f"{n / cold:,.0f} rows/s"))
     results.append(("source, batch read (warm)", n, warm, f"{n / warm:,.0f} rows/s"))
 
+    # Ceilings: the same rows without Kafka.
+    ceiling_source, _ = _ceiling_sources(n, args.value_bytes, args.partitions)
+    spark.dataSource.register(ceiling_source)
+    with tempfile.TemporaryDirectory() as pq:
+        (
+            spark.read.format("odradek")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .load()
+            .repartition(args.partitions)
+            .write.parquet(f"{pq}/rows")
+        )
+
+        def read_parquet() -> float:
+            t0 = time.perf_counter()
+            spark.read.parquet(f"{pq}/rows").write.format("noop").mode("overwrite").save()
+            return time.perf_counter() - t0
+
+        read_parquet()
+        dt = read_parquet()
+        results.append(
+            ("ceiling: Parquet file of the same rows, read (warm)", n, dt, f"{n / dt:,.0f} rows/s")
+        )
+
+    def read_memory() -> float:
+        t0 = time.perf_counter()
+        spark.read.format("benchceiling").load().write.format("noop").mode("overwrite").save()
+        return time.perf_counter() - t0
+
+    read_memory()
+    dt = read_memory()
+    results.append(
+        ("ceiling: Python source of in-memory Arrow rows (warm)", n, dt, f"{n / dt:,.0f} rows/s")
+    )
+    t0 = time.perf_counter()
+    source.write.mode("append").format("benchceiling").save()
+    dt = time.perf_counter() - t0
+    results.append(("ceiling: Python sink that discards the rows", n, dt, f"{n / dt:,.0f} rows/s"))
+
     with tempfile.TemporaryDirectory() as ck:
         t0 = time.perf_counter()
         q = (
@@ -187,6 +295,32 @@ def main() -> None:
                 f"median {med:.0f} ms, p90 {p90:.0f} ms ({detail} ms)",
             )
         )
+    with tempfile.TemporaryDirectory() as ck:
+        q = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", 10)
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", ck)
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+        deadline = time.monotonic() + 300
+        while len(q.recentProgress) < args.tiny_batches + 3 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        q.stop()
+        progress = [p for p in q.recentProgress if p["numInputRows"]][3:]
+        vals = [float(p["durationMs"].get("triggerExecution", 0)) for p in progress]
+        if vals:
+            med = statistics.median(vals)
+            results.append(
+                (
+                    f"ceiling: per-batch overhead of Spark's rate source, {len(vals)} batches",
+                    int(sum(p["numInputRows"] for p in progress)),
+                    med / 1000,
+                    f"median {med:.0f} ms, p90 {_pct(vals, 0.9):.0f} ms",
+                )
+            )
 
     spark.stop()
     if broker is not None:
