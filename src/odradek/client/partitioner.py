@@ -79,6 +79,9 @@ class DefaultPartitioner(Partitioner):
     ) -> int:
         if key is not None:
             return key_partition(key, len(partitions))
+        current = self._sticky.get(topic)  # a dict read needs no lock; changes take it
+        if current is not None and current in partitions:
+            return current
         with self._lock:
             current = self._sticky.get(topic)
             if current is None or current not in partitions:
