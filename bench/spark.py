@@ -1,15 +1,19 @@
 """Throughput and per-batch overhead of Odradek's PySpark source and sink.
 
-    python bench/spark.py                       # embedded broker, 300k rows of 100 bytes
-    python bench/spark.py --rows 1000000 --bootstrap 127.0.0.1:9092
+    python bench/spark.py                       # embedded broker, 1M rows of 100 bytes
+    python bench/spark.py --rows 300000 --repeat 1
+    python bench/spark.py --bootstrap 127.0.0.1:9092
 
-Measures, in one local[2] SparkSession (numbers are for this machine only):
+Measures, in one local[2] SparkSession (numbers are for this machine only), after
+a warm-up job has started Spark's Python workers, each figure the median of
+``--repeat`` runs:
 
 * sink, ``deliveryMode=direct``: tasks produce straight to the topic (rows/s);
 * sink, ``deliveryMode=staged`` (the default): tasks stage Arrow files, the driver
   publishes in commit (rows/s, end to end);
-* source, batch read into Spark's ``noop`` sink (rows/s, warm: second run);
-* source, streaming ``availableNow`` into ``noop`` (rows/s);
+* source, batch read into Spark's ``noop`` sink (rows/s; the first read of the
+  session, "cold", is shown too);
+* source, streaming ``availableNow`` into ``noop`` (rows/s, query start to end);
 * per-micro-batch overhead: a stream of tiny batches (``maxOffsetsPerTrigger``
   = 10) into ``noop``; median and p90 of Spark's ``triggerExecution`` and of its
   parts (latestOffset, addBatch, walCommit, commitOffsets).
@@ -21,7 +25,8 @@ and, where Spark itself is the limit, the same jobs without Kafka (the ceilings)
   Python source costs in Spark: worker, Arrow transfer to the JVM);
 * the same rows written to a Python data source sink that discards them (Spark's
   JVM-to-Python Arrow transfer, what any Python sink costs);
-* the per-micro-batch overhead of Spark's built-in ``rate`` source.
+* the per-micro-batch overhead of Spark's built-in ``rate`` source and of a
+  trivial Python streaming source (10 in-memory rows per batch).
 
 Prints a Markdown table (copied into docs/spark.md and docs/benchmarks.md).
 """
@@ -35,7 +40,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -62,6 +69,7 @@ def _ceiling_sources(rows: int, value_bytes: int, partitions: int) -> tuple[type
         DataSource,
         DataSourceArrowWriter,
         DataSourceReader,
+        DataSourceStreamReader,
         InputPartition,
         WriterCommitMessage,
     )
@@ -97,6 +105,38 @@ def _ceiling_sources(rows: int, value_bytes: int, partitions: int) -> tuple[type
                 pass
             return WriterCommitMessage()
 
+    class TinyStreamReader(DataSourceStreamReader):
+        """10 in-memory rows per micro-batch: Spark's floor for a Python streaming source."""
+
+        def __init__(self) -> None:
+            self.end = 0
+
+        def initialOffset(self) -> dict:
+            return {"rows": 0}
+
+        def latestOffset(self) -> dict:
+            self.end += 10
+            return {"rows": self.end}
+
+        def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+            return [InputPartition((start["rows"], end["rows"]))]
+
+        def read(self, partition: InputPartition):  # type: ignore[no-untyped-def]
+            lo, hi = partition.value
+            n = hi - lo
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array([b"k"] * n, type=pa.binary()),
+                    pa.array([b"x" * value_bytes] * n, type=pa.binary()),
+                    pa.array(["t"] * n, type=pa.string()),
+                    pa.array([0] * n, type=pa.int32()),
+                    pa.array(range(lo, hi), type=pa.int64()),
+                    pa.array([0] * n, type=pa.timestamp("us", tz="UTC")),
+                    pa.array([0] * n, type=pa.int32()),
+                ],
+                schema=arrow_schema(False),
+            )
+
     class CeilingSource(DataSource):
         @classmethod
         def name(cls) -> str:
@@ -108,19 +148,55 @@ def _ceiling_sources(rows: int, value_bytes: int, partitions: int) -> tuple[type
         def reader(self, schema):  # type: ignore[no-untyped-def]
             return MemoryReader()
 
+        def streamReader(self, schema):  # type: ignore[no-untyped-def]
+            return TinyStreamReader()
+
         def writer(self, schema, overwrite):  # type: ignore[no-untyped-def]
             return DiscardWriter()
 
     return CeilingSource, MemoryReader
 
 
+def _median_time(fn: Callable[[], Any], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _tiny_batches(query: Any, batches: int) -> list[dict]:
+    """Run ``query`` until ``batches`` + 3 micro-batches with rows; drop the first 3."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if len([p for p in query.recentProgress if p["numInputRows"]]) >= batches + 3:
+            break
+        time.sleep(0.5)
+    query.stop()
+    return [p for p in query.recentProgress if p["numInputRows"]][3:]
+
+
+PARTS = ("latestOffset", "addBatch", "walCommit", "commitOffsets")
+
+
+def _overhead(progress: list[dict]) -> str:
+    total = [float(p["durationMs"].get("triggerExecution", 0)) for p in progress]
+    detail = ", ".join(
+        f"{k} {statistics.median(float(p['durationMs'].get(k, 0)) for p in progress):.0f}"
+        for k in PARTS
+    )
+    return f"median {statistics.median(total):.0f} ms, p90 {_pct(total, 0.9):.0f} ms ({detail} ms)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--bootstrap", help="an existing broker (default: start an embedded one)")
-    ap.add_argument("--rows", type=int, default=300_000)
+    ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--tiny-batches", type=int, default=30)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
     args = ap.parse_args()
 
     broker = None
@@ -145,9 +221,12 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    ceiling_source, _ = _ceiling_sources(args.rows, args.value_bytes, args.partitions)
+    spark.dataSource.register(ceiling_source)
     results: list[tuple[str, int, float, str]] = []
     run = uuid.uuid4().hex[:6]
     n = args.rows
+    repeat = args.repeat
     pad = max(0, args.value_bytes - 10)
     source = spark.range(0, n, numPartitions=2).selectExpr(
         "cast(id as string) as key",
@@ -155,9 +234,15 @@ def main() -> None:
     )
     source.cache().count()
 
-    def write(mode: str) -> str:
-        topic = _topic(bootstrap, f"bench-{mode}-{run}", args.partitions)
-        t0 = time.perf_counter()
+    def rate(what: str, rows: int, seconds: float) -> None:
+        results.append((what, rows, seconds, f"{rows / seconds:,.0f} rows/s"))
+
+    def write_discard() -> None:
+        source.write.mode("append").format("benchceiling").save()
+
+    write_discard()  # warm-up: starts Spark's Python workers
+
+    def write(mode: str, topic: str) -> None:
         (
             source.write.mode("append")
             .format("odradek")
@@ -166,15 +251,21 @@ def main() -> None:
             .option("deliveryMode", mode)
             .save()
         )
-        dt = time.perf_counter() - t0
-        results.append((f"sink, batch write, deliveryMode={mode}", n, dt, f"{n / dt:,.0f} rows/s"))
-        return topic
 
-    topic = write("direct")
-    write("staged")
+    topic = _topic(bootstrap, f"bench-read-{run}", args.partitions)
+    write("direct", topic)  # the rows every read below reads
+    for mode in ("direct", "staged"):
+        topics = iter(
+            [_topic(bootstrap, f"bench-{mode}-{run}-{i}", args.partitions) for i in range(repeat)]
+        )
+        rate(
+            f"sink, batch write, deliveryMode={mode}",
+            n,
+            _median_time(lambda mode=mode, topics=topics: write(mode, next(topics)), repeat),
+        )
+    rate("ceiling: Python sink that discards the rows", n, _median_time(write_discard, repeat))
 
-    def read() -> float:
-        t0 = time.perf_counter()
+    def read() -> None:
         (
             spark.read.format("odradek")
             .option("kafka.bootstrap.servers", bootstrap)
@@ -184,77 +275,54 @@ def main() -> None:
             .mode("overwrite")
             .save()
         )
-        return time.perf_counter() - t0
 
-    cold = read()
-    warm = read()
-    results.append(("source, batch read (cold)", n, cold, f"{n / cold:,.0f} rows/s"))
-    results.append(("source, batch read (warm)", n, warm, f"{n / warm:,.0f} rows/s"))
+    rate("source, batch read (cold: the session's first read)", n, _median_time(read, 1))
+    rate("source, batch read (warm)", n, _median_time(read, repeat))
 
-    # Ceilings: the same rows without Kafka.
-    ceiling_source, _ = _ceiling_sources(n, args.value_bytes, args.partitions)
-    spark.dataSource.register(ceiling_source)
     with tempfile.TemporaryDirectory() as pq:
-        (
-            spark.read.format("odradek")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .load()
-            .repartition(args.partitions)
-            .write.parquet(f"{pq}/rows")
-        )
+        spark.read.format("odradek").option("kafka.bootstrap.servers", bootstrap).option(
+            "subscribe", topic
+        ).load().repartition(args.partitions).write.parquet(f"{pq}/rows")
 
-        def read_parquet() -> float:
-            t0 = time.perf_counter()
+        def read_parquet() -> None:
             spark.read.parquet(f"{pq}/rows").write.format("noop").mode("overwrite").save()
-            return time.perf_counter() - t0
 
         read_parquet()
-        dt = read_parquet()
-        results.append(
-            ("ceiling: Parquet file of the same rows, read (warm)", n, dt, f"{n / dt:,.0f} rows/s")
+        rate(
+            "ceiling: Parquet file of the same rows, read (warm)",
+            n,
+            _median_time(read_parquet, repeat),
         )
 
-    def read_memory() -> float:
-        t0 = time.perf_counter()
+    def read_memory() -> None:
         spark.read.format("benchceiling").load().write.format("noop").mode("overwrite").save()
-        return time.perf_counter() - t0
 
     read_memory()
-    dt = read_memory()
-    results.append(
-        ("ceiling: Python source of in-memory Arrow rows (warm)", n, dt, f"{n / dt:,.0f} rows/s")
+    rate(
+        "ceiling: Python source of in-memory Arrow rows (warm)",
+        n,
+        _median_time(read_memory, repeat),
     )
-    t0 = time.perf_counter()
-    source.write.mode("append").format("benchceiling").save()
-    dt = time.perf_counter() - t0
-    results.append(("ceiling: Python sink that discards the rows", n, dt, f"{n / dt:,.0f} rows/s"))
 
-    with tempfile.TemporaryDirectory() as ck:
-        t0 = time.perf_counter()
-        q = (
-            spark.readStream.format("odradek")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .load()
-            .writeStream.format("noop")
-            .option("checkpointLocation", ck)
-            .trigger(availableNow=True)
-            .start()
-        )
-        q.awaitTermination()
-        dt = time.perf_counter() - t0
-        batches = [p for p in q.recentProgress if p["numInputRows"]]
-        rows = sum(p["numInputRows"] for p in batches)
-        results.append(
-            (
-                f"source, stream availableNow ({len(batches)} batch)",
-                rows,
-                dt,
-                f"{rows / dt:,.0f} rows/s",
+    def available_now() -> None:
+        with tempfile.TemporaryDirectory() as ck:
+            q = (
+                spark.readStream.format("odradek")
+                .option("kafka.bootstrap.servers", bootstrap)
+                .option("subscribe", topic)
+                .option("startingOffsets", "earliest")
+                .load()
+                .writeStream.format("noop")
+                .option("checkpointLocation", ck)
+                .trigger(availableNow=True)
+                .start()
             )
-        )
+            q.awaitTermination()
+            rows = sum(p["numInputRows"] for p in q.recentProgress)
+            if rows != n:
+                raise RuntimeError(f"availableNow read {rows} rows, not {n}")
+
+    rate("source, stream availableNow (start to end)", n, _median_time(available_now, repeat))
 
     tiny = _topic(bootstrap, f"bench-tiny-{run}", 1)
     from odradek.client import Producer
@@ -263,71 +331,55 @@ def main() -> None:
         for i in range(10 * (args.tiny_batches + 3)):
             producer.send(tiny, b"x" * 100, key=str(i).encode())
         producer.flush()
-    with tempfile.TemporaryDirectory() as ck:
-        q = (
-            spark.readStream.format("odradek")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", tiny)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", 10)
-            .load()
-            .writeStream.format("noop")
-            .option("checkpointLocation", ck)
-            .trigger(processingTime="0 seconds")
-            .start()
+
+    def stream(reader: Any) -> list[dict]:
+        with tempfile.TemporaryDirectory() as ck:
+            q = (
+                reader.load()
+                .writeStream.format("noop")
+                .option("checkpointLocation", ck)
+                .trigger(processingTime="0 seconds")
+                .start()
+            )
+            return _tiny_batches(q, args.tiny_batches)
+
+    progress = stream(
+        spark.readStream.format("odradek")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", tiny)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", 10)
+    )
+    results.append(
+        (
+            f"per-batch overhead, {len(progress)} batches of 10 rows",
+            len(progress) * 10,
+            statistics.median(float(p["durationMs"]["triggerExecution"]) for p in progress) / 1000,
+            _overhead(progress),
         )
-        deadline = time.monotonic() + 300
-        while len(q.recentProgress) < args.tiny_batches + 3 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        q.stop()
-        progress = [p for p in q.recentProgress if p["numInputRows"]][3:]  # drop warm-up
-        parts = {}
-        for key in ("triggerExecution", "latestOffset", "addBatch", "walCommit", "commitOffsets"):
-            vals = [float(p["durationMs"].get(key, 0)) for p in progress]
-            parts[key] = (statistics.median(vals), _pct(vals, 0.9)) if vals else (0, 0)
-        med, p90 = parts["triggerExecution"]
-        detail = ", ".join(f"{k} {v[0]:.0f}" for k, v in parts.items() if k != "triggerExecution")
+    )
+    for name, reader in (
+        ("a trivial Python streaming source", spark.readStream.format("benchceiling")),
+        ("Spark's rate source", spark.readStream.format("rate").option("rowsPerSecond", 10)),
+    ):
+        progress = stream(reader)
         results.append(
             (
-                f"per-batch overhead, {len(progress)} batches of 10 rows",
-                len(progress) * 10,
-                med / 1000,
-                f"median {med:.0f} ms, p90 {p90:.0f} ms ({detail} ms)",
+                f"ceiling: per-batch overhead of {name}, {len(progress)} batches",
+                int(sum(p["numInputRows"] for p in progress)),
+                statistics.median(float(p["durationMs"]["triggerExecution"]) for p in progress)
+                / 1000,
+                _overhead(progress),
             )
         )
-    with tempfile.TemporaryDirectory() as ck:
-        q = (
-            spark.readStream.format("rate")
-            .option("rowsPerSecond", 10)
-            .load()
-            .writeStream.format("noop")
-            .option("checkpointLocation", ck)
-            .trigger(processingTime="0 seconds")
-            .start()
-        )
-        deadline = time.monotonic() + 300
-        while len(q.recentProgress) < args.tiny_batches + 3 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        q.stop()
-        progress = [p for p in q.recentProgress if p["numInputRows"]][3:]
-        vals = [float(p["durationMs"].get("triggerExecution", 0)) for p in progress]
-        if vals:
-            med = statistics.median(vals)
-            results.append(
-                (
-                    f"ceiling: per-batch overhead of Spark's rate source, {len(vals)} batches",
-                    int(sum(p["numInputRows"] for p in progress)),
-                    med / 1000,
-                    f"median {med:.0f} ms, p90 {_pct(vals, 0.9):.0f} ms",
-                )
-            )
 
     spark.stop()
     if broker is not None:
         broker.stop()
     print(
         f"\nrows={n} value={args.value_bytes} B partitions={args.partitions} "
-        f"cores={os.cpu_count()} broker={'embedded' if broker else bootstrap}\n"
+        f"cores={os.cpu_count()} broker={'embedded' if broker else bootstrap} "
+        f"median of {repeat}\n"
     )
     print("| measurement | rows | seconds | result |")
     print("|---|---:|---:|---|")
