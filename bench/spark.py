@@ -6,14 +6,16 @@
 
 Measures, in one local[2] SparkSession (numbers are for this machine only), after
 a warm-up job has started Spark's Python workers, each figure the median of
-``--repeat`` runs:
+``--repeat`` runs that follow ``--warmup`` unmeasured ones:
 
 * sink, ``deliveryMode=direct``: tasks produce straight to the topic (rows/s);
 * sink, ``deliveryMode=staged`` (the default): tasks stage Arrow files, the driver
   publishes in commit (rows/s, end to end);
 * source, batch read into Spark's ``noop`` sink (rows/s; the first read of the
   session, "cold", is shown too);
-* source, streaming ``availableNow`` into ``noop`` (rows/s, query start to end);
+* source, streaming ``availableNow`` into ``noop`` (rows/s, query start to end,
+  and the micro-batches alone: Spark spends ~2 s starting a query's Python
+  streaming runner before the source is asked anything);
 * per-micro-batch overhead: a stream of tiny batches (``maxOffsetsPerTrigger``
   = 10) into ``noop``; median and p90 of Spark's ``triggerExecution`` and of its
   parts (latestOffset, addBatch, walCommit, commitOffsets).
@@ -157,7 +159,11 @@ def _ceiling_sources(rows: int, value_bytes: int, partitions: int) -> tuple[type
     return CeilingSource, MemoryReader
 
 
-def _median_time(fn: Callable[[], Any], repeat: int) -> float:
+def _median_time(fn: Callable[[], Any], repeat: int, warmup: int = 0) -> float:
+    """Median wall time of ``repeat`` runs after ``warmup`` unmeasured ones (the JVM's JIT
+    keeps speeding Spark up over the first few jobs of a session)."""
+    for _ in range(warmup):
+        fn()
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -197,6 +203,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--tiny-batches", type=int, default=30)
     ap.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
+    ap.add_argument("--warmup", type=int, default=3, help="unmeasured runs before each figure")
     args = ap.parse_args()
 
     broker = None
@@ -226,7 +233,7 @@ def main() -> None:
     results: list[tuple[str, int, float, str]] = []
     run = uuid.uuid4().hex[:6]
     n = args.rows
-    repeat = args.repeat
+    repeat, warmup = args.repeat, args.warmup
     pad = max(0, args.value_bytes - 10)
     source = spark.range(0, n, numPartitions=2).selectExpr(
         "cast(id as string) as key",
@@ -256,14 +263,23 @@ def main() -> None:
     write("direct", topic)  # the rows every read below reads
     for mode in ("direct", "staged"):
         topics = iter(
-            [_topic(bootstrap, f"bench-{mode}-{run}-{i}", args.partitions) for i in range(repeat)]
+            [
+                _topic(bootstrap, f"bench-{mode}-{run}-{i}", args.partitions)
+                for i in range(repeat + warmup)
+            ]
         )
         rate(
             f"sink, batch write, deliveryMode={mode}",
             n,
-            _median_time(lambda mode=mode, topics=topics: write(mode, next(topics)), repeat),
+            _median_time(
+                lambda mode=mode, topics=topics: write(mode, next(topics)), repeat, warmup
+            ),
         )
-    rate("ceiling: Python sink that discards the rows", n, _median_time(write_discard, repeat))
+    rate(
+        "ceiling: Python sink that discards the rows",
+        n,
+        _median_time(write_discard, repeat, warmup),
+    )
 
     def read() -> None:
         (
@@ -277,7 +293,7 @@ def main() -> None:
         )
 
     rate("source, batch read (cold: the session's first read)", n, _median_time(read, 1))
-    rate("source, batch read (warm)", n, _median_time(read, repeat))
+    rate("source, batch read (warm)", n, _median_time(read, repeat, warmup))
 
     with tempfile.TemporaryDirectory() as pq:
         spark.read.format("odradek").option("kafka.bootstrap.servers", bootstrap).option(
@@ -287,22 +303,22 @@ def main() -> None:
         def read_parquet() -> None:
             spark.read.parquet(f"{pq}/rows").write.format("noop").mode("overwrite").save()
 
-        read_parquet()
         rate(
             "ceiling: Parquet file of the same rows, read (warm)",
             n,
-            _median_time(read_parquet, repeat),
+            _median_time(read_parquet, repeat, warmup),
         )
 
     def read_memory() -> None:
         spark.read.format("benchceiling").load().write.format("noop").mode("overwrite").save()
 
-    read_memory()
     rate(
         "ceiling: Python source of in-memory Arrow rows (warm)",
         n,
-        _median_time(read_memory, repeat),
+        _median_time(read_memory, repeat, warmup),
     )
+
+    batch_seconds: list[float] = []
 
     def available_now() -> None:
         with tempfile.TemporaryDirectory() as ck:
@@ -321,8 +337,36 @@ def main() -> None:
             rows = sum(p["numInputRows"] for p in q.recentProgress)
             if rows != n:
                 raise RuntimeError(f"availableNow read {rows} rows, not {n}")
+            batch_seconds.append(
+                sum(float(p["durationMs"]["triggerExecution"]) for p in q.recentProgress) / 1000
+            )
 
-    rate("source, stream availableNow (start to end)", n, _median_time(available_now, repeat))
+    rate(
+        "source, stream availableNow (query start to end)",
+        n,
+        _median_time(available_now, repeat, 1),
+    )
+    rate(
+        "source, stream availableNow (its micro-batches alone)",
+        n,
+        statistics.median(batch_seconds[1:]),
+    )
+
+    def available_now_trivial() -> None:
+        with tempfile.TemporaryDirectory() as ck:
+            spark.readStream.format("benchceiling").load().writeStream.format("noop").option(
+                "checkpointLocation", ck
+            ).trigger(availableNow=True).start().awaitTermination()
+
+    seconds = _median_time(available_now_trivial, repeat, 1)
+    results.append(
+        (
+            "ceiling: availableNow query start to end, trivial Python streaming source",
+            10,
+            seconds,
+            f"{seconds:.2f} s for one batch of 10 rows",
+        )
+    )
 
     tiny = _topic(bootstrap, f"bench-tiny-{run}", 1)
     from odradek.client import Producer
