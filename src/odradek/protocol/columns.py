@@ -46,6 +46,7 @@ __all__ = [
     "BatchColumns",
     "batch_from_body",
     "decode_batch_columns",
+    "decompress_section",
     "encode_columns",
     "encode_record",
     "gather_binary",
@@ -216,6 +217,12 @@ class BatchColumns:
         return lo
 
 
+def decompress_section(codec: int, data: bytes | memoryview) -> bytes:
+    """A compressed batch's records section, inflated by ``records.py`` (the one place
+    the codec reaches for decompression; its errors are records.py's)."""
+    return _decompress(codec, data)
+
+
 def decode_batch_columns(
     buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
 ) -> BatchColumns:
@@ -228,7 +235,7 @@ def decode_batch_columns(
     end = pos + header.batch_length + LOG_OVERHEAD
     codec = header.attributes & 0x07
     if codec != COMPRESSION_NONE:
-        buf = _decompress(codec, memoryview(buf)[start:end])
+        buf = decompress_section(codec, memoryview(buf)[start:end])
         start, end = 0, len(buf)
     log_append = (header.attributes >> 3) & 1
     decoded = decode_records(

@@ -24,14 +24,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from odradek.client.errors import CorruptRecordError
-from odradek.protocol.columns import decode_records, gather_binary
+from odradek.protocol.columns import decode_records, decompress_section, gather_binary
 from odradek.protocol.records import (
     BATCH_OVERHEAD,
     COMPRESSION_NONE,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
     RecordError,
-    _decompress,
     crc32c,
 )
 
@@ -305,7 +304,7 @@ def _add_batch(
     log_append = (attrs >> 3) & 1
     try:
         if attrs & 0x07 != COMPRESSION_NONE:
-            buffer = _decompress(attrs & 0x07, memoryview(blob)[start:stop])
+            buffer = decompress_section(attrs & 0x07, memoryview(blob)[start:stop])
             start, stop = 0, len(buffer)
         decoded = decode_records(
             buffer, start, stop, count, base, base_ts, max_ts if log_append else None
