@@ -1,4 +1,4 @@
-"""Benchmark: Odradek's Python client vs kafka-python and aiokafka, same broker, same run.
+"""Benchmark: Odradek's Python client vs kafka-python, aiokafka and confluent-kafka, one run.
 
 Per value size (100 B and 1 KiB) and per client: produce N records (acks=1, linger 5 ms,
 16 KiB batches, no compression) into a fresh 4-partition topic, then consume them back
@@ -12,6 +12,7 @@ kafka-python's ``StickyPartitionAssignor``.
     python bench/client.py --messages-100b 100000 --messages-1k 50000
     python bench/client.py --assign-members 1000 --assign-partitions 10000   # the big case
     python bench/client.py --skip-assignors --json out.json
+    python bench/client.py --skip-assignors --repeat 3       # medians of 3 runs
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import asyncio
 import importlib.util
 import json
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -181,10 +183,63 @@ def aiokafka_consume(bootstrap: str, topic: str, n: int) -> None:
     asyncio.run(go())
 
 
+# ------------------------------------------------------------------------ confluent-kafka
+
+
+def confluent_produce(bootstrap: str, topic: str, n: int, value: bytes) -> None:
+    from confluent_kafka import Producer as CProducer
+
+    p = CProducer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": 1,
+            "linger.ms": 5,
+            "batch.size": 16_384,
+            "enable.idempotence": False,
+        }
+    )
+    produce = p.produce
+    for _ in range(n):
+        while True:
+            try:
+                produce(topic, value)
+                break
+            except BufferError:  # local queue full: serve delivery reports, then retry
+                p.poll(0.01)
+    if p.flush(120) != 0:
+        raise RuntimeError("confluent-kafka did not deliver every record")
+
+
+def confluent_consume(bootstrap: str, topic: str, n: int) -> None:
+    from confluent_kafka import OFFSET_BEGINNING
+    from confluent_kafka import Consumer as CConsumer
+    from confluent_kafka import TopicPartition as CTP
+
+    c = CConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-unused",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        c.assign([CTP(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        got = 0
+        deadline = time.monotonic() + 300
+        while got < n and time.monotonic() < deadline:
+            got += len(c.consume(num_messages=500, timeout=1.0))
+        if got < n:
+            raise RuntimeError(f"confluent-kafka consumed {got} of {n}")
+    finally:
+        c.close()
+
+
 CLIENTS: dict[str, tuple[Callable[..., None], Callable[..., None]]] = {
     "odradek": (odradek_produce, odradek_consume),
     "kafka-python": (kafka_python_produce, kafka_python_consume),
     "aiokafka": (aiokafka_produce, aiokafka_consume),
+    "confluent-kafka": (confluent_produce, confluent_consume),
 }
 
 
@@ -230,23 +285,183 @@ def run_throughput(bootstrap: str, counts: dict[str, int], clients: list[str]) -
     return rows
 
 
+def median_rows(runs: list[list[dict]]) -> list[dict]:
+    """One row per (size, client): the median of each timing over the runs."""
+    out = []
+    for rows in zip(*runs, strict=True):
+        merged = dict(rows[0])
+        for key in ("produce_s", "consume_s", "group_consume_s"):
+            if key in merged:
+                merged[key] = statistics.median(r[key] for r in rows)
+        merged["runs"] = len(rows)
+        out.append(merged)
+    return out
+
+
 def throughput_table(rows: list[dict]) -> str:
+    """Medians, with each client's ratio to aiokafka (the issue's yardstick) where it ran."""
+    base = {r["size"]: r for r in rows if r["client"] == "aiokafka"}
     out = [
-        "| size | client | produce msg/s | produce MB/s | consume msg/s | consume MB/s |",
-        "|---|---|---:|---:|---:|---:|",
+        "| size | client | produce msg/s | produce MB/s | consume msg/s | consume MB/s "
+        "| produce ÷ aiokafka | consume ÷ aiokafka |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         size = SIZES[r["size"]]
         n = r["messages"]
+        ref = base.get(r["size"])
         for label, key in (("", "consume_s"), (" (group)", "group_consume_s")):
             if key not in r:
                 continue
             produce = "" if label else f"{n / r['produce_s']:,.0f}"
             produce_mb = "" if label else f"{n * size / r['produce_s'] / 1e6:.1f}"
+            p_ratio = "" if label or ref is None else f"{ref['produce_s'] / r['produce_s']:.2f}x"
+            c_ratio = "" if ref is None else f"{ref['consume_s'] / r[key]:.2f}x"
             out.append(
                 f"| {r['size']} | {r['client']}{label} | {produce} | {produce_mb} | "
-                f"{n / r[key]:,.0f} | {n * size / r[key] / 1e6:.1f} |"
+                f"{n / r[key]:,.0f} | {n * size / r[key] / 1e6:.1f} | {p_ratio} | {c_ratio} |"
             )
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------ send() cost
+
+# What one send() call costs the caller: a linger far longer than the loop, 1 MiB batches
+# (only full ones leave during the loop), buffers big enough for every record.
+SEND_COST_LINGER_MS = 60_000
+
+
+def send_cost_odradek(bootstrap: str, topic: str, n: int, value: bytes) -> float:
+    from odradek.client import Producer
+
+    with Producer(
+        bootstrap_servers=bootstrap,
+        acks=1,
+        linger_ms=SEND_COST_LINGER_MS,
+        batch_size=1 << 20,
+        buffer_memory=1 << 30,
+        max_request_size=128 << 20,
+        enable_idempotence=False,
+    ) as p:
+        send = p.send
+        send(topic, value=value, partition=0)  # metadata and connections ready
+        p.flush(30)
+        start = time.perf_counter()
+        for _ in range(n):
+            send(topic, value=value)
+        elapsed = time.perf_counter() - start
+        p.flush(120)
+    return elapsed / n
+
+
+def send_cost_kafka_python(bootstrap: str, topic: str, n: int, value: bytes) -> float:
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks=1,
+        linger_ms=SEND_COST_LINGER_MS,
+        batch_size=1 << 20,
+        max_request_size=128 << 20,
+    )
+    try:
+        p.send(topic, value=value, partition=0)
+        p.flush(30)
+        send = p.send
+        start = time.perf_counter()
+        for _ in range(n):
+            send(topic, value=value)
+        elapsed = time.perf_counter() - start
+        p.flush(120)
+    finally:
+        p.close()
+    return elapsed / n
+
+
+def send_cost_aiokafka(bootstrap: str, topic: str, n: int, value: bytes) -> float:
+    from aiokafka import AIOKafkaProducer
+
+    async def go() -> float:
+        p = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            acks=1,
+            linger_ms=SEND_COST_LINGER_MS,
+            max_batch_size=1 << 20,
+            max_request_size=128 << 20,
+        )
+        await p.start()
+        try:
+            first = await p.send(topic, value=value, partition=0)
+            await p.flush()
+            await first
+            send = p.send
+            start = time.perf_counter()
+            for _ in range(n):
+                await send(topic, value=value)
+            elapsed = time.perf_counter() - start
+            await p.flush()
+        finally:
+            await p.stop()
+        return elapsed / n
+
+    return asyncio.run(go())
+
+
+def send_cost_confluent(bootstrap: str, topic: str, n: int, value: bytes) -> float:
+    from confluent_kafka import Producer as CProducer
+
+    p = CProducer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": 1,
+            "linger.ms": SEND_COST_LINGER_MS,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.messages": 2 * n + 10,
+            "queue.buffering.max.kbytes": 1 << 21,
+            "enable.idempotence": False,
+        }
+    )
+    p.produce(topic, value, partition=0)
+    p.flush(30)
+    produce = p.produce
+    start = time.perf_counter()
+    for _ in range(n):
+        produce(topic, value)
+    elapsed = time.perf_counter() - start
+    p.flush(120)
+    return elapsed / n
+
+
+SEND_COST: dict[str, Callable[..., float]] = {
+    "odradek": send_cost_odradek,
+    "kafka-python": send_cost_kafka_python,
+    "aiokafka": send_cost_aiokafka,
+    "confluent-kafka": send_cost_confluent,
+}
+
+
+def run_send_cost(bootstrap: str, n: int, clients: list[str]) -> list[dict]:
+    rows = []
+    for size_name, size in SIZES.items():
+        for name in clients:
+            topic = f"sendcost-{name}-{size_name}-{uuid.uuid4().hex[:6]}"
+            create_topic(bootstrap, topic)
+            seconds = SEND_COST[name](bootstrap, topic, n, b"x" * size)
+            rows.append({"size": size_name, "client": name, "send_us": seconds * 1e6})
+            print(
+                f"  {size_name:>5} {name:<15} send() {seconds * 1e6:6.2f} us",
+                file=sys.stderr,
+                flush=True,
+            )
+    return rows
+
+
+def send_cost_table(rows: list[dict]) -> str:
+    out = ["| size | client | µs per send() | calls/s |", "|---|---|---:|---:|"]
+    for r in rows:
+        out.append(
+            f"| {r['size']} | {r['client']} | {r['send_us']:.2f} | {1e6 / r['send_us']:,.0f} |"
+        )
     return "\n".join(out)
 
 
@@ -306,11 +521,14 @@ def assignor_table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--bootstrap", help="a running broker (default: start Odradek)")
-    ap.add_argument("--messages-100b", type=int, default=50_000)
-    ap.add_argument("--messages-1k", type=int, default=20_000)
+    ap.add_argument("--messages-100b", type=int, default=200_000)
+    ap.add_argument("--messages-1k", type=int, default=50_000)
+    ap.add_argument("--repeat", type=int, default=1, help="runs; tables show medians")
     ap.add_argument("--clients", default=",".join(CLIENTS))
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-assignors", action="store_true")
+    ap.add_argument("--skip-send-cost", action="store_true")
+    ap.add_argument("--send-cost-messages", type=int, default=100_000)
     ap.add_argument("--assign-members", type=int, default=300)
     ap.add_argument("--assign-partitions", type=int, default=3_000)
     ap.add_argument("--assign-topics", type=int, default=30)
@@ -341,15 +559,33 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap = broker.bootstrap
         try:
             counts = {"100B": args.messages_100b, "1KiB": args.messages_1k}
-            rows = run_throughput(bootstrap, counts, args.clients.split(","))
+            rows = median_rows(
+                [
+                    run_throughput(bootstrap, counts, args.clients.split(","))
+                    for _ in range(args.repeat)
+                ]
+            )
+            if not args.skip_send_cost:
+                results["send_cost"] = run_send_cost(
+                    bootstrap, args.send_cost_messages, args.clients.split(",")
+                )
         finally:
             if broker is not None:
                 broker.stop()
             if tmp is not None:
                 tmp.cleanup()
         results["throughput"] = rows
-        print(f"\nThroughput against one Odradek broker ({PARTITIONS} partitions, acks=1):\n")
+        print(
+            f"\nThroughput against one Odradek broker ({PARTITIONS} partitions, acks=1), "
+            f"median of {args.repeat}:\n"
+        )
         print(throughput_table(rows))
+        if "send_cost" in results:
+            print(
+                f"\nCost of one send() call to the caller, {args.send_cost_messages:,} calls, "
+                "linger 60 s, 1 MiB batches:\n"
+            )
+            print(send_cost_table(results["send_cost"]))
     if not args.skip_assignors:
         rows = run_assignors(
             args.assign_members,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from array import array
 from collections import Counter
 
 import pytest
@@ -197,3 +198,125 @@ def test_errors(bootstrap: str, make_topic, topic_name: str) -> None:
     p.close()
     with pytest.raises(IllegalStateError):
         p.send(topic_name, value=b"x")
+
+
+def test_record_futures_and_batch_results(bootstrap: str, make_topic, topic_name: str) -> None:
+    """send() returns a thin handle per record over one result per batch."""
+    make_topic(bootstrap, topic_name, 1)
+    called: list[object] = []
+    with Producer(bootstrap_servers=bootstrap, linger_ms=2_000) as p:
+        futures = [p.send(topic_name, value=b"%d" % i, timestamp_ms=1_000 + i) for i in range(5)]
+        assert not futures[0].done() and futures[0].running() and not futures[0].cancel()
+        with pytest.raises(TimeoutError):
+            futures[0].result(timeout=0.01)
+        futures[2].add_done_callback(called.append)
+        assert futures[0]._batch is futures[4]._batch  # one ProduceResult for the batch
+        p.flush(20)
+        metas = [f.result(0) for f in futures]
+        assert futures[3].exception(0) is None
+    assert [m.offset for m in metas] == [0, 1, 2, 3, 4]
+    assert [m.timestamp for m in metas] == [1_000 + i for i in range(5)]
+    assert called == [futures[2]]
+    late: list[object] = []
+    futures[1].add_done_callback(late.append)  # already done: runs at once
+    assert late == [futures[1]]
+
+
+def test_failed_batch_fails_every_record_future(bootstrap: str, make_topic, topic_name) -> None:
+    make_topic(bootstrap, topic_name, 1)
+    p = Producer(bootstrap_servers=bootstrap, linger_ms=60_000)
+    futures = [p.send(topic_name, value=b"x") for _ in range(3)]
+    p.close(timeout=0)  # nothing delivered: every queued record fails
+    for f in futures:
+        assert isinstance(f.exception(5), KafkaError)
+        with pytest.raises(KafkaError):
+            f.result(0)
+
+
+def _binary_column(values: list[bytes | None]) -> tuple[bytes | None, bytes, bytes, int]:
+    """Arrow's binary layout (validity bitmap, int32 offsets, data, offset 0)."""
+    offsets = array("i", [0])
+    data = bytearray()
+    bits = bytearray((len(values) + 7) // 8)
+    for i, v in enumerate(values):
+        if v is not None:
+            data += v
+            bits[i >> 3] |= 1 << (i & 7)
+        offsets.append(len(data))
+    validity = bytes(bits) if None in values else None
+    return validity, offsets.tobytes(), bytes(data), 0
+
+
+def test_send_columns_round_trip(bootstrap: str, make_topic, topic_name: str) -> None:
+    """Bulk rows fill several batches, keep order, nulls, headers and timestamps."""
+    make_topic(bootstrap, topic_name, 2)
+    n = 500
+    keys = [None if i % 7 == 0 else b"k%d" % i for i in range(n)]
+    values = [None if i % 11 == 0 else b"value-%d" % i * (1 + i % 3) for i in range(n)]
+    stamps = array("q", [1_600_000_000_000 + i for i in range(n)])
+    validity = bytearray(b"\xff" * ((n + 7) // 8))
+    validity[0] &= 0xFE  # row 0: no timestamp, the producer's clock
+    headers = [[("i", b"%d" % i)] if i % 5 == 0 else None for i in range(n)]
+    before = int(time.time() * 1000)
+    with Producer(bootstrap_servers=bootstrap, batch_size=2_000, linger_ms=5) as p:
+        results = p.send_columns(
+            topic_name,
+            1,
+            n,
+            values=_binary_column(values),
+            keys=_binary_column(keys),
+            timestamps=(bytes(validity), stamps.tobytes(), None, 0),
+            headers=headers,
+        )
+        p.flush(30)
+    assert len(results) > 5  # 2 KB batches
+    assert all(r.done() and r.error is None for r in results)
+    assert [r.base_offset for r in results] == sorted(r.base_offset for r in results)
+    records = [r for r in consume_all(bootstrap, topic_name, 2, n) if r.partition == 1]
+    assert [r.offset for r in records] == list(range(n))
+    assert [r.key for r in records] == keys
+    assert [r.value for r in records] == values
+    assert [r.headers for r in records] == [h or [] for h in headers]
+    assert before <= records[0].timestamp <= int(time.time() * 1000)
+    assert [r.timestamp for r in records[1:]] == list(stamps[1:])
+
+
+def test_send_columns_limits(bootstrap: str, make_topic, topic_name: str) -> None:
+    make_topic(bootstrap, topic_name, 1)
+    with Producer(bootstrap_servers=bootstrap, batch_size=100, max_request_size=2_000) as p:
+        # A row larger than batch_size gets a batch of its own.
+        results = p.send_columns(topic_name, 0, 2, values=_binary_column([b"a" * 500, b"b"]))
+        p.flush(20)
+        assert all(r.error is None for r in results) and len(results) == 2
+        with pytest.raises(RecordTooLargeError):
+            p.send_columns(topic_name, 0, 1, values=_binary_column([b"x" * 3_000]))
+        with pytest.raises(KafkaError, match="partition 3"):
+            p.send_columns(topic_name, 3, 1, values=_binary_column([b"x"]))
+    assert [r.value for r in consume_all(bootstrap, topic_name, 1, 2)] == [b"a" * 500, b"b"]
+
+
+def test_refresh_returns_the_callers_topics_after_a_concurrent_refresh(
+    bootstrap: str, make_topic, topic_name: str
+) -> None:
+    """A refresh that finished while we waited for the lock may not cover our topic: then
+    we refresh ourselves (before, the first send() slept a retry backoff for it)."""
+    from odradek.client.cluster import ClusterMetadata, KafkaClient
+    from odradek.client.config import ProducerConfig
+
+    make_topic(bootstrap, topic_name, 3)
+    client = KafkaClient(ProducerConfig.from_settings(bootstrap_servers=bootstrap))
+    try:
+        client.bootstrap(timeout_s=20)
+        got: list[ClusterMetadata] = []
+        with client._refresh_lock:
+            worker = threading.Thread(target=lambda: got.append(client.refresh([topic_name])))
+            worker.start()  # it waits for the refresh lock, or will
+            # Meanwhile someone else's refresh lands (dated after the worker started), without
+            # the worker's topic.
+            client.cluster = ClusterMetadata(
+                brokers=client.cluster.brokers, updated_at=time.monotonic() + 1
+            )
+        worker.join(20)
+        assert got and got[0].partitions_for(topic_name) == [0, 1, 2]
+    finally:
+        client.close()

@@ -38,7 +38,7 @@ from odradek.client.coordinator import (
 from odradek.client.errors import KafkaError
 from odradek.client.listener import ConsumerRebalanceListener
 from odradek.client.partitioner import DefaultPartitioner, Partitioner, murmur2
-from odradek.client.producer import Producer
+from odradek.client.producer import Producer, ProduceResult, RecordFuture
 from odradek.client.structs import (
     ConsumerRecord,
     OffsetAndTimestamp,
@@ -70,8 +70,10 @@ __all__ = [
     "OffsetAndTimestamp",
     "Partitioner",
     "PatternType",
+    "ProduceResult",
     "Producer",
     "RebalanceInProgressCommitError",
+    "RecordFuture",
     "RecordMetadata",
     "ReplicaLogDirInfo",
     "ResourceType",

@@ -301,19 +301,26 @@ class KafkaClient:
     ) -> ClusterMetadata:
         """Fetch metadata now (for the tracked topics plus ``topics``) and return the snapshot."""
         if topics is not None:
+            topics = list(topics)
             self.add_topics(topics)
         timeout_s = self.config.request_timeout_ms / 1000 if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
         started = time.monotonic()
+        wanted_now = set(topics) if topics is not None else set()
         with self._refresh_lock:
-            if self.cluster.updated_at > started and not all_topics:
-                return self.cluster  # someone refreshed while we waited
+            if (
+                self.cluster.updated_at > started
+                and not all_topics
+                and wanted_now.issubset(self.cluster.topics)
+            ):
+                return self.cluster  # someone refreshed, for our topics too, while we waited
             with self._lock:
                 wanted: list[str] | None = (
                     None if (all_topics or self._want_all_topics) else sorted(self._topics)
                 )
                 self._update_requested = False
             last_error: BaseException | None = None
+            snapshot: ClusterMetadata | None = None
             for node_id in self._refresh_candidates():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -329,16 +336,21 @@ class KafkaClient:
                     last_error = exc
                     continue
                 snapshot = parse_metadata(response, time.monotonic())
-                self._install(snapshot)
-                self._refresh_failures = 0
-                return snapshot
-            self._refresh_failures += 1
-            self._update_requested = True
-            if last_error is None:
-                raise KafkaTimeoutError("metadata refresh timed out")
-            if is_authentication_error(last_error):
-                raise last_error  # the broker refused who we are: retrying cannot help
-            raise NoBrokersAvailableError(f"no broker answered Metadata: {last_error}")
+                break
+            if snapshot is None:
+                self._refresh_failures += 1
+                self._update_requested = True
+                if last_error is None:
+                    raise KafkaTimeoutError("metadata refresh timed out")
+                if is_authentication_error(last_error):
+                    raise last_error  # the broker refused who we are: retrying cannot help
+                raise NoBrokersAvailableError(f"no broker answered Metadata: {last_error}")
+            stale = self._install(snapshot)
+            self._refresh_failures = 0
+        # Closing waits for each reader thread: not while others wait for the refresh lock.
+        for conn in stale:
+            conn.close()
+        return snapshot
 
     def _refresh_candidates(self) -> list[int]:
         """Known brokers (least loaded first), then the bootstrap addresses."""
@@ -365,7 +377,9 @@ class KafkaClient:
             return conn
         return self.connection(node_id, timeout_s)
 
-    def _install(self, snapshot: ClusterMetadata) -> None:
+    def _install(self, snapshot: ClusterMetadata) -> list[BrokerConnection]:
+        """Make ``snapshot`` current; return the connections it made stale (to close)."""
+        stale: list[BrokerConnection] = []
         with self._lock:
             old = self.cluster
             self.cluster = snapshot
@@ -374,14 +388,14 @@ class KafkaClient:
                 b = snapshot.brokers.get(node_id)
                 if b is None or (b.host, b.port) != (conn.host, conn.port):
                     del self._conns[node_id]
-                    conn.close()
+                    stale.append(conn)
             # Bootstrap connections are only for the first metadata.
             if snapshot.brokers and self._bootstrap_conns:
-                for conn in self._bootstrap_conns.values():
-                    conn.close()
+                stale.extend(self._bootstrap_conns.values())
                 self._bootstrap_conns.clear()
         if old.cluster_id and snapshot.cluster_id and old.cluster_id != snapshot.cluster_id:
             log.warning("cluster id changed from %s to %s", old.cluster_id, snapshot.cluster_id)
+        return stale
 
     def wait_for_topic(
         self, topic: str, timeout_s: float, *, raise_unknown: bool = False

@@ -245,8 +245,29 @@ def _probe_body(
     parts: Mapping[TopicPartition, int], isolation_level: int, max_wait_ms: int
 ) -> dict[str, Any]:
     """A Fetch that returns at once with (almost) no records: min_bytes 0, 1 byte caps."""
+    return fetch_request_body(
+        parts,
+        max_wait_ms=max_wait_ms,
+        min_bytes=0,
+        max_bytes=1,
+        partition_max_bytes=1,
+        isolation_level=isolation_level,
+    )
+
+
+def fetch_request_body(
+    positions: Mapping[TopicPartition, int],
+    *,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+    partition_max_bytes: int,
+    isolation_level: int,
+    rack_id: str = "",
+) -> dict[str, Any]:
+    """A full Fetch (no fetch session) of ``positions``, as a dict for ``codec.build``."""
     topics: dict[str, list[dict[str, Any]]] = {}
-    for tp, offset in parts.items():
+    for tp, offset in positions.items():
         topics.setdefault(tp.topic, []).append(
             {
                 "partition": tp.partition,
@@ -254,7 +275,7 @@ def _probe_body(
                 "fetch_offset": offset,
                 "last_fetched_epoch": -1,
                 "log_start_offset": -1,
-                "partition_max_bytes": 1,
+                "partition_max_bytes": partition_max_bytes,
             }
         )
     return {
@@ -262,12 +283,12 @@ def _probe_body(
         "replica_id": -1,
         "replica_state": {"replica_id": -1, "replica_epoch": -1},
         "max_wait": max_wait_ms,
-        "min_bytes": 0,
-        "max_bytes": 1,
+        "min_bytes": min_bytes,
+        "max_bytes": max_bytes,
         "isolation_level": isolation_level,
         "session_id": 0,
         "session_epoch": -1,  # no fetch session
         "topics": [{"topic": name, "partitions": ps} for name, ps in topics.items()],
         "forgotten_topics_data": [],
-        "rack_id": "",
+        "rack_id": rack_id,
     }

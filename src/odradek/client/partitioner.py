@@ -18,35 +18,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
-_M = 0x5BD1E995
-_SEED = 0x9747B28C
-_MASK = 0xFFFFFFFF
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2``: 32-bit MurmurHash2, seed 0x9747b28c, as a signed int."""
-    length = len(data)
-    h = (_SEED ^ length) & _MASK
-    end = length & ~3
-    for i in range(0, end, 4):
-        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
-        k = (k * _M) & _MASK
-        k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = (h * _M) & _MASK
-        h ^= k
-    tail = length & 3
-    if tail == 3:
-        h ^= data[end + 2] << 16
-    if tail >= 2:
-        h ^= data[end + 1] << 8
-    if tail >= 1:
-        h ^= data[end]
-        h = (h * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
+from odradek.protocol.columns import murmur2  # Kafka's Utils.murmur2, compiled where built
 
 
 def to_positive(n: int) -> int:
@@ -107,6 +79,9 @@ class DefaultPartitioner(Partitioner):
     ) -> int:
         if key is not None:
             return key_partition(key, len(partitions))
+        current = self._sticky.get(topic)  # a dict read needs no lock; changes take it
+        if current is not None and current in partitions:
+            return current
         with self._lock:
             current = self._sticky.get(topic)
             if current is None or current not in partitions:

@@ -3,10 +3,15 @@
 How a record travels
 --------------------
 ``send`` serializes the key and value, waits (up to ``max_block_ms``) for the
-topic's metadata, picks a partition (explicit, else the partitioner), and
-appends the record to the last open batch of that partition in the
-``RecordAccumulator`` (a new batch when it is full). It returns a
-``concurrent.futures.Future`` of ``RecordMetadata``.
+topic's metadata (cached per metadata snapshot), picks a partition (explicit,
+else the partitioner), and, under the ``RecordAccumulator``'s one lock, encodes
+the record straight into the body of the last open batch of that partition (a
+new batch when it is full) with the compiled codec (``protocol.columns``). It
+returns a thin ``RecordFuture``: the batch's one ``ProduceResult`` plus the
+record's index and timestamp (Java's FutureRecordMetadata over
+ProduceRequestResult), so a record costs no Future, no lock of its own and no
+thread hand-off. ``send_columns`` appends many rows of one partition at once
+from Arrow-layout columns (the Spark sink), one batch at a time.
 
 The sender thread drains batches that are *ready*: full (``batch_size``), or
 older than ``linger_ms``, or wanted by ``flush``/``close``, or a retry whose
@@ -47,12 +52,11 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any
 
-from odradek.client.cluster import KafkaClient
+from odradek.client.cluster import ClusterMetadata, KafkaClient
 from odradek.client.config import ProducerConfig
 from odradek.client.errors import (
     DuplicateSequenceNumberError,
@@ -70,7 +74,13 @@ from odradek.client.errors import (
 from odradek.client.partitioner import Partitioner, resolve_partitioner
 from odradek.client.structs import Header, RecordMetadata, TopicPartition
 from odradek.protocol.apikeys import ApiKey
-from odradek.protocol.records import Record, build_batch
+from odradek.protocol.codec import EncodedBody
+from odradek.protocol.columns import batch_from_body, encode_columns, encode_record
+from odradek.protocol.produce import encode_produce_request
+
+Column = tuple[Any, Any, Any, int]
+"""A column in Arrow's layout: (validity bitmap | None, offsets or int64 values, data, offset);
+see ``odradek.protocol._codec_py``."""
 
 log = logging.getLogger(__name__)
 
@@ -82,51 +92,189 @@ _MAX_PER_PARTITION_IN_FLIGHT = 5
 DeliveryCallback = Callable[[KafkaError | None, RecordMetadata | None], None]
 
 
-@dataclass(slots=True)
-class _PendingRecord:
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[Header, ...]
-    timestamp: int
-    future: Future[RecordMetadata]
-    callback: DeliveryCallback | None
+class ProduceResult:
+    """The outcome of one batch, shared by its records (Java's ProduceRequestResult).
+
+    Completed once, on the sender thread: ``base_offset`` (-1 with acks=0 or for a
+    duplicate), ``log_append_time`` (None unless the topic uses LogAppendTime) or
+    ``error``. ``wait`` blocks until then.
+    """
+
+    __slots__ = ("_callbacks", "_done", "_latch", "base_offset", "error", "log_append_time", "tp")
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        # A one-shot latch: a lock held from birth until completion. Waiters acquire and
+        # release it in turn. (A threading.Event costs ~3 us to make, one per batch.)
+        self._latch = threading.Lock()
+        self._latch.acquire()
+        self._done = False
+        self._callbacks: list[Callable[[], None]] | None = None
+        self.base_offset = -1
+        self.log_append_time: int | None = None
+        self.error: KafkaError | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until complete or ``timeout`` seconds pass; True when complete."""
+        if self._done:
+            return True
+        if self._latch.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            self._latch.release()
+        return self._done
+
+    def add_done_callback(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` once complete (at once if it already is), on the completing thread."""
+        with _CALLBACK_LOCK:
+            if not self._done:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(fn)
+                return
+        fn()
+
+    def complete(
+        self, base_offset: int, log_append_time: int | None, error: KafkaError | None
+    ) -> None:
+        self.base_offset = base_offset
+        self.log_append_time = log_append_time
+        self.error = error
+        with _CALLBACK_LOCK:
+            self._done = True
+            callbacks, self._callbacks = self._callbacks, None
+        self._latch.release()
+        for fn in callbacks or ():
+            try:
+                fn()
+            except Exception:
+                log.exception("a done callback of a produced record raised")
+
+
+_CALLBACK_LOCK = threading.Lock()  # only taken when futures get done-callbacks
+
+
+class RecordFuture:
+    """What ``send`` returns: a record's view of its batch's ``ProduceResult``.
+
+    The methods of ``concurrent.futures.Future`` that make sense for a record:
+    ``result``, ``exception``, ``done``, ``add_done_callback`` (cancelling is
+    not possible, as in the Java client).
+    """
+
+    __slots__ = ("_batch", "_index", "_timestamp")
+
+    def __init__(self, batch: ProduceResult, index: int, timestamp: int) -> None:
+        self._batch = batch
+        self._index = index
+        self._timestamp = timestamp
+
+    def done(self) -> bool:
+        return self._batch.done()
+
+    def running(self) -> bool:
+        return not self._batch.done()
+
+    def cancel(self) -> bool:
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def _wait(self, timeout: float | None) -> ProduceResult:
+        batch = self._batch
+        if not batch.wait(timeout):
+            raise TimeoutError(f"record not acknowledged within {timeout}s")
+        return batch
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """The record's metadata once acknowledged; raises its error, or TimeoutError."""
+        batch = self._wait(timeout)
+        if batch.error is not None:
+            raise batch.error
+        return self._metadata(batch)
+
+    def exception(self, timeout: float | None = None) -> KafkaError | None:
+        return self._wait(timeout).error
+
+    def add_done_callback(self, fn: Callable[[RecordFuture], Any]) -> None:
+        self._batch.add_done_callback(lambda: fn(self))
+
+    def _metadata(self, batch: ProduceResult) -> RecordMetadata:
+        base = batch.base_offset
+        tp = batch.tp
+        return RecordMetadata(
+            tp.topic,
+            tp.partition,
+            base + self._index if base >= 0 else -1,
+            batch.log_append_time if batch.log_append_time is not None else self._timestamp,
+        )
 
 
 def _record_size(key: bytes | None, value: bytes | None, headers: Iterable[Header]) -> int:
+    """An upper bound of a record's encoded size (decides whether it fits a batch)."""
     size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
     for hk, hv in headers:
-        size += len(hk) + (len(hv) if hv else 0) + 10
+        size += len(hk) * 4 + (len(hv) if hv else 0) + 10
     return size
 
 
-@dataclass(eq=False)
 class ProducerBatch:
-    tp: TopicPartition
-    created: float  # monotonic
-    records: list[_PendingRecord] = field(default_factory=list)
-    size: int = _BATCH_OVERHEAD
-    closed: bool = False  # no more appends (drained once)
-    base_sequence: int = -1
-    producer_id: int = -1
-    producer_epoch: int = -1
-    attempts: int = 0
-    retry_at: float = 0.0
-    in_flight: bool = False
-    done: threading.Event = field(default_factory=threading.Event)
-    _encoded: bytes | None = None
-    _encoded_for: tuple[int, int, int] = (-2, -2, -2)
+    """One partition's records, encoded as they arrive into ``body`` (a v2 records section)."""
+
+    __slots__ = (
+        "_encoded",
+        "_encoded_for",
+        "attempts",
+        "base_sequence",
+        "base_timestamp",
+        "body",
+        "callbacks",
+        "closed",
+        "count",
+        "created",
+        "in_flight",
+        "max_timestamp",
+        "producer_epoch",
+        "producer_id",
+        "result",
+        "retry_at",
+        "size",
+        "tp",
+    )
+
+    def __init__(self, tp: TopicPartition, created: float) -> None:
+        self.tp = tp
+        self.created = created  # monotonic
+        self.body = bytearray()
+        self.count = 0
+        self.size = _BATCH_OVERHEAD  # header + body bytes
+        self.base_timestamp = -1
+        self.max_timestamp = -1
+        self.result = ProduceResult(tp)
+        # (index, timestamp, on_delivery) of records that asked for a callback
+        self.callbacks: list[tuple[int, int, DeliveryCallback]] | None = None
+        self.closed = False  # no more appends (drained once)
+        self.base_sequence = -1
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.in_flight = False
+        self._encoded: bytes | None = None
+        self._encoded_for: tuple[int, int, int] = (-2, -2, -2)
 
     def encode(self, compression: int) -> bytes:
+        """The batch with its header and CRC, for the current producer id and sequence."""
         key = (self.producer_id, self.producer_epoch, self.base_sequence)
         if self._encoded is None or self._encoded_for != key:
-            base_ts = self.records[0].timestamp
-            recs = [
-                Record(i, r.timestamp - base_ts, r.key, r.value, r.headers)
-                for i, r in enumerate(self.records)
-            ]
-            self._encoded = build_batch(
-                recs,
-                timestamp_ms=base_ts,
+            self._encoded = batch_from_body(
+                self.body,
+                count=self.count,
+                last_offset_delta=self.count - 1,
+                base_timestamp=self.base_timestamp,
+                max_timestamp=self.max_timestamp,
                 producer_id=self.producer_id,
                 producer_epoch=self.producer_epoch,
                 base_sequence=self.base_sequence,
@@ -135,62 +283,191 @@ class ProducerBatch:
             self._encoded_for = key
         return self._encoded
 
-    @property
-    def count(self) -> int:
-        return len(self.records)
-
 
 class RecordAccumulator:
-    """Per-partition deques of batches, bounded by ``buffer_memory`` (thread-safe)."""
+    """Per-partition deques of batches, bounded by ``buffer_memory`` (thread-safe).
+
+    One lock (``cond``) covers everything: a record is checked for room, placed
+    and encoded in one critical section.
+    """
 
     def __init__(self, config: ProducerConfig) -> None:
         self.config = config
-        self.cond = threading.Condition()
+        # ``lock`` is the condition's own lock: hot paths take it directly (a C-level
+        # ``with``), everything that waits or notifies goes through ``cond``.
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
         self.batches: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.incomplete: set[ProducerBatch] = set()
         self.buffered = 0
         self.flushing = 0
 
-    def would_open_batch(self, tp: TopicPartition, size: int) -> bool:
-        """True when appending ``size`` bytes to ``tp`` needs a new batch (sticky hint)."""
-        with self.cond:
-            dq = self.batches.get(tp)
-            if not dq:
-                return True
-            last = dq[-1]
-            return last.closed or last.size + size > self.config.batch_size
+    def _wait_for_room(self, size: int, max_block_s: float) -> None:
+        """Block (lock held) up to ``max_block_s`` until ``size`` more bytes fit in memory."""
+        deadline = time.monotonic() + max_block_s
+        while self.buffered + size > self.config.buffer_memory and self.buffered > 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaTimeoutError(
+                    f"buffer_memory ({self.config.buffer_memory} bytes) full for "
+                    f"{self.config.max_block_ms} ms"
+                )
+            self.cond.wait(remaining)
 
-    def append(self, tp: TopicPartition, rec: _PendingRecord, size: int, deadline: float) -> None:
-        with self.cond:
-            while self.buffered + size > self.config.buffer_memory and self.buffered > 0:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise KafkaTimeoutError(
-                        f"buffer_memory ({self.config.buffer_memory} bytes) full for "
-                        f"{self.config.max_block_ms} ms"
-                    )
-                self.cond.wait(remaining)
-            dq = self.batches.setdefault(tp, deque())
-            last = dq[-1] if dq else None
-            if (
-                last is None
-                or last.closed
+    def _open_batch(self, tp: TopicPartition, size: int) -> tuple[ProducerBatch, bool]:
+        """The batch of ``tp`` a ``size``-byte record goes to, and whether it is new."""
+        dq = self.batches.get(tp)
+        if dq is None:
+            dq = self.batches[tp] = deque()
+        if dq:
+            last = dq[-1]
+            if not (
+                last.closed
                 or last.base_sequence >= 0
-                or (last.records and last.size + size > self.config.batch_size)
+                or (last.count and last.size + size > self.config.batch_size)
             ):
-                last = ProducerBatch(tp, time.monotonic())
-                dq.append(last)
-                self.incomplete.add(last)
-                new_batch = True
-            else:
+                return last, False
+        last = ProducerBatch(tp, time.monotonic())
+        dq.append(last)
+        self.incomplete.add(last)
+        return last, True
+
+    def append(
+        self,
+        tp: TopicPartition,
+        key: bytes | None,
+        value: bytes | None,
+        headers: tuple[Header, ...],
+        timestamp: int,
+        callback: DeliveryCallback | None,
+        size: int,
+        max_block_s: float,
+        repick: Callable[[TopicPartition], TopicPartition] | None = None,
+    ) -> RecordFuture:
+        """Encode one record into ``tp``'s open batch. ``repick(tp)``, when given, is asked
+        for another partition when the record would open a new batch (sticky partitioning)."""
+        with self.lock:
+            if self.buffered + size > self.config.buffer_memory:
+                self._wait_for_room(size, max_block_s)
+            # Fast path: the partition's last batch takes the record.
+            dq = self.batches.get(tp)
+            batch = dq[-1] if dq else None
+            if (
+                batch is not None
+                and not batch.closed
+                and batch.base_sequence < 0
+                and batch.size + size <= self.config.batch_size
+            ):
                 new_batch = False
-            last.records.append(rec)
-            last.size += size
-            self.buffered += size
+            else:
+                batch, new_batch = self._open_batch(tp, size)
+            if new_batch and repick is not None:
+                other = repick(tp)
+                if other != tp:
+                    self._drop_if_empty(batch)
+                    batch, new_batch = self._open_batch(other, size)
+            index = batch.count
+            if index == 0:
+                batch.base_timestamp = timestamp
+                batch.max_timestamp = timestamp
+            elif timestamp > batch.max_timestamp:
+                batch.max_timestamp = timestamp
+            written = encode_record(
+                batch.body, index, timestamp - batch.base_timestamp, key, value, headers or None
+            )
+            batch.count = index + 1
+            batch.size += written
+            self.buffered += written
+            if callback is not None:
+                if batch.callbacks is None:
+                    batch.callbacks = []
+                batch.callbacks.append((index, timestamp, callback))
             # Wake the sender for a new batch (it recomputes when linger expires) and
             # for a full one (ready now).
-            if new_batch or last.size >= self.config.batch_size:
+            if new_batch or batch.size >= self.config.batch_size:
                 self.cond.notify_all()
+            return RecordFuture(batch.result, index, timestamp)
+
+    def _drop_if_empty(self, batch: ProducerBatch) -> None:
+        if batch.count == 0:
+            dq = self.batches[batch.tp]
+            if dq and dq[-1] is batch:
+                dq.pop()
+            self.incomplete.discard(batch)
+
+    def append_columns(
+        self,
+        tp: TopicPartition,
+        rows: int,
+        keys: Column | None,
+        values: Column | None,
+        timestamps: Column | None,
+        headers: Sequence[Any] | None,
+        max_block_s: float,
+    ) -> list[ProduceResult]:
+        """Encode ``rows`` rows into ``tp``'s batches, one batch per critical section."""
+        results: list[ProduceResult] = []
+        batch_size = self.config.batch_size
+        row = 0
+        while row < rows:
+            with self.lock:
+                self._wait_for_room(batch_size, max_block_s)
+                batch, new_batch = self._open_batch(tp, 0)
+                if not new_batch and batch.size >= batch_size:
+                    batch, new_batch = self._open_batch(tp, batch_size + 1)
+                now_ms = int(time.time() * 1000)
+                before = len(batch.body)
+                n, base_ts, max_ts = encode_columns(
+                    batch.body,
+                    batch.count,
+                    batch.base_timestamp if batch.count else None,
+                    now_ms,
+                    keys,
+                    values,
+                    timestamps,
+                    headers,
+                    row,
+                    rows,
+                    max(0, batch_size - batch.size),
+                )
+                if n == 0 and batch.count == 0:
+                    # One record larger than batch_size: a batch of its own, as send() does.
+                    limit = self.config.max_request_size - _BATCH_OVERHEAD
+                    n, base_ts, max_ts = encode_columns(
+                        batch.body,
+                        0,
+                        None,
+                        now_ms,
+                        keys,
+                        values,
+                        timestamps,
+                        headers,
+                        row,
+                        row + 1,
+                        limit,
+                    )
+                    if n == 0:
+                        self._drop_if_empty(batch)
+                        raise RecordTooLargeError(
+                            f"row {row} exceeds max_request_size {self.config.max_request_size}"
+                        )
+                if n == 0:  # the open batch is full: the next pass opens a new one
+                    batch.closed = batch.closed or batch.count > 0
+                    continue
+                if batch.count == 0:
+                    batch.base_timestamp = base_ts
+                    batch.max_timestamp = max_ts
+                elif max_ts > batch.max_timestamp:
+                    batch.max_timestamp = max_ts
+                written = len(batch.body) - before
+                batch.count += n
+                batch.size += written
+                self.buffered += written
+                if new_batch or not results or results[-1] is not batch.result:
+                    results.append(batch.result)
+                self.cond.notify_all()
+            row += n
+        return results
 
     def requeue(self, batch: ProducerBatch) -> None:
         """Put a failed batch back at the front, keeping sequence order."""
@@ -213,6 +490,25 @@ class RecordAccumulator:
             self.cond.notify_all()
 
 
+class _TopicInfo:
+    """A topic's partitions in one metadata snapshot, with their TopicPartition keys."""
+
+    __slots__ = ("available", "cluster", "partitions", "topic", "tps")
+
+    def __init__(
+        self, topic: str, cluster: ClusterMetadata, partitions: list[int], available: list[int]
+    ) -> None:
+        self.topic = topic
+        self.cluster = cluster
+        self.partitions = partitions
+        self.available = available
+        self.tps = {p: TopicPartition(topic, p) for p in partitions}
+
+    def tp(self, partition: int) -> TopicPartition:
+        tp = self.tps.get(partition)
+        return tp if tp is not None else TopicPartition(self.topic, partition)
+
+
 class Producer:
     """A Kafka producer. See the module docs for how it works.
 
@@ -228,6 +524,12 @@ class Producer:
         self._acks = -1 if self.config.acks == "all" else int(self.config.acks)
         self._client = KafkaClient(self.config, allow_auto_create_topics=True)
         self._acc = RecordAccumulator(self.config)
+        self._topic_cache: dict[str, _TopicInfo] = {}
+        self._max_block_s = self.config.max_block_ms / 1000
+        # A record larger than this can never be sent (checked before anything else).
+        self._max_record_size = min(
+            self.config.max_request_size - _BATCH_OVERHEAD, self.config.buffer_memory
+        )
         self._completions: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._producer_id = -1
         self._producer_epoch = -1
@@ -257,8 +559,8 @@ class Producer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
         on_delivery: DeliveryCallback | None = None,
-    ) -> Future[RecordMetadata]:
-        """Queue a record; the future resolves to its RecordMetadata once acknowledged.
+    ) -> RecordFuture:
+        """Queue a record; the returned future resolves to its RecordMetadata once acknowledged.
 
         ``on_delivery(error, metadata)`` runs on the sender thread after delivery
         (``error`` is None on success). Raises at once for a closed producer, a
@@ -267,44 +569,100 @@ class Producer:
         """
         if self._closing:
             raise IllegalStateError("cannot send after the producer is closed")
-        key_bytes = self._serialize(self.config.key_serializer, key, "key")
-        value_bytes = self._serialize(self.config.value_serializer, value, "value")
-        hdrs = _normalize_headers(headers)
-        size = _record_size(key_bytes, value_bytes, hdrs)
-        if size + _BATCH_OVERHEAD > self.config.max_request_size:
-            raise RecordTooLargeError(
-                f"record of ~{size} bytes exceeds max_request_size {self.config.max_request_size}"
-            )
-        if size > self.config.buffer_memory:
-            raise RecordTooLargeError(
-                f"record of ~{size} bytes exceeds buffer_memory {self.config.buffer_memory}"
-            )
-        deadline = time.monotonic() + self.config.max_block_ms / 1000
-        partitions = self._client.wait_for_topic(topic, self.config.max_block_ms / 1000)
-        if partition is not None:
-            if partition not in partitions:
-                raise KafkaError(
-                    f"partition {partition} of topic {topic!r} does not exist "
-                    f"(it has {len(partitions)} partitions)"
-                )
+        config = self.config
+        if config.key_serializer is not None or (key is not None and type(key) is not bytes):
+            key = self._serialize(config.key_serializer, key, "key")
+        if config.value_serializer is not None or (value is not None and type(value) is not bytes):
+            value = self._serialize(config.value_serializer, value, "value")
+        if headers:
+            hdrs = _normalize_headers(headers)
+            size = _record_size(key, value, hdrs)
+        else:
+            hdrs = ()
+            size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+        if size > self._max_record_size:
+            self._record_too_large(size)
+        cached = self._topic_cache.get(topic)
+        if cached is None or cached.cluster is not self._client.cluster:
+            cached = self._refresh_topic(topic)
+        partitions = cached.partitions
+        repick = None
+        if partition is None:
+            partitioner = self._partitioner
+            available = cached.available
+            chosen = partitioner.partition(topic, key, value, partitions, available)
+            if key is None and partitioner.sticky:
+
+                def repick(tp: TopicPartition) -> TopicPartition:
+                    partitioner.on_new_batch(topic, partitions, available, tp.partition)
+                    return cached.tp(
+                        partitioner.partition(topic, None, value, partitions, available)
+                    )
+
+        elif partition in cached.tps:
             chosen = partition
         else:
-            available = self._client.cluster.available_partitions_for(topic)
-            chosen = self._partitioner.partition(
-                topic, key_bytes, value_bytes, partitions, available
+            raise KafkaError(
+                f"partition {partition} of topic {topic!r} does not exist "
+                f"(it has {len(partitions)} partitions)"
             )
-            if key_bytes is None and self._partitioner.sticky:
-                tp = TopicPartition(topic, chosen)
-                if self._acc.would_open_batch(tp, size):
-                    self._partitioner.on_new_batch(topic, partitions, available, chosen)
-                    chosen = self._partitioner.partition(
-                        topic, key_bytes, value_bytes, partitions, available
-                    )
         ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
-        future: Future[RecordMetadata] = Future()
-        rec = _PendingRecord(key_bytes, value_bytes, hdrs, ts, future, on_delivery)
-        self._acc.append(TopicPartition(topic, chosen), rec, size, deadline)
-        return future
+        return self._acc.append(
+            cached.tp(chosen), key, value, hdrs, ts, on_delivery, size, self._max_block_s, repick
+        )
+
+    def _record_too_large(self, size: int) -> None:
+        config = self.config
+        if size + _BATCH_OVERHEAD > config.max_request_size:
+            raise RecordTooLargeError(
+                f"record of ~{size} bytes exceeds max_request_size {config.max_request_size}"
+            )
+        raise RecordTooLargeError(
+            f"record of ~{size} bytes exceeds buffer_memory {config.buffer_memory}"
+        )
+
+    def send_columns(
+        self,
+        topic: str,
+        partition: int,
+        rows: int,
+        *,
+        values: Column | None,
+        keys: Column | None = None,
+        timestamps: Column | None = None,
+        headers: Sequence[Iterable[Header] | None] | None = None,
+    ) -> list[ProduceResult]:
+        """Queue ``rows`` records for one partition from columns in Arrow's layout, in bulk.
+
+        ``values`` and ``keys`` are binary columns ``(validity bitmap or None, int32
+        offsets, data, offset)`` (a missing column means null for every row),
+        ``timestamps`` an int64 column of ms (null: now), ``headers`` one entry per
+        row (None or ``(str, bytes | None)`` pairs). The rows fill batches of
+        ``batch_size`` one critical section each, encoded by the compiled codec;
+        no per-record object is made. Returns the ``ProduceResult`` of every batch
+        the rows went to: after ``flush``, each has ``error`` None on success.
+        """
+        if self._closing:
+            raise IllegalStateError("cannot send after the producer is closed")
+        cached = self._topic_cache.get(topic)
+        if cached is None or cached.cluster is not self._client.cluster:
+            cached = self._refresh_topic(topic)
+        if partition not in cached.tps:
+            raise KafkaError(
+                f"partition {partition} of topic {topic!r} does not exist "
+                f"(it has {len(cached.partitions)} partitions)"
+            )
+        return self._acc.append_columns(
+            cached.tp(partition), rows, keys, values, timestamps, headers, self._max_block_s
+        )
+
+    def _refresh_topic(self, topic: str) -> _TopicInfo:
+        """Wait (up to ``max_block_ms``) for ``topic``'s partitions; cache them per snapshot."""
+        partitions = self._client.wait_for_topic(topic, self._max_block_s)
+        cluster = self._client.cluster
+        info = _TopicInfo(topic, cluster, partitions, cluster.available_partitions_for(topic))
+        self._topic_cache[topic] = info
+        return info
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now and wait for it to complete (or ``timeout`` seconds)."""
@@ -316,7 +674,7 @@ class Producer:
             deadline = None if timeout is None else time.monotonic() + timeout
             for batch in pending:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if not batch.done.wait(remaining):
+                if not batch.result.wait(remaining):
                     raise KafkaTimeoutError(f"flush did not complete in {timeout}s")
         finally:
             with self._acc.cond:
@@ -339,7 +697,7 @@ class Producer:
         self._closed = True
 
     def partitions_for(self, topic: str) -> list[int]:
-        return self._client.wait_for_topic(topic, self.config.max_block_ms / 1000)
+        return self._client.wait_for_topic(topic, self._max_block_s)
 
     def __enter__(self) -> Producer:
         return self
@@ -542,24 +900,23 @@ class Producer:
         return out
 
     def _send_produce(self, node: int, batches: list[ProducerBatch]) -> None:
-        topics: dict[str, list[dict[str, Any]]] = {}
+        topics: dict[str, list[tuple[int, bytes]]] = {}
         try:
             for b in batches:
                 topics.setdefault(b.tp.topic, []).append(
-                    {"index": b.tp.partition, "records": b.encode(self._compression)}
+                    (b.tp.partition, b.encode(self._compression))
                 )
         except Exception as exc:  # compression library missing, etc.
             for b in batches:
                 self._on_batch_result(b, node, KafkaError(f"cannot encode batch: {exc}"), None)
             return
-        body = {
-            "transactional_id": None,
-            "acks": self._acks,
-            "timeout": self.config.request_timeout_ms,
-            "topic_data": [
-                {"name": name, "partition_data": parts} for name, parts in topics.items()
-            ],
-        }
+        topic_data = list(topics.items())
+        acks, timeout_ms = self._acks, self.config.request_timeout_ms
+
+        def body(version: int) -> EncodedBody:
+            # The negotiated version is known only inside the connection.
+            return encode_produce_request(version, None, acks, timeout_ms, topic_data)
+
         self._node_in_flight[node] = self._node_in_flight.get(node, 0) + 1
         future = self._client.send(node, ApiKey.PRODUCE, body, expect_response=self._acks != 0)
 
@@ -676,29 +1033,29 @@ class Producer:
         error: KafkaError | None,
         result: tuple[int, int | None] | None = None,
     ) -> None:
-        if batch.done.is_set():
+        if batch.result.done():
             return
-        for i, rec in enumerate(batch.records):
+        if error is None and result is not None:
+            base, append_ts = result
+        else:
+            base, append_ts = -1, None
+            if error is None:
+                error = KafkaError("failed")
+        batch.result.complete(base, append_ts, error)
+        for index, timestamp, callback in batch.callbacks or ():
             meta: RecordMetadata | None = None
-            if error is None and result is not None:
-                base, append_ts = result
+            if error is None:
                 meta = RecordMetadata(
                     batch.tp.topic,
                     batch.tp.partition,
-                    base + i if base >= 0 else -1,
-                    append_ts if append_ts is not None else rec.timestamp,
+                    base + index if base >= 0 else -1,
+                    append_ts if append_ts is not None else timestamp,
                 )
-                if not rec.future.done():
-                    rec.future.set_result(meta)
-            elif not rec.future.done():
-                rec.future.set_exception(error if error is not None else KafkaError("failed"))
-            if rec.callback is not None:
-                try:
-                    rec.callback(error, meta)
-                except Exception:
-                    log.exception("on_delivery callback raised")
+            try:
+                callback(error, meta)
+            except Exception:
+                log.exception("on_delivery callback raised")
         self._acc.release(batch)
-        batch.done.set()
 
     def _fail_all(self, error: KafkaError) -> None:
         with self._acc.cond:

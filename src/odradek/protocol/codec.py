@@ -31,6 +31,15 @@ class DecodeError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class EncodedBody:
+    """A request body serialized already (a hot path's hand-written encoder, e.g.
+    ``protocol.produce``); ``encode_request`` frames it as it is."""
+
+    payload: bytes
+    flexible: bool
+
+
+@dataclass(frozen=True, slots=True)
 class RequestHeader:
     api_key: int
     api_version: int
@@ -144,7 +153,7 @@ def encode_response(api_key: int, version: int, correlation_id: int, body: Entit
     return bytes(data)
 
 
-def encode_request(header: RequestHeader, body: Entity) -> bytes:
+def encode_request(header: RequestHeader, body: Entity | EncodedBody) -> bytes:
     """Frame a request (used by tests and Odradek's client)."""
     out = io.BytesIO()
     out.write(b"\x00\x00\x00\x00")
@@ -159,9 +168,14 @@ def encode_request(header: RequestHeader, body: Entity) -> bytes:
     )
     if client:
         out.write(client)
-    if type(body).__flexible__:
-        out.write(b"\x00")
-    _writer(type(body))(out, body)
+    if isinstance(body, EncodedBody):
+        if body.flexible:
+            out.write(b"\x00")  # no tagged fields in the header
+        out.write(body.payload)
+    else:
+        if type(body).__flexible__:
+            out.write(b"\x00")
+        _writer(type(body))(out, body)
     data = out.getbuffer()
     struct.pack_into(">i", data, 0, len(data) - 4)
     return bytes(data)

@@ -22,22 +22,18 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from odradek.client import Consumer, TopicPartition
-from odradek.client.errors import KafkaError, OffsetOutOfRangeError
+from odradek.client import TopicPartition
+from odradek.client.errors import KafkaError
 
-from .arrow import BatchBuilder
 from .cluster import ClusterView, retry
+from .executor import DataLossError, read_range
+from .executor import data_loss as _data_loss
 from .options import EARLIEST, LATEST, OffsetSpec, ReadOptions
 from .planning import OffsetRange, Offsets, from_json, ranges, rate_limit, split, to_json
 
 log = logging.getLogger(__name__)
 
-ROWS_PER_ARROW_BATCH = 8192
-MAX_POLL_RECORDS = 8192
-
-
-class DataLossError(RuntimeError):
-    """Offsets the query needs are gone (retention, deletion, a recreated topic)."""
+__all__ = ["DataLossError", "OdradekBatchReader", "OdradekPartition", "OdradekStreamReader"]
 
 
 class OdradekPartition(InputPartition):
@@ -65,86 +61,16 @@ class OdradekPartition(InputPartition):
         return f"OdradekPartition({r.topic}-{r.partition} [{r.from_offset}, {r.until_offset}))"
 
 
-def _data_loss(fail: bool, message: str) -> None:
-    if fail:
-        raise DataLossError(
-            message + ". Some data may have been lost (retention, a deleted or recreated topic). "
-            "Set failOnDataLoss=false to skip it instead."
-        )
-    log.warning("%s; skipping (failOnDataLoss=false)", message)
-
-
 def read_partition(part: OdradekPartition) -> Iterator[Any]:
-    """Fetch ``[from, until)`` of one partition with Odradek's consumer; yield RecordBatches."""
-    rng = part.range
-    tp = TopicPartition(rng.topic, rng.partition)
-    settings = {
-        "max.poll.records": MAX_POLL_RECORDS,
-        "fetch.max.wait.ms": 100,
-        **part.consumer_settings,
-        "bootstrap.servers": part.bootstrap,
-        "auto.offset.reset": "none",
-        "enable.auto.commit": False,
-        "allow.auto.create.topics": False,
-    }
-    builder = BatchBuilder(rng.topic, rng.partition, part.include_headers)
-    consumer = Consumer(settings)
-    try:
-        consumer.assign([tp])
-        begin = consumer.beginning_offsets([tp])[tp]
-        start = rng.from_offset
-        if begin > start:
-            _data_loss(
-                part.fail_on_data_loss,
-                f"{tp}: offsets [{start}, {min(begin, rng.until_offset)}) are no longer available "
-                f"(log start offset is {begin})",
-            )
-            start = begin
-        until = rng.until_offset
-        if start >= until:
-            return
-        # No ListOffsets(latest) here: some brokers under-report it. The log end is the high
-        # watermark of this consumer's own fetches, all sent after the driver planned
-        # ``until``; a watermark at or below the position means the log ends too early.
-        consumer.seek(tp, start)
-        last_progress = time.monotonic()
-        position = start
-        while position < until:
-            try:
-                batch = consumer.poll(timeout=min(1.0, part.poll_timeout_s))
-            except OffsetOutOfRangeError:
-                _data_loss(
-                    part.fail_on_data_loss,
-                    f"{tp}: offset {position} is out of range, the log ends before the planned "
-                    f"end offset {until}",
-                )
-                break
-            records = batch.records(tp)
-            if records:
-                last_progress = time.monotonic()
-                if records[-1].offset >= until:
-                    records = [r for r in records if r.offset < until]
-                builder.add(records)
-                if len(builder) >= ROWS_PER_ARROW_BATCH:
-                    yield builder.build()
-            position = consumer.position(tp)
-            end = consumer.highwater(tp)
-            if not records and end is not None and end <= position < until:
-                _data_loss(
-                    part.fail_on_data_loss,
-                    f"{tp}: the log ends at {end}, before the planned end offset {until}",
-                )
-                break
-            idle = time.monotonic() - last_progress
-            if not records and position < until and idle > part.poll_timeout_s:
-                raise TimeoutError(
-                    f"{tp}: no records for {part.poll_timeout_s:.0f}s while reading "
-                    f"offset {position} of [{start}, {until}) (kafkaConsumer.pollTimeoutMs)"
-                )
-        if len(builder):
-            yield builder.build()
-    finally:
-        consumer.close()
+    """Fetch ``[from, until)`` of one partition; yield Arrow RecordBatches (executor.py)."""
+    return read_range(
+        part.range,
+        part.bootstrap,
+        part.consumer_settings,
+        include_headers=part.include_headers,
+        fail_on_data_loss=part.fail_on_data_loss,
+        poll_timeout_s=part.poll_timeout_s,
+    )
 
 
 class _ReaderBase:

@@ -19,6 +19,12 @@ Two delivery modes (option ``deliveryMode``):
     flushes before it reports success (Spark's own Kafka sink): fast, scales
     with executors, at-least-once (a retried task or a replayed batch writes
     its rows again).
+
+Either way rows leave Arrow in bulk: target partitions are computed per batch
+(murmur2 in the compiled codec), rows are grouped by partition with Arrow
+kernels, and ``Producer.send_columns`` encodes them from the Arrow buffers
+straight into record batches. Only headers, when present, become Python
+objects row by row.
 """
 
 from __future__ import annotations
@@ -29,7 +35,6 @@ import json
 import logging
 import os
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
@@ -38,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -55,10 +61,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from odradek.client import Consumer, Producer, TopicPartition
-from odradek.client.partitioner import key_partition
+from odradek.client import Consumer, Producer, ProduceResult, TopicPartition
+from odradek.protocol.columns import murmur2_partitions
 
-from .arrow import HEADER_TYPE
+from .arrow import HEADER_TYPE, codec_column
 from .cluster import ClusterView
 from .options import WriteOptions
 
@@ -132,7 +138,7 @@ def normalize(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch
         return arr if arr.type == typ else arr.cast(typ)
 
     if topic_option is not None:
-        topic = pa.array([topic_option] * n, type=pa.string())
+        topic = pa.repeat(topic_option, n) if n else pa.array([], type=pa.string())
     else:
         topic = col("topic", pa.string())
     if "timestamp" in names:
@@ -153,12 +159,6 @@ def normalize(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch
     )
 
 
-def iter_rows(batch: pa.RecordBatch) -> Iterator[tuple[Any, ...]]:
-    """(topic, partition, key, value, headers, timestamp) tuples of a staged batch."""
-    cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-    return zip(*cols, strict=True)
-
-
 def _headers(raw: Any) -> list[tuple[str, bytes | None]]:
     if not raw:
         return []
@@ -175,6 +175,99 @@ def _fingerprint(key: Any, value: Any, headers: list[tuple[str, bytes | None]]) 
     for hk, hv in headers:
         h.update(hk.encode() + b"\x00" + (hv if hv is not None else b"\xff"))
     return h.digest()
+
+
+# ---------------------------------------------------------------------- bulk publishing
+
+
+def _by_topic(batch: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The rows of a staged batch per topic (one slice when there is one topic)."""
+    topics = batch.column(0)
+    if topics.null_count:
+        raise SinkError("a row has no topic (null topic column, no topic option)")
+    names = pc.unique(topics).to_pylist()
+    if len(names) == 1:
+        yield names[0], batch
+        return
+    for name in names:
+        yield name, batch.filter(pc.equal(topics, name))
+
+
+def target_partitions(
+    batch: pa.RecordBatch, topic: str, num_partitions: int, keyless: int | None
+) -> pa.Array:
+    """Each row's partition: the partition column; else murmur2 of the key (Kafka's default
+    partitioner); else ``keyless``, or, when that is None, murmur2 of the value (so a replayed
+    batch lands the same way whatever the order of its rows). Computed in bulk."""
+    n = batch.num_rows
+    explicit = batch.column(1)
+    if explicit.null_count < n:
+        bad = pc.or_(pc.less(explicit, 0), pc.greater_equal(explicit, num_partitions))
+        if pc.any(bad).as_py():
+            part = pc.filter(explicit, bad)[0].as_py()
+            raise SinkError(
+                f"partition {part} does not exist in {topic} ({num_partitions} partitions)"
+            )
+        if explicit.null_count == 0:
+            return explicit
+    hashed = _murmur2_partitions(batch.column(2), num_partitions)
+    if keyless is not None:
+        fallback: Any = pa.scalar(keyless, pa.int32())
+    else:
+        values = pc.fill_null(batch.column(3), b"")
+        fallback = _murmur2_partitions(values, num_partitions)
+    by_key = pc.if_else(pc.greater_equal(hashed, 0), hashed, fallback)
+    return pc.coalesce(explicit, by_key)
+
+
+def _murmur2_partitions(column: pa.Array, num_partitions: int) -> pa.Array:
+    raw = murmur2_partitions(codec_column(column), len(column), num_partitions)
+    return pa.Array.from_buffers(pa.int32(), len(column), [None, pa.py_buffer(raw)])
+
+
+def send_batch(
+    producer: Producer, topic: str, batch: pa.RecordBatch, partitions: pa.Array
+) -> list[ProduceResult]:
+    """Queue the rows of a staged batch, grouped by partition (input order kept within
+    each), through the producer's bulk path: Arrow buffers go straight to the codec."""
+    results: list[ProduceResult] = []
+    if batch.num_rows == 0:
+        return results
+    counts = pc.value_counts(partitions).to_pylist()
+    if len(counts) > 1:
+        order = pc.sort_indices(partitions)  # stable: input order within a partition
+        batch = batch.take(order)
+        counts.sort(key=lambda c: c["values"])
+    start = 0
+    for entry in counts:
+        part, rows = int(entry["values"]), int(entry["counts"])
+        chunk = batch.slice(start, rows)
+        start += rows
+        headers_col = chunk.column(4)
+        headers = None
+        if headers_col.null_count < rows:
+            headers = [_headers(h) for h in headers_col.to_pylist()]
+        timestamps = chunk.column(5)
+        results.extend(
+            producer.send_columns(
+                topic,
+                part,
+                rows,
+                values=codec_column(chunk.column(3)),
+                keys=codec_column(chunk.column(2)) if chunk.column(2).null_count < rows else None,
+                timestamps=codec_column(timestamps) if timestamps.null_count < rows else None,
+                headers=headers,
+            )
+        )
+    return results
+
+
+def _check_delivered(results: list[ProduceResult], what: str) -> None:
+    for r in results:
+        if r.error is not None:
+            raise SinkError(f"{what} failed: {r.error}")
+        if not r.done():
+            raise SinkError(f"{what} failed: a batch for {r.tp} was not acknowledged")
 
 
 # ---------------------------------------------------------------------- staging storage
@@ -224,22 +317,6 @@ def _producer(opts: WriteOptions, **extra: Any) -> Producer:
         "enable.idempotence": True,
     }
     return Producer(settings)
-
-
-class _Delivery:
-    """Counts acknowledgements and keeps the first error (callbacks run on the sender)."""
-
-    def __init__(self) -> None:
-        self.error: BaseException | None = None
-        self.acked = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, error: Any, _meta: Any) -> None:
-        with self._lock:
-            if error is not None and self.error is None:
-                self.error = error
-            elif error is None:
-                self.acked += 1
 
 
 # ---------------------------------------------------------------------- writers
@@ -301,29 +378,25 @@ class _WriterBase:
 
     def _write_direct(self, iterator: Iterator[pa.RecordBatch]) -> DirectMessage:
         producer = _producer(self.opts)
-        delivery = _Delivery()
+        results: list[ProduceResult] = []
         rows = 0
+        keyless_turn = 0
         try:
             for batch in iterator:
                 staged = normalize(batch, self.opts.topic)
-                for topic, part, key, value, headers, ts in iter_rows(staged):
-                    if topic is None:
-                        raise SinkError("a row has no topic (null topic column, no topic option)")
-                    producer.send(
-                        topic,
-                        value,
-                        key=key,
-                        headers=_headers(headers),
-                        partition=part,
-                        timestamp_ms=ts,
-                        on_delivery=delivery,
-                    )
-                    rows += 1
+                for topic, rows_of_topic in _by_topic(staged):
+                    count = len(producer.partitions_for(topic))
+                    # Keyless rows stick to one partition per input batch, then move on
+                    # (Kafka's sticky partitioner, one input batch at a time).
+                    keyless = keyless_turn % count
+                    keyless_turn += 1
+                    parts = target_partitions(rows_of_topic, topic, count, keyless)
+                    results.extend(send_batch(producer, topic, rows_of_topic, parts))
+                rows += staged.num_rows
             producer.flush()
         finally:
             producer.close()
-        if delivery.error is not None:
-            raise SinkError(f"producing failed: {delivery.error}")
+        _check_delivered(results, "producing")
         return DirectMessage(rows)
 
     # --- driver
@@ -390,25 +463,6 @@ class _WriterBase:
         finally:
             view.close()
 
-    def _plan(
-        self, fs: pafs.FileSystem, paths: list[str], counts: Mapping[str, int]
-    ) -> Iterator[tuple[TopicPartition, Any, Any, list[Any], Any]]:
-        """(target partition, key, value, headers, timestamp) for every staged row, in order."""
-        for path in paths:
-            for batch in _read_staged(fs, path):
-                for topic, part, key, value, headers, ts in iter_rows(batch):
-                    n = counts[topic]
-                    if part is None:
-                        # Keyed rows: murmur2 like the default partitioner. Keyless rows: a
-                        # hash of the value, so a replayed batch lands the same way whatever
-                        # order its rows come in.
-                        part = key_partition(key if key is not None else (value or b""), n)
-                    elif not 0 <= part < n:
-                        raise SinkError(
-                            f"partition {part} does not exist in {topic} ({n} partitions)"
-                        )
-                    yield TopicPartition(topic, part), key, value, _headers(headers), ts
-
     def _send_all(
         self,
         fs: pafs.FileSystem,
@@ -416,32 +470,23 @@ class _WriterBase:
         counts: Mapping[str, int],
         skip: Mapping[TopicPartition, Counter[bytes]],
     ) -> int:
+        """Publish every staged row, in staged order within each target partition."""
         producer = _producer(self.opts)
-        delivery = _Delivery()
+        results: list[ProduceResult] = []
         sent = 0
         try:
-            for tp, key, value, headers, ts in self._plan(fs, paths, counts):
-                seen = skip.get(tp)
-                if seen:
-                    fp = _fingerprint(key, value, headers)
-                    if seen[fp] > 0:
-                        seen[fp] -= 1
-                        continue
-                producer.send(
-                    tp.topic,
-                    value,
-                    key=key,
-                    headers=headers,
-                    partition=tp.partition,
-                    timestamp_ms=ts,
-                    on_delivery=delivery,
-                )
-                sent += 1
+            for path in paths:
+                for batch in _read_staged(fs, path):
+                    for topic, rows in _by_topic(batch):
+                        parts = target_partitions(rows, topic, counts[topic], None)
+                        if skip:
+                            rows, parts = _skip_published(rows, topic, parts, skip)
+                        results.extend(send_batch(producer, topic, rows, parts))
+                        sent += rows.num_rows
             producer.flush()
         finally:
             producer.close()
-        if delivery.error is not None:
-            raise SinkError(f"publishing the batch failed: {delivery.error}")
+        _check_delivered(results, "publishing the batch")
         return sent
 
     def _already_published(
@@ -481,6 +526,33 @@ class _WriterBase:
         finally:
             consumer.close()
         return found
+
+
+def _skip_published(
+    rows: pa.RecordBatch,
+    topic: str,
+    parts: pa.Array,
+    skip: Mapping[TopicPartition, Counter[bytes]],
+) -> tuple[pa.RecordBatch, pa.Array]:
+    """Drop the rows an interrupted commit already published (resume only: row by row)."""
+    targets = parts.to_pylist()
+    if not any(skip.get(TopicPartition(topic, p)) for p in set(targets)):
+        return rows, parts
+    keys = rows.column(2).to_pylist()
+    values = rows.column(3).to_pylist()
+    headers = rows.column(4).to_pylist()
+    keep = []
+    for i, part in enumerate(targets):
+        seen = skip.get(TopicPartition(topic, part))
+        if seen:
+            fp = _fingerprint(keys[i], values[i], _headers(headers[i]))
+            if seen[fp] > 0:
+                seen[fp] -= 1
+                keep.append(False)
+                continue
+        keep.append(True)
+    mask = pa.array(keep, type=pa.bool_())
+    return rows.filter(mask), parts.filter(mask)
 
 
 def _read_staged(fs: pafs.FileSystem, path: str) -> Iterator[pa.RecordBatch]:
