@@ -32,6 +32,7 @@ from typing import NamedTuple
 from odradek.log.errors import CorruptSegmentError
 from odradek.log.files import FileCache, SegmentFile
 from odradek.log.index import IndexCorruptError, OffsetIndex, TimeIndex, write_file_atomic
+from odradek.log.txn_index import TxnIndex
 from odradek.protocol.records import (
     BATCH_OVERHEAD,
     LOG_OVERHEAD,
@@ -94,6 +95,7 @@ class Segment:
         "size",
         "time_index",
         "truncated",
+        "txn_index",
     )
 
     def __init__(
@@ -122,6 +124,7 @@ class Segment:
         self.truncated = 0
         self._hint_offset = -1
         self._hint_pos = -1
+        self.txn_index = TxnIndex(self.txnindex_path)
 
     # ------------------------------------------------------------------ files
 
@@ -136,6 +139,10 @@ class Segment:
     @property
     def timeindex_path(self) -> Path:
         return self.directory / f"{segment_name(self.base_offset)}.timeindex"
+
+    @property
+    def txnindex_path(self) -> Path:
+        return self.directory / f"{segment_name(self.base_offset)}.txnindex"
 
     @property
     def corrupt_path(self) -> Path:
@@ -173,7 +180,14 @@ class Segment:
 
     def delete_files(self) -> None:
         self.close()
-        for p in (self.log_path, self.index_path, self.timeindex_path, self.corrupt_path):
+        paths = (
+            self.log_path,
+            self.index_path,
+            self.timeindex_path,
+            self.txnindex_path,
+            self.corrupt_path,
+        )
+        for p in paths:
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
 
@@ -672,8 +686,13 @@ class Segment:
         self.check_readable(offset)
         return None
 
-    def read_from(self, pos: int, max_bytes: int, expected: int) -> bytearray:
+    def read_from(
+        self, pos: int, max_bytes: int, expected: int, stop_offset: int | None = None
+    ) -> bytearray:
         """Whole, checked batches starting at ``pos`` up to ``max_bytes``; at least one.
+
+        ``stop_offset``: no batch starting at or after it is returned (read_committed
+        reads stop at the last stable offset), not even the first.
 
         Every returned batch went through ``_chain``, so a damaged length can
         neither return garbage nor skip data silently: the read stops before a
@@ -693,10 +712,13 @@ class Segment:
         for p, t in self._chain(pos, expected, limit, _SCAN_CHUNK, prefetch=(buf, pos)):
             if p != end:
                 break  # a quarantined range lies between: stop before it
+            if stop_offset is not None and t[0] >= stop_offset:
+                break
             end = p + t[1] + LOG_OVERHEAD
             next_off = t[0] + t[6] + 1
         if end == pos:
-            self.check_readable(expected)  # the batch at ``pos`` was just quarantined
+            if stop_offset is None or expected < stop_offset:
+                self.check_readable(expected)  # the batch at ``pos`` was just quarantined
             return bytearray()
         n = end - pos
         if n <= len(buf):
