@@ -40,6 +40,13 @@ E = ErrorCode
 
 
 class OffsetHandlers(ShardBase):
+    # Transactional offsets live in ``txn_offsets.TxnOffsetHandlers`` (a base of the shard).
+    def has_pending_txn_offset(self, group_id: str, topic: str, partition: int) -> bool:
+        raise NotImplementedError
+
+    def has_open_transactions(self, group_id: str) -> bool:
+        raise NotImplementedError
+
     # ================================================================= OffsetCommit
 
     def _offset_commit(self, now: int, token: RequestToken, req: OffsetCommitRequest) -> None:
@@ -140,10 +147,16 @@ class OffsetHandlers(ShardBase):
             parts = []
             for p in partitions:
                 o = offsets.get((name, p))
-                if o is None:
+                if req.require_stable and self.has_pending_txn_offset(req.group_id, name, p):
+                    # KIP-447: a transactional commit of it awaits its marker.
+                    parts.append(
+                        OffsetFetchPartitionResponse(
+                            p, NO_OFFSET, NO_LEADER_EPOCH, "", int(E.UNSTABLE_OFFSET_COMMIT)
+                        )
+                    )
+                elif o is None:
                     parts.append(OffsetFetchPartitionResponse(p, NO_OFFSET, NO_LEADER_EPOCH, ""))
                 else:
-                    # No transactional offsets exist here, so require_stable never blocks.
                     parts.append(
                         OffsetFetchPartitionResponse(p, o.offset, o.leader_epoch, o.metadata)
                     )
@@ -220,14 +233,22 @@ class OffsetHandlers(ShardBase):
         for group in list(self.groups.values()):
             if group.state is S.DEAD:
                 continue
-            expired = sorted(self._expired_offsets(group, wall))
+            expired = sorted(
+                tp
+                for tp in self._expired_offsets(group, wall)
+                if not self.has_pending_txn_offset(group.group_id, *tp)  # Kafka waits for it
+            )
             if expired:
                 self._event(
                     ev.OFFSETS_EXPIRED,
                     group.group_id,
                     partitions=[f"{t}-{p}" for t, p in expired],
                 )
-            if group.state is S.EMPTY and len(group.offsets) == len(expired):
+            if (
+                group.state is S.EMPTY
+                and len(group.offsets) == len(expired)
+                and not self.has_open_transactions(group.group_id)
+            ):
                 # Tombstones every offset, the expired ones included.
                 self._delete_group(group, "empty group without offsets")
                 continue

@@ -30,6 +30,7 @@ from odradek.coordinator.timer import (
     parse_timer_key,
     timer_key,
 )
+from odradek.coordinator.txn_offsets import TxnOffsetCommitRequest, TxnOffsetHandlers
 from odradek.coordinator.types import (
     CoordinatorRecord,
     DeleteGroupsRequest,
@@ -67,7 +68,7 @@ E = ErrorCode
 CLEANUP_KEY = timer_key(CLEANUP)
 
 
-class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
+class GroupCoordinatorShard(ClassicHandlers, AdminHandlers, TxnOffsetHandlers):
     """Pure classic-group coordinator for one partition. See the package docstring."""
 
     def __init__(
@@ -123,6 +124,8 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
             self._delete_groups(now_ms, token, request)
         elif isinstance(request, OffsetDeleteRequest):
             self._offset_delete(now_ms, token, request)
+        elif isinstance(request, TxnOffsetCommitRequest):
+            self._txn_offset_commit(now_ms, token, request)
         else:
             raise TypeError(f"unsupported request {type(request).__name__}")
 
@@ -231,9 +234,12 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
 
     # ================================================================= replay
 
-    def replay(self, record: CoordinatorRecord) -> None:
+    def replay(self, record: CoordinatorRecord, *, producer_id: int = -1, offset: int = -1) -> None:
         """Apply one ``__consumer_offsets`` record to the hard state.
 
+        ``producer_id``: the record is in a transactional batch of that producer
+        (TxnOffsetCommit): pending until its marker (``replay_end_transaction``).
+        ``offset``: the record's offset in the partition, when known.
         Replaying the records of a call commits it: it can no longer be aborted.
         """
         self._last_journal = None
@@ -241,6 +247,7 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
         if isinstance(key, OffsetCommitKey):
             tp = (key.topic, key.partition)
             if record.value is None:
+                self._forget_pending(key.group, key.topic, key.partition)
                 group = self.groups.get(key.group)
                 if group is not None:
                     group.offsets.pop(tp, None)
@@ -248,13 +255,18 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
                 return
             v = decode_offset_commit_value(record.value)
             group = self._get_or_create(key.group)
-            group.offsets[tp] = CommittedOffset(
+            committed = CommittedOffset(
                 v.offset,
                 v.leader_epoch,
                 v.metadata,
                 v.commit_timestamp,
                 v.expire_timestamp if v.expire_timestamp >= 0 else None,
+                offset,
             )
+            if producer_id >= 0:
+                self._replay_txn_offset(producer_id, key, committed)
+                return
+            group.offsets[tp] = committed
         elif isinstance(key, GroupMetadataKey):
             group = self.groups.get(key.group)
             if record.value is None:
@@ -378,6 +390,16 @@ def error_response(request: Request, error: ErrorCode | int) -> Response:
         return DeleteGroupsResponse(tuple(DeleteGroupsResult(g, code) for g in request.group_ids))
     if isinstance(request, OffsetDeleteRequest):
         return OffsetDeleteResponse(code)
+    if isinstance(request, TxnOffsetCommitRequest):
+        return OffsetCommitResponse(
+            tuple(
+                OffsetCommitTopicResponse(
+                    t.name,
+                    tuple(OffsetCommitPartitionResponse(p.partition, code) for p in t.partitions),
+                )
+                for t in request.topics
+            )
+        )
     raise TypeError(f"unsupported request {type(request).__name__}")
 
 
