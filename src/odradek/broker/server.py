@@ -38,6 +38,7 @@ from odradek.broker.security.listeners import Listener, parse_listeners
 from odradek.broker.security.manager import BrokerSecurity, SecurityError
 from odradek.broker.security.session import Session
 from odradek.broker.topics import TopicManager
+from odradek.broker.txn_runtime import TransactionCoordinatorRuntime
 from odradek.broker.waiters import AppendWaiters
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import (
@@ -115,6 +116,9 @@ class Broker:
         self._sessions: dict[int, Session] = {}
         self.waiters = AppendWaiters()
         self.groups = GroupCoordinatorRuntime(self.topics, self.config)
+        self.txns = TransactionCoordinatorRuntime(
+            self.topics, self.config, self.groups, self.notify_append
+        )
         self.metrics_address = metrics_address
         self.metrics_token = metrics_token
         self.metrics: BrokerMetrics | None = None
@@ -158,6 +162,7 @@ class Broker:
         first = self.listeners[0]
         self.port, self.advertised_port = first.port, first.advertised_port
         self.groups.start()
+        self.txns.start()
         if self.metrics is not None and self.metrics_address is not None:
             self.metrics.serve(self, *self.metrics_address, token=self.metrics_token)
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
@@ -182,6 +187,7 @@ class Broker:
         await asyncio.gather(*self._connections, return_exceptions=True)
         if self._housekeeping is not None:
             await asyncio.gather(self._housekeeping, return_exceptions=True)
+        await self.txns.stop()
         await self.groups.stop()
         self.topics.close()
         log.info("odradek broker stopped")

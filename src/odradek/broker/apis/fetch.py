@@ -7,6 +7,11 @@ first partition with data is returned whole even when it is larger than both.
 Fetch sessions (KIP-227) are not offered: every response carries session id 0,
 which tells clients to keep sending full fetches. From v13 topics are named by
 topic id (KIP-516); an id this broker does not know gets UNKNOWN_TOPIC_ID.
+
+``isolation_level=1`` (read_committed) returns batches only below the last
+stable offset, with the aborted transactions of that range (producer id and
+first offset, from the segments' aborted-transaction indexes) so the client
+drops their batches; every response carries the LSO.
 """
 
 from __future__ import annotations
@@ -57,7 +62,8 @@ def _read_partitions(
     topics = ctx.broker.topics
     remaining = int(request.max_bytes) if ctx.version >= 3 else 2**31 - 1
     remaining = min(remaining, int(ctx.broker.config["fetch.max.bytes"]))
-    aborted = () if getattr(request, "isolation_level", 0) == READ_COMMITTED else None
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    aborted = () if read_committed else None
     total = 0
     any_error = False
     first_data = True
@@ -86,13 +92,21 @@ def _read_partitions(
                 any_error = True
                 continue
             end = plog.end_offset
-            entry["high_watermark"] = entry["last_stable_offset"] = end
+            lso = plog.last_stable_offset
+            entry["high_watermark"] = end
+            entry["last_stable_offset"] = lso
             entry["log_start_offset"] = plog.start_offset
             if part.fetch_offset == end or (remaining <= 0 and not first_data):
                 continue
+            offset = int(part.fetch_offset)
             try:
                 limit = min(int(part.partition_max_bytes), remaining)
-                data = plog.read(int(part.fetch_offset), max(limit, 1))
+                data = plog.read(offset, max(limit, 1), max_offset=lso if read_committed else None)
+                if read_committed and data:
+                    entry["aborted_transactions"] = [
+                        {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                        for a in plog.aborted_transactions(offset, lso)
+                    ]
             except LogError as exc:
                 entry["error_code"] = exc.error_code
                 any_error = True
