@@ -34,7 +34,7 @@ def _refused(ctx: RequestContext, error_code: int) -> Any:
     )
 
 
-@handles(ApiKey.INIT_PRODUCER_ID, 0, 4)
+@handles(ApiKey.INIT_PRODUCER_ID, 0, 5)
 async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
         if not ctx.authorize(

@@ -14,6 +14,7 @@ does.
 
 from __future__ import annotations
 
+import datetime
 from collections import defaultdict
 from typing import Any
 
@@ -37,6 +38,15 @@ OPERATION_NOT_ATTEMPTED = 55
 COORDINATOR_NOT_AVAILABLE = 15
 VERIFY_ONLY_FROM = 4  # AddPartitionsToTxn v4+: batched, from brokers
 TXN_ABORTABLE_FROM = 4  # TxnOffsetCommit v4+ clients know TRANSACTION_ABORTABLE
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _timestamp(ms: int) -> datetime.datetime:
+    """A wall-clock ms for a non-nullable timestamp field; kio has no value for -1 ("none"),
+    so -1 is the instant 1 ms before the epoch, which it writes back as -1."""
+    return _EPOCH + datetime.timedelta(milliseconds=ms)
 
 
 def _may_write_txn(ctx: RequestContext, transactional_id: str) -> bool:
@@ -297,13 +307,15 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> Any:
         by_topic: dict[str, list[int]] = defaultdict(list)
         for topic, partition in d.partitions:
             by_topic[topic].append(partition)
+        if d.error_code:  # Kafka fills in only the id and the error (the rest are defaults)
+            d = core.DescribedTransaction(txn_id, d.error_code, "", 0, 0, 0, 0)
         states.append(
             {
                 "error_code": d.error_code,
                 "transactional_id": txn_id,
                 "transaction_state": d.state,
                 "transaction_timeout": d.timeout_ms,
-                "transaction_start_time": d.start_ms,
+                "transaction_start_time": _timestamp(d.start_ms),
                 "producer_id": d.producer_id,
                 "producer_epoch": d.producer_epoch,
                 "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
