@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +59,9 @@ from odradek.transaction.types import MarkerJob, Request, Response, TopicPartiti
 log = logging.getLogger("odradek.transaction")
 
 TXN_TOPIC = "__transaction_state"
+# Fault injection for crash tests: wait this long before writing a transaction's markers,
+# so a test can kill the broker between the Prepare record and the markers.
+MARKER_DELAY_ENV = "ODRADEK_TXN_MARKER_DELAY_MS"
 QUEUE_BOUND = 10000
 RETRY_S = (0.05, 30.0)  # first and largest backoff: markers, failed timers, failed loads
 
@@ -111,6 +115,7 @@ class TxnShardRunner:
         self.shard = self._new_shard()
         self._worker: asyncio.Task[None] | None = None
         self._marker_tasks: set[asyncio.Task[None]] = set()
+        self._marker_delay_s = int(os.environ.get(MARKER_DELAY_ENV, "0") or 0) / 1000
         self._timer_failures: dict[str, int] = {}
         self.operation_failures = 0
         self.reloads = 0
@@ -347,6 +352,8 @@ class TxnShardRunner:
 
     async def _write_markers(self, job: MarkerJob) -> None:
         """Write the job's marker to each of its partitions (retrying), then report it."""
+        if self._marker_delay_s:
+            await asyncio.sleep(self._marker_delay_s)
         pending = sorted(job.partitions)
         delay_s, max_delay_s = RETRY_S
         while pending:
