@@ -285,3 +285,22 @@ def test_merged_segments_keep_every_aborted_entry(tmp_path: Path) -> None:
     again = open_log(d, clock, cleanup_policy="compact")
     assert again.aborted_transactions(0, again.end_offset) == before
     again.close()
+
+
+def test_reads_of_a_clean_log_without_transactions_load_no_producer_state(
+    tmp_path: Path,
+) -> None:
+    d = tmp_path / "p"
+    log = open_log(d)
+    for i in range(50):
+        log.append(plain([(None, b"%d" % i)]))
+    log.close()
+    again = open_log(d)
+    assert again.last_stable_offset == again.end_offset == 50
+    assert again._producers is None  # not loaded: no header scan for the LSO
+    again.append(txn_batch(3, 0, [(None, b"t")]))  # a producer's batch loads it
+    assert again.last_stable_offset == 50
+    again.close()
+    third = open_log(d)  # the record says a transaction is open: the LSO must look
+    assert third.last_stable_offset == 50 and third.end_offset == 51
+    third.close()

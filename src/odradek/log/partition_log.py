@@ -234,6 +234,11 @@ class PartitionLog:
         self._modified = True
         # The clean-shutdown record is still on disk: remove it before the first change.
         self._clean_record_on_disk = False
+        # Whether a transaction may be open while the producer state is not loaded yet
+        # (a clean open whose record says one was open at shutdown). Without one, the
+        # last stable offset is the log end until a producer's batch loads the state,
+        # so reads never pay for loading it (a header scan without a snapshot).
+        self._maybe_open_transactions = True
         self.leader_epoch = 0
 
     # ------------------------------------------------------------------ open / recovery
@@ -301,6 +306,8 @@ class PartitionLog:
         inst = cls(directory, config, now_ms, segments, min(start, end), files, None)
         inst._modified = False
         inst._clean_record_on_disk = True
+        # Older records have no such key: those brokers refused transactions.
+        inst._maybe_open_transactions = bool(record.get("open_transactions", False))
         segments[-1].created_ms = now_ms() if active_size else None
         return inst
 
@@ -413,6 +420,8 @@ class PartitionLog:
         """
         with self._lock:
             end = self._segments[-1].next_offset
+            if self._producers is None and not self._maybe_open_transactions:
+                return end
             first = self._producer_state().first_unstable_offset()
             if first is None:
                 return end
@@ -1018,6 +1027,11 @@ class PartitionLog:
             "end_offset": self.end_offset,
             "active_base": active.base_offset,
             "active_size": active.size,
+            "open_transactions": (
+                bool(self._producers.ongoing)
+                if self._producers is not None
+                else self._maybe_open_transactions
+            ),
         }
         self._retire_files()
         write_file_atomic(
