@@ -74,7 +74,7 @@ async def _add_partitions(
     for topic, partition in wanted:
         if not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, topic):
             refused[(topic, partition)] = TOPIC_AUTHORIZATION_FAILED
-        elif ctx.broker.topics.partition(topic, partition) is None or _internal(ctx, topic):
+        elif ctx.broker.topics.partition(topic, partition) is None:
             refused[(topic, partition)] = UNKNOWN_TOPIC_OR_PARTITION
     if refused:
         return {tp: refused.get(tp, OPERATION_NOT_ATTEMPTED) for tp in wanted}
@@ -82,11 +82,6 @@ async def _add_partitions(
     response = await ctx.broker.txns.call(transactional_id, request)
     assert isinstance(response, core.AddPartitionsResponse)
     return dict.fromkeys(wanted, response.error_code)
-
-
-def _internal(ctx: RequestContext, topic: str) -> bool:
-    found = ctx.broker.topics.get(topic)
-    return found is not None and found.internal
 
 
 @handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
