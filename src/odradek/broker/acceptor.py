@@ -11,6 +11,7 @@ interval with a count.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import socket
@@ -87,6 +88,13 @@ class Acceptor:
 
     async def _connection(self, conn: socket.socket) -> None:
         loop = asyncio.get_running_loop()
+        if conn.family in (socket.AF_INET, socket.AF_INET6):
+            # Nagle off, as Kafka's SocketServer sets it: asyncio only does so for sockets
+            # whose proto is IPPROTO_TCP, and an accepted socket's is 0. With Nagle, a
+            # response written while the previous one is unacknowledged waits for the
+            # client's delayed ACK (40 ms), e.g. librdkafka's pipelined Produce requests.
+            with contextlib.suppress(OSError):
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         reader = asyncio.StreamReader(limit=READ_AHEAD_BYTES, loop=loop)
         try:
             transport, protocol = await loop.connect_accepted_socket(
