@@ -132,6 +132,9 @@ class TopicManager:
         self.now_ms = now_ms
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
+        # Called after a topic is created, deleted or grows (the group coordinator's
+        # consumer groups assign partitions themselves and must hear of it).
+        self.change_listeners: list[Callable[[], None]] = []
         self._meta_path = self.data_dir / "meta.json"
         self._topics_path = self.data_dir / "topics.json"
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -328,6 +331,7 @@ class TopicManager:
         self._register(topic)
         self._save_topics()
         log.info("created topic %s with %d partitions", name, num_partitions)
+        self._notify_change()
         return topic
 
     def create_internal(self, name: str, num_partitions: int, configs: dict[str, str]) -> Topic:
@@ -352,6 +356,7 @@ class TopicManager:
             os.replace(path, doomed)
             shutil.rmtree(doomed, ignore_errors=True)
         log.info("deleted topic %s", name)
+        self._notify_change()
 
     def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
         topic = self.topics.get(name)
@@ -378,6 +383,14 @@ class TopicManager:
             )
         self._save_topics()
         log.info("topic %s now has %d partitions", name, total)
+        self._notify_change()
+
+    def _notify_change(self) -> None:
+        for listener in self.change_listeners:
+            try:
+                listener()
+            except Exception:  # a listener must never fail a topic operation
+                log.exception("topic change listener failed")
 
     def alter_configs(
         self,

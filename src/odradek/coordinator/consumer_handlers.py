@@ -112,6 +112,8 @@ class GroupChange:
     reasons: list[str] = field(default_factory=list)
     # The subscription metadata this call writes (None: unchanged).
     subscription: dict[str, TopicMetadata] | None = None
+    # The topics the member behind the call may DESCRIBE (None: all), for regexes.
+    describable: frozenset[str] | None = None
 
     def member_count(self) -> int:
         n = len(self.group.members)
@@ -263,7 +265,7 @@ class ConsumerGroupHandlers(ShardBase):
         group = self._consumer_group(now, req.group_id, create=joining)
         member_id = req.member_id or self.ids.new_uuid()  # v0: the coordinator names it
         self._check_group_size(group, member_id)
-        change = GroupChange(group)
+        change = GroupChange(group, describable=req.describable_topics)
         if req.instance_id is None:
             member = self._dynamic_member(group, member_id, req)
         else:
@@ -545,7 +547,7 @@ class ConsumerGroupHandlers(ShardBase):
             return
         resolved = change.resolved()
         for regex in sorted(change.subscribed_regexes()):
-            topics = resolve_regex(regex, image)
+            topics = resolve_regex(regex, image, change.describable)
             found = resolved.get(regex)
             if found is None or found.topics != topics:
                 value = RegexValue(topics, image.version, self._wall_ms)

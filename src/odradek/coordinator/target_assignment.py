@@ -42,15 +42,20 @@ def compile_regex(regex: str) -> re.Pattern[str]:
         ) from exc
 
 
-def resolve_regex(regex: str, image: TopicsImage) -> tuple[str, ...]:
+def resolve_regex(
+    regex: str, image: TopicsImage, allowed: frozenset[str] | None = None
+) -> tuple[str, ...]:
     """The topics a regex matches (whole names, as Kafka's RE2/J ``matches``), internal ones
-    excepted, sorted."""
+    and, when given, those outside ``allowed`` (the member's DESCRIBE permission) excepted,
+    sorted."""
     pattern = compile_regex(regex)
     return tuple(
         sorted(
             name
             for name, topic in image.by_name.items()
-            if not topic.internal and pattern.fullmatch(name) is not None
+            if not topic.internal
+            and (allowed is None or name in allowed)
+            and pattern.fullmatch(name) is not None
         )
     )
 

@@ -355,6 +355,9 @@ class ConsumerGroupHeartbeatRequest:
     client_host: str = ""
     # v1+ (KIP-1082): the member generates its own id; an empty one is refused.
     member_id_required: bool = True
+    # With an authorizer: the topics this member may DESCRIBE, which is all a regex it
+    # makes the coordinator resolve may match (None: every topic).
+    describable_topics: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
