@@ -736,7 +736,7 @@ class ConsumerGroupHandlers(ShardBase):
     def _consumer_group_leave(
         self, now: int, req: ConsumerGroupHeartbeatRequest
     ) -> ConsumerGroupHeartbeatResponse:
-        group = self._consumer_group(req.group_id, create=False)
+        group = self._consumer_group(now, req.group_id, create=False)
         response = ConsumerGroupHeartbeatResponse(
             int(E.NONE), member_id=req.member_id, member_epoch=req.member_epoch
         )

@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from odradek.coordinator import events as ev
-from odradek.coordinator.consumer_group import ConsumerGroup, ConsumerGroupState
+from odradek.coordinator.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupMember,
+    ConsumerGroupState,
+)
 from odradek.coordinator.consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from odradek.coordinator.core import ShardBase
 from odradek.coordinator.errors import ErrorCode
@@ -104,22 +108,43 @@ class OffsetHandlers(ShardBase):
             self._schedule_heartbeat(group, member, now + member.session_timeout_ms)
         return None
 
-    @staticmethod
     def _validate_consumer_commit(
-        group: ConsumerGroup, req: OffsetCommitRequest
+        self, group: ConsumerGroup, req: OffsetCommitRequest
     ) -> ErrorCode | None:
         """Kafka's ConsumerGroup.validateOffsetCommit: the member's current epoch (its
-        generation, for a member speaking the classic protocol)."""
+        generation, for a member speaking the classic protocol).
+
+        Odradek also takes a consumer-protocol member's commit at its *previous* epoch
+        for partitions it still owns: the heartbeat that moved it on may simply have
+        overtaken the commit, and a member that still owns a partition has owned it
+        since (Kafka 4.x accepts the same, KIP-1251, with per-partition epochs).
+        """
         if req.generation_id < 0 and not group.members:
             return None  # the admin client, or a consumer outside group management
         member = group.members.get(req.member_id)
         if member is None:
             return E.UNKNOWN_MEMBER_ID
-        if not member.uses_classic_protocol and not req.unknown_group_is_not_found:
+        if member.uses_classic_protocol:
+            return None if req.generation_id == member.member_epoch else E.ILLEGAL_GENERATION
+        if not req.unknown_group_is_not_found:
             return E.UNSUPPORTED_VERSION  # consumer-protocol members commit with v9+
-        if req.generation_id != member.member_epoch:
-            return E.ILLEGAL_GENERATION if member.uses_classic_protocol else E.STALE_MEMBER_EPOCH
-        return None
+        if req.generation_id == member.member_epoch:
+            return None
+        if req.generation_id == member.previous_member_epoch and self._owns_all(member, req):
+            return None
+        return E.STALE_MEMBER_EPOCH
+
+    def _owns_all(self, member: ConsumerGroupMember, req: OffsetCommitRequest) -> bool:
+        for topic in req.topics:
+            image = self.image.by_name.get(topic.name)
+            if image is None:
+                return False
+            owned = member.assigned.get(image.topic_id, frozenset()) | (
+                member.pending_revocation.get(image.topic_id, frozenset())
+            )
+            if any(p.partition not in owned for p in topic.partitions):
+                return False
+        return True
 
     @staticmethod
     def _commit_response(
