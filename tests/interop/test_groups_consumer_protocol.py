@@ -13,7 +13,9 @@ heartbeat of 1 s:
 - a member joining while the others consume: no member ever stops consuming (revokes)
   a partition it keeps, and they go on reading meanwhile;
 - commit, stop, restart: the new member resumes at the committed offsets;
-- a regex subscription (matched on the broker) picks up a topic created later.
+- a regex subscription (matched on the broker) picks up a topic created later;
+- partitions added to a subscribed topic are assigned, a deleted topic's revoked, with
+  the members' own metadata refresh far away (the broker tells the coordinator).
 
 Latencies are printed as ``GROUP-LATENCY ...`` lines (``pytest -rP``).
 """
@@ -259,3 +261,54 @@ def test_regex_subscription_picks_up_a_new_topic(broker, client: str, record_pro
             "the new topic's records consumed",
         )
         member.close()
+
+
+def test_partitions_added_and_topic_deleted_reach_the_members(broker, record_property) -> None:
+    """The coordinator hears of topic changes itself (no member subscribes anew): two
+    confluent-kafka members of one group on topics A (2 partitions) and B; A grows to 4
+    and the new partitions are assigned; B is deleted and its partitions revoked."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    prefix, group = new_names("kip848-meta")
+    grows, doomed = f"{prefix}-grows", f"{prefix}-doomed"
+    create_topic(broker.bootstrap, grows, 2)
+    create_topic(broker.bootstrap, doomed, 2)
+    consumers = [
+        Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": group,
+                "group.protocol": "consumer",
+                "topic.metadata.refresh.interval.ms": 60000,  # the broker must notice
+            }
+        )
+        for _ in range(2)
+    ]
+
+    def owned() -> set[tuple[str, int]]:
+        for c in consumers:
+            c.poll(0.05)
+        return {(tp.topic, tp.partition) for c in consumers for tp in c.assignment()}
+
+    def wait_owned(expected: set[tuple[str, int]], what: str) -> float:
+        started = time.monotonic()
+        while time.monotonic() - started < 20:
+            if owned() == expected:
+                return time.monotonic() - started
+        raise AssertionError(f"{what}: owned {sorted(owned())}, expected {sorted(expected)}")
+
+    try:
+        for c in consumers:
+            c.subscribe([grows, doomed])
+        wait_owned({(t, p) for t in (grows, doomed) for p in range(2)}, "first assignment")
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_partitions([NewPartitions(grows, 4)])[grows].result(15)
+        took = wait_owned({(t, p) for t, n in ((grows, 4), (doomed, 2)) for p in range(n)}, "grow")
+        report(record_property, "kip848_partitions_added", "confluent", took, 20)
+        admin.delete_topics([doomed], operation_timeout=15)[doomed].result(30)
+        took = wait_owned({(grows, p) for p in range(4)}, "deleted topic revoked")
+        report(record_property, "kip848_topic_deleted", "confluent", took, 20)
+    finally:
+        for c in consumers:
+            c.close()
