@@ -16,10 +16,12 @@ Pending offsets are hard state: they change only by replay (of the
 transactional records, and of the marker: ``replay_end_transaction``), so the
 undo journal never needs them.
 
-Validation is Kafka's for a transactional commit to a classic group: the
+Validation is Kafka's for a transactional commit. To a classic group: the
 member and generation are checked when given (KIP-447), a commit without them
 is accepted even while the group has members, and a rebalance in progress
-does not refuse it.
+does not refuse it. To a consumer group (KIP-848): the generation is the
+member's epoch, checked as for a plain commit but answered with
+ILLEGAL_GENERATION when stale.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from odradek.coordinator.consumer_group import ConsumerGroup
 from odradek.coordinator.errors import ErrorCode
-from odradek.coordinator.group import ClassicGroup, CommittedOffset
+from odradek.coordinator.group import CommittedOffset
 from odradek.coordinator.offsets import OffsetHandlers
 from odradek.coordinator.records import OffsetCommitKey, OffsetCommitValue, offset_commit_record
 from odradek.coordinator.state import GroupState
@@ -124,8 +127,8 @@ class TxnOffsetHandlers(OffsetHandlers):
         if group is None:
             # A simple group (no group management): its replayed records create it.
             return None if req.generation_id < 0 else E.ILLEGAL_GENERATION
-        if not isinstance(group, ClassicGroup):
-            return E.UNKNOWN_SERVER_ERROR  # group types this module does not know yet
+        if isinstance(group, ConsumerGroup):
+            return self._validate_txn_consumer_commit(group, req)
         if group.state is S.DEAD:
             return E.COORDINATOR_NOT_AVAILABLE
         if req.generation_id < 0 and group.state is S.EMPTY:
@@ -137,6 +140,33 @@ class TxnOffsetHandlers(OffsetHandlers):
             if req.generation_id != group.generation_id:
                 return E.ILLEGAL_GENERATION
         return None
+
+    def _validate_txn_consumer_commit(
+        self, group: ConsumerGroup, req: TxnOffsetCommitRequest
+    ) -> ErrorCode | None:
+        """Kafka's ConsumerGroup.validateOffsetCommit for a transactional commit: the
+        generation is the member's epoch, any request version will do, and a stale epoch
+        is ILLEGAL_GENERATION (validateTransactionalOffsetCommit maps it: transactional
+        producers do not know STALE_MEMBER_EPOCH).
+
+        As for plain commits, a consumer-protocol member's previous epoch is accepted for
+        partitions it still owns (the heartbeat that moved it on may have overtaken the
+        group metadata its producer sent).
+        """
+        if req.generation_id < 0 and not group.members:
+            return None  # the admin client, or a consumer outside group management
+        member = group.members.get(req.member_id)
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        if req.generation_id == member.member_epoch:
+            return None
+        if (
+            not member.uses_classic_protocol
+            and req.generation_id == member.previous_member_epoch
+            and self._owns_all(member, req.topics)
+        ):
+            return None
+        return E.ILLEGAL_GENERATION
 
     # ================================================================= replay
 
@@ -176,7 +206,7 @@ class TxnOffsetHandlers(OffsetHandlers):
         if not commit:
             return
         for (group_id, topic, partition), offset in offsets.items():
-            group = self._get_or_create(group_id)
+            group = self.groups.get(group_id) or self._get_or_create(group_id)
             current = group.offsets.get((topic, partition))
             # The most recent record wins when transactional and plain commits mix.
             if current is None or offset.record_offset > current.record_offset:
