@@ -6,15 +6,21 @@ DescribeTransactions and ListTransactions."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from odradek.broker.config import BrokerConfig
+from odradek.broker.server import Broker as InProcessBroker
+from odradek.log import PartitionLog
 from odradek.protocol.apikeys import ApiKey
-from odradek.protocol.records import build_batch, iter_batches
+from odradek.protocol.records import COMPRESSION_GZIP, COMPRESSION_NONE, build_batch, iter_batches
 from odradek.testing import Broker
 
 from .wire import WireClient
@@ -31,13 +37,16 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{time.monotonic_ns()}"
 
 
-def txn_batch(pid: int, epoch: int, seq: int, *values: bytes) -> bytes:
+def txn_batch(
+    pid: int, epoch: int, seq: int, *values: bytes, compression: int = COMPRESSION_NONE
+) -> bytes:
     return build_batch(
         [(None, v, ()) for v in values],
         timestamp_ms=int(time.time() * 1000),
         producer_id=pid,
         producer_epoch=epoch,
         base_sequence=seq,
+        compression=compression,
         transactional=True,
     )
 
@@ -81,7 +90,9 @@ class Txn:
             for p in t.results_by_partition
         }
 
-    def produce(self, partition: int, *values: bytes, version: int = 9) -> int:
+    def produce(
+        self, partition: int, *values: bytes, version: int = 9, compression: int = COMPRESSION_NONE
+    ) -> int:
         r = self.wire.request(
             ApiKey.PRODUCE,
             version,
@@ -95,7 +106,9 @@ class Txn:
                         "partition_data": [
                             {
                                 "index": partition,
-                                "records": txn_batch(self.pid, self.epoch, self.seq, *values),
+                                "records": txn_batch(
+                                    self.pid, self.epoch, self.seq, *values, compression=compression
+                                ),
                             }
                         ],
                     }
@@ -345,3 +358,56 @@ def _try_init(txn: Txn) -> bool:
     assert r.error_code == 0, r
     txn.pid, txn.epoch = int(r.producer_id), int(r.producer_epoch)
     return True
+
+
+def test_a_transaction_that_ends_while_its_batch_inflates_does_not_take_the_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Produce inflates compressed batches in a worker thread; the KIP-890 check runs after
+    it, right before the append. Checked before, a transaction aborted meanwhile would get
+    its late batch appended after its abort marker: a transaction nobody ever ends, and the
+    partition's last stable offset held back for good."""
+    entered, release = threading.Event(), threading.Event()
+    validate = PartitionLog.validate
+
+    def held_validate(self: PartitionLog, data: Any) -> Any:
+        entered.set()
+        assert release.wait(30), "the test never released the inflating batch"
+        return validate(self, data)
+
+    monkeypatch.setattr(PartitionLog, "validate", held_validate)
+
+    async def scenario() -> tuple[int, int, int]:
+        broker = InProcessBroker(tmp_path / "data", BrokerConfig(), port=0)
+        await broker.start()
+        try:
+            topic = unique("inflating")
+            await broker.topics.ensure_topics([topic])
+            bootstrap = f"127.0.0.1:{broker.port}"
+            with WireClient(bootstrap, 30) as producing, WireClient(bootstrap, 30) as control:
+                txn = Txn(producing, unique("txn"), topic)
+                await asyncio.to_thread(txn.init)
+                assert await asyncio.to_thread(txn.add, 0) == {(topic, 0): 0}
+                produced = asyncio.create_task(
+                    asyncio.to_thread(txn.produce, 0, b"late", compression=COMPRESSION_GZIP)
+                )
+                assert await asyncio.to_thread(entered.wait, 30)
+                aborter = Txn(control, txn.txn_id, topic)
+                aborter.pid, aborter.epoch = txn.pid, txn.epoch
+                assert await asyncio.to_thread(aborter.end, commit=False) == 0
+                deadline = time.monotonic() + 20
+                while await asyncio.to_thread(latest, control, topic, committed=False) < 1:
+                    assert time.monotonic() < deadline, "the abort marker never arrived"
+                    await asyncio.sleep(0.02)
+                release.set()
+                code = await produced
+                end = await asyncio.to_thread(latest, control, topic, committed=False)
+                stable = await asyncio.to_thread(latest, control, topic, committed=True)
+                return code, end, stable
+        finally:
+            release.set()
+            await broker.stop()
+
+    code, end, stable = asyncio.run(scenario())
+    assert code == INVALID_TXN_STATE
+    assert (end, stable) == (1, 1)  # the abort marker alone; nothing holds the LSO back

@@ -4,6 +4,7 @@ runtime replays them."""
 
 from __future__ import annotations
 
+from cg_ctx import CgMember, cg_ctx, converge
 from coord_ctx import Ctx, commit, ctx0, stable
 
 from odradek.coordinator import CoordinatorConfig, ErrorCode, GroupCoordinatorShard
@@ -164,6 +165,46 @@ def test_kip447_member_and_generation_checks() -> None:
     }
     assert log.txn_commit(PID, {("t", 0): 1}, group="other") == ok
     assert log.txn_commit(PID, {("t", 0): 1}, group="") == {("t", 0): E.INVALID_GROUP_ID}
+
+
+def test_consumer_group_member_epoch_is_the_generation() -> None:
+    """KIP-848 groups: TxnOffsetCommit's generation is the member epoch (Kafka's
+    ConsumerGroup.validateOffsetCommit), a stale one ILLEGAL_GENERATION
+    (validateTransactionalOffsetCommit maps STALE_MEMBER_EPOCH), and the marker makes
+    the offsets the consumer group's committed ones."""
+    ctx = cg_ctx()
+    ctx.set_topics(foo=6)
+    log = TxnLog(ctx)
+    a, b = CgMember(ctx, "a"), CgMember(ctx, "b")
+    a.join()
+    mine = sorted(a.partitions())[0]
+
+    def txn(offset: int, **kw: object) -> int:
+        errors = log.txn_commit(PID, {("foo", mine): offset}, **kw)
+        return int(errors[("foo", mine)])
+
+    assert txn(7, generation_id=a.epoch, member_id="a") == 0
+    assert txn(7, generation_id=a.epoch + 5, member_id="a") == E.ILLEGAL_GENERATION
+    assert txn(7, generation_id=a.epoch, member_id="ghost") == E.UNKNOWN_MEMBER_ID
+    assert txn(7) == E.UNKNOWN_MEMBER_ID  # no member while the group has members
+    b.join()
+    converge([a, b])
+    old = ctx.shard.groups["g"].members["a"].previous_member_epoch
+    kept = sorted(a.partitions())[0]
+    gone = sorted(b.partitions())[0]
+    # The previous epoch will do for a partition the member still owns, as for OffsetCommit.
+    assert log.txn_commit(PID, {("foo", kept): 9}, generation_id=old, member_id="a") == {
+        ("foo", kept): 0
+    }
+    assert log.txn_commit(PID, {("foo", gone): 9}, generation_id=old, member_id="a") == {
+        ("foo", gone): E.ILLEGAL_GENERATION
+    }
+    assert ctx.shard.has_open_transactions("g")
+    log.marker(PID, commit=True)
+    expected = {("foo", mine): 7}
+    expected[("foo", kept)] = 9  # the later commit, if it is the same partition
+    assert {tp: o.offset for tp, o in ctx.shard.groups["g"].offsets.items()} == expected
+    assert not ctx.shard.has_open_transactions("g")
 
 
 def test_retention_waits_for_pending_offsets_and_open_transactions() -> None:

@@ -100,13 +100,17 @@ def run_until(done: Callable[[], bool], step: Callable[[], None]) -> None:
         step()
 
 
-def test_confluent_kafka_consume_transform_produce(bootstrap: str) -> None:
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
+def test_confluent_kafka_consume_transform_produce(bootstrap: str, group_protocol: str) -> None:
+    """With group.protocol=consumer (KIP-848) the group metadata the producer sends carries
+    the member epoch as its generation, which TxnOffsetCommit checks."""
     source, sink = setup_topics(bootstrap)
     group = unique_topic("etl")
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": group,
+            "group.protocol": group_protocol,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
