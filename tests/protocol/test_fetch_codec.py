@@ -1,0 +1,194 @@
+"""The hand-written Fetch response writer and reader agree with kio byte for byte."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.codec import build, decode_response, encode_response, response_type
+from odradek.protocol.fetch import (
+    INLINE_RECORDS_BYTES,
+    MAX_VERSION,
+    MIN_VERSION,
+    FetchDecodeError,
+    encode_fetch_response,
+    parse_fetch_response,
+)
+
+i64 = st.integers(-(2**63), 2**63 - 1)
+partitions = st.lists(
+    st.fixed_dictionaries(
+        {
+            "partition_index": st.integers(0, 2**31 - 1),
+            "error_code": st.sampled_from([0, 1, 3, 70, 100]),
+            "high_watermark": i64,
+            "last_stable_offset": i64,
+            "log_start_offset": i64,
+            "aborted_transactions": st.none()
+            | st.lists(
+                st.fixed_dictionaries({"producer_id": i64, "first_offset": i64}), max_size=3
+            ),
+            "preferred_read_replica": st.integers(-1, 5),
+            "records": st.none() | st.binary(max_size=200),
+        }
+    ),
+    max_size=4,
+)
+topics = st.lists(
+    st.tuples(st.text(min_size=1, max_size=12), st.uuids(), partitions),
+    max_size=4,
+)
+
+
+def _kio_bytes(version: int, correlation: int, values: dict[str, Any], topics_: list) -> bytes:
+    entity = build(
+        response_type(ApiKey.FETCH, version),
+        {
+            **values,
+            "responses": [
+                {"topic": name, "topic_id": tid, "partitions": parts}
+                for name, tid, parts in topics_
+            ],
+        },
+    )
+    return encode_response(ApiKey.FETCH, version, correlation, entity)
+
+
+def _joined(encoded: Any) -> bytes:
+    return b"".join(bytes(p) for p in encoded.parts)
+
+
+@pytest.mark.parametrize("version", range(MIN_VERSION, MAX_VERSION + 1))
+@settings(max_examples=30, deadline=None)
+@given(
+    correlation=st.integers(-(2**31), 2**31 - 1),
+    throttle=st.integers(0, 2**31 - 1),
+    error_code=st.sampled_from([0, 70, 71]),
+    session_id=st.integers(0, 2**31 - 1),
+    data=topics,
+)
+def test_written_as_kio_writes_and_read_as_kio_reads(
+    version: int, correlation: int, throttle: int, error_code: int, session_id: int, data
+) -> None:
+    values = {"throttle_time": throttle, "error_code": error_code, "session_id": session_id}
+    ours = encode_fetch_response(
+        version,
+        correlation,
+        throttle_ms=throttle,
+        error_code=error_code,
+        session_id=session_id,
+        topics=data,
+    )
+    expected = _kio_bytes(version, correlation, values, data)
+    assert _joined(ours) == expected
+    assert ours.size == len(expected)
+
+    _, entity = decode_response(ApiKey.FETCH, version, expected[4:])
+    parsed = parse_fetch_response(expected[4:], version)
+    assert parsed.throttle_time_ms == entity.throttle_time // datetime.timedelta(milliseconds=1)
+    if version >= 7:
+        assert (parsed.error_code, parsed.session_id) == (entity.error_code, entity.session_id)
+    assert len(parsed.responses) == len(entity.responses)
+    for mine, theirs in zip(parsed.responses, entity.responses, strict=True):
+        if version >= 13:
+            assert mine.topic_id == theirs.topic_id
+        else:
+            assert mine.topic == theirs.topic
+        for p, q in zip(mine.partitions, theirs.partitions, strict=True):
+            assert (p.partition_index, p.error_code, p.high_watermark) == (
+                q.partition_index,
+                q.error_code,
+                q.high_watermark,
+            )
+            assert p.last_stable_offset == q.last_stable_offset
+            assert p.log_start_offset == (q.log_start_offset if version >= 5 else -1)
+            assert p.preferred_read_replica == (q.preferred_read_replica if version >= 11 else -1)
+            if q.aborted_transactions is None:
+                assert p.aborted_transactions is None
+            else:
+                assert [(a.producer_id, a.first_offset) for a in p.aborted_transactions] == [
+                    (a.producer_id, a.first_offset) for a in q.aborted_transactions
+                ]
+            assert (None if p.records is None else bytes(p.records)) == q.records
+
+
+class Region:
+    """A spliced part: what the broker sends with sendfile."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.length = len(data)
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 13, 18])
+def test_spliced_records_stay_parts_and_large_bytes_are_not_copied(version: int) -> None:
+    big = bytes(range(256)) * ((INLINE_RECORDS_BYTES // 256) + 1)
+    region = Region(b"r" * 5000)
+
+    def partition(index: int, records: Any) -> dict[str, Any]:
+        return {
+            "partition_index": index,
+            "error_code": 0,
+            "high_watermark": 10,
+            "last_stable_offset": 10,
+            "log_start_offset": 0,
+            "aborted_transactions": None,
+            "preferred_read_replica": -1,
+            "records": records,
+        }
+
+    tid = uuid.uuid4()
+    data = [("t", tid, [partition(0, region), partition(1, big), partition(2, b"small")])]
+    encoded = encode_fetch_response(
+        version, 9, throttle_ms=0, error_code=0, session_id=0, topics=data
+    )
+    assert encoded.spliced() == [region]
+    assert any(p is big for p in encoded.parts)  # no copy of large records
+    flat = b"".join(p.data if isinstance(p, Region) else bytes(p) for p in encoded.parts)
+    plain = [("t", tid, [partition(0, region.data), partition(1, big), partition(2, b"small")])]
+    values = {"throttle_time": 0, "error_code": 0, "session_id": 0}
+    assert flat == _kio_bytes(version, 9, values, plain)
+    assert encoded.size == len(flat)
+
+
+@pytest.mark.parametrize("version", [4, 12])
+def test_truncated_responses_are_refused(version: int) -> None:
+    data = [("t", None, [{**_EMPTY, "records": b"x" * 50}])]
+    encoded = encode_fetch_response(
+        version, 1, throttle_ms=0, error_code=0, session_id=0, topics=data
+    )
+    frame = _joined(encoded)[4:]
+    parse_fetch_response(frame, version)
+    for cut in (5, len(frame) // 2, len(frame) - 1):
+        with pytest.raises(FetchDecodeError):
+            parse_fetch_response(frame[:cut], version)
+
+
+def test_records_are_views_of_the_frame() -> None:
+    data = [("t", None, [{**_EMPTY, "records": b"abcdef"}])]
+    frame = bytearray(
+        _joined(
+            encode_fetch_response(11, 1, throttle_ms=0, error_code=0, session_id=0, topics=data)
+        )[4:]
+    )
+    records = parse_fetch_response(frame, 11).responses[0].partitions[0].records
+    assert isinstance(records, memoryview) and records.obj is frame
+    assert bytes(records) == b"abcdef"
+
+
+_EMPTY: dict[str, Any] = {
+    "partition_index": 0,
+    "error_code": 0,
+    "high_watermark": 0,
+    "last_stable_offset": 0,
+    "log_start_offset": 0,
+    "aborted_transactions": None,
+    "preferred_read_replica": -1,
+    "records": None,
+}
