@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from odradek.log.errors import CorruptSegmentError
-from odradek.log.files import FileCache, SegmentFile
+from odradek.log.files import FileCache, FileRegion, SegmentFile
 from odradek.log.index import IndexCorruptError, OffsetIndex, TimeIndex, write_file_atomic
 from odradek.protocol.records import (
     BATCH_OVERHEAD,
@@ -672,41 +672,83 @@ class Segment:
         self.check_readable(offset)
         return None
 
-    def read_from(self, pos: int, max_bytes: int, expected: int) -> bytearray:
+    def read_from(
+        self, pos: int, max_bytes: int, expected: int, *, region_from: int | None = None
+    ) -> bytearray | FileRegion:
         """Whole, checked batches starting at ``pos`` up to ``max_bytes``; at least one.
 
         Every returned batch went through ``_chain``, so a damaged length can
         neither return garbage nor skip data silently: the read stops before a
         quarantined range (the next fetch asks for its first offset and gets the
         error). ``expected``: the base offset ``find_batch`` gave for ``pos``.
-        One read covers the data and the header after it, which the walk checks.
+
+        Up to ``region_from`` bytes (always, when it is None) one read covers
+        the data and the header after it, which the walk checks. A larger read
+        walks the same chain reading only the batch headers (one ``pread`` of 61
+        bytes each; a batch whose chain does not line up is still read whole for
+        its CRC32C) and answers a ``FileRegion``: the checked bytes, left in the
+        file for ``sendfile``, the descriptor pinned until the region is released.
         """
         limit = pos + max(max_bytes, 0)
+        if region_from is not None and limit - pos > region_from:
+            return self._read_region(pos, limit, expected, region_from)
         # A bytearray, so the answer is this buffer cut short, not a copy of it.
         buf = bytearray(min(max(limit, pos + 1) + BATCH_OVERHEAD, self.size) - pos)
         with self.files.use(self.file) as fd:
             del buf[os.preadv(fd, [buf], pos) :]
         if len(buf) >= BATCH_OVERHEAD:  # the first batch is returned whole, however large
             limit = max(limit, pos + unpack_header(buf)[1] + LOG_OVERHEAD)
-        end = pos
-        next_off = -1
-        for p, t in self._chain(pos, expected, limit, _SCAN_CHUNK, prefetch=(buf, pos)):
-            if p != end:
-                break  # a quarantined range lies between: stop before it
-            end = p + t[1] + LOG_OVERHEAD
-            next_off = t[0] + t[6] + 1
+        end = self._checked_end(pos, expected, limit, _SCAN_CHUNK, (buf, pos))
         if end == pos:
-            self.check_readable(expected)  # the batch at ``pos`` was just quarantined
             return bytearray()
         n = end - pos
         if n <= len(buf):
             del buf[n:]
         else:  # a first batch larger than the limit
             buf = bytearray(self.pread(n, pos))
-        if len(buf) == n:
-            self._hint_offset = next_off
-            self._hint_pos = end
         return buf
+
+    def _read_region(
+        self, pos: int, limit: int, expected: int, region_from: int
+    ) -> bytearray | FileRegion:
+        with self.files.use(self.file) as fd:  # open, and pinned while the region is made
+            head = os.pread(fd, BATCH_OVERHEAD, pos)
+            if len(head) == BATCH_OVERHEAD:  # the first batch is returned whole
+                limit = max(limit, pos + unpack_header(head)[1] + LOG_OVERHEAD)
+            end = self._checked_end(pos, expected, limit, BATCH_OVERHEAD, (head, pos))
+            n = end - pos
+            if n == 0:
+                return bytearray()
+            if n <= region_from:  # the segment held less than asked: not worth a region
+                return bytearray(os.pread(fd, n, pos))
+            return FileRegion(self.files, self.file, pos, n)
+
+    def _checked_end(
+        self,
+        pos: int,
+        expected: int,
+        limit: int,
+        chunk: int,
+        prefetch: tuple[bytes | bytearray, int],
+    ) -> int:
+        """Where the whole, checked batches from ``pos`` up to ``limit`` end.
+
+        Raises CorruptSegmentError when the batch at ``pos`` itself is quarantined.
+        Remembers where the next read of this segment will start.
+        """
+        end = pos
+        next_off = -1
+        for p, t in self._chain(pos, expected, limit, chunk, prefetch=prefetch):
+            if p != end:
+                break  # a quarantined range lies between: stop before it
+            end = p + t[1] + LOG_OVERHEAD
+            next_off = t[0] + t[6] + 1
+        if end == pos:
+            self.check_readable(expected)  # the batch at ``pos`` was just quarantined
+            return pos
+        self._hint_offset = next_off
+        self._hint_pos = end
+        return end
 
     def read_batch_at(self, pos: int, size: int) -> bytes:
         return self.pread(size, pos)

@@ -1,0 +1,161 @@
+"""Sending a response: bytes through the transport, file regions with ``sendfile``.
+
+A handler answers bytes, or (Fetch) an ``EncodedResponse`` whose parts are
+bytes and ``FileRegion`` s of segment files. The connection writes the bytes
+with its transport and each region with ``loop.sendfile`` (``os.sendfile``:
+the kernel copies page cache to socket, Python never sees the records). A
+transport that cannot sendfile (TLS: asyncio's SSL transport encrypts in
+Python) gets the region read in chunks of ``FALLBACK_CHUNK_BYTES`` and
+written, each drained before the next is read, so a slow peer holds one chunk.
+
+What a response holds in memory counts against the broker's ``ByteBudget``
+(docs/operations.md, "Limits"): its bytes parts while they are being sent, and
+in the fallback each chunk; a region sent by ``sendfile`` holds no memory, only
+its pinned descriptor. Every region is released once the response is sent or
+abandoned (timeout, closed connection, error), whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from odradek.broker.budget import ByteBudget
+from odradek.log.files import FileRegion
+from odradek.protocol.fetch import EncodedResponse
+
+__all__ = [
+    "FALLBACK_CHUNK_BYTES",
+    "ShortRegionError",
+    "materialize",
+    "release",
+    "response_size",
+    "send_response",
+]
+
+FALLBACK_CHUNK_BYTES = 256 * 1024
+
+Response = bytes | EncodedResponse
+
+
+class ShortRegionError(ConnectionError):
+    """A segment file held less than a region promised (it was cut meanwhile): the
+    frame is incomplete, so the connection must close."""
+
+
+class _RegionFile:
+    """What ``loop.sendfile`` takes: a file object over the region's pinned descriptor.
+
+    asyncio moves the descriptor's file position after sending; the log never
+    uses it (it reads with ``pread`` and appends with ``O_APPEND``).
+    """
+
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+
+def response_size(response: Response) -> int:
+    return response.size if isinstance(response, EncodedResponse) else len(response)
+
+
+def release(response: Response) -> None:
+    """Release every region of a response that will not be sent."""
+    if isinstance(response, EncodedResponse):
+        for part in response.parts:
+            if isinstance(part, FileRegion):
+                part.release()
+
+
+def materialize(response: Response) -> bytes:
+    """The response as one bytes object (regions read and released)."""
+    if not isinstance(response, EncodedResponse):
+        return response
+    try:
+        return b"".join(
+            _read_whole(p) if isinstance(p, FileRegion) else bytes(p) for p in response.parts
+        )
+    finally:
+        release(response)
+
+
+def _read_whole(region: FileRegion) -> bytes:
+    data = region.read()
+    if len(data) != region.length:
+        raise ShortRegionError(f"{region} holds only {len(data)} bytes")
+    return data
+
+
+def _can_sendfile(writer: asyncio.StreamWriter) -> bool:
+    return (
+        writer.get_extra_info("sslcontext") is None and writer.get_extra_info("socket") is not None
+    )
+
+
+async def send_response(
+    writer: asyncio.StreamWriter, response: Response, budget: ByteBudget
+) -> None:
+    """Write ``response`` and wait until the transport took all of it.
+
+    The caller bounds the time (``socket.send.timeout.ms``) and aborts the
+    transport when it runs out. Regions are released in every case.
+    """
+    if not isinstance(response, EncodedResponse):
+        size = len(response)
+        budget.charge(size)
+        try:
+            writer.write(response)
+            del response  # the transport holds the unsent part; the budget counts it
+            await writer.drain()
+        finally:
+            budget.release(size)
+        return
+    parts: list[Any] = response.parts
+    held = sum(len(p) for p in parts if not isinstance(p, FileRegion))
+    budget.charge(held)
+    try:
+        native = _can_sendfile(writer)
+        loop = asyncio.get_running_loop()
+        for part in parts:
+            if not isinstance(part, FileRegion):
+                writer.write(part)
+                continue
+            if native:
+                sent = await loop.sendfile(
+                    writer.transport,
+                    _RegionFile(part.fd),  # type: ignore[arg-type]
+                    part.position,
+                    part.length,
+                    fallback=False,
+                )
+                if sent != part.length:
+                    raise ShortRegionError(f"{part} sent {sent} of {part.length} bytes")
+            else:
+                await _send_read(writer, part, budget)
+            part.release()
+        await writer.drain()
+    finally:
+        budget.release(held)
+        release(response)
+
+
+async def _send_read(writer: asyncio.StreamWriter, region: FileRegion, budget: ByteBudget) -> None:
+    """The fallback: the region read and written a chunk at a time."""
+    offset = 0
+    while offset < region.length:
+        size = min(FALLBACK_CHUNK_BYTES, region.length - offset)
+        budget.charge(size)
+        try:
+            chunk = region.read_part(offset, size)
+            if len(chunk) != size:
+                raise ShortRegionError(f"{region} holds only {offset + len(chunk)} bytes")
+            writer.write(chunk)
+            del chunk
+            await writer.drain()
+        finally:
+            budget.release(size)
+        offset += size

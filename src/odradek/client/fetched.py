@@ -1,0 +1,270 @@
+"""Fetched records, decoded a batch at a time and turned into records only when touched.
+
+A ``CompletedFetch`` holds one partition's part of a Fetch response: its
+records are a view of the response frame (nothing copied). The consumer
+thread walks it batch by batch (``take``): each batch's header is checked
+(CRC32C with ``check_crcs``), control batches are stepped over, and the batch
+is decoded by the compiled codec into columns (``protocol.columns``), which is
+the only per-record work until the application touches a record. ``take``
+hands out *runs*, ``(columns, lo, hi)`` slices of decoded batches, and the
+position they reach; a ``RecordList`` makes a poll's runs look like a list of
+``ConsumerRecord`` and builds each record (key, value, headers copied out of
+the frame, deserializers applied) as it is read.
+
+A batch can be dropped whole before it is decoded (``Fetcher._drop_batch``):
+control batches today; aborted transactions for read_committed next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from odradek.client.errors import CorruptRecordError, KafkaError
+from odradek.client.structs import ConsumerRecord, TopicPartition
+from odradek.protocol.columns import BatchColumns, decode_batch_columns
+from odradek.protocol.records import (
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    RecordError,
+    batch_crc,
+    parse_header,
+)
+
+__all__ = ["CompletedFetch", "RecordList", "Run"]
+
+Run = tuple[BatchColumns, int, int]
+"""Records ``lo:hi`` of one decoded batch."""
+
+Deserializer = Callable[[bytes | None], Any] | None
+
+_BATCH_OVERHEAD = 61
+
+
+@dataclass(eq=False)
+class CompletedFetch:
+    """One partition's part of a Fetch response, and how far the consumer has read it."""
+
+    tp: TopicPartition
+    fetch_offset: int
+    error_code: int
+    high_watermark: int
+    log_start_offset: int
+    last_stable_offset: int
+    records: memoryview | bytes  # whole batches (and maybe a partial one at the end)
+    aborted_transactions: Any = None  # as the response gave them (read_committed)
+    expected_position: int = -1  # the partition's position if nobody sought since
+    consumed: bool = False
+    # The cursor: where the next batch header is, the batch being handed out.
+    _pos: int = 0
+    _batch: BatchColumns | None = None
+    _index: int = 0
+    _batch_next: int = -1
+    _error: KafkaError | None = field(default=None)
+
+    def take(
+        self,
+        n: int,
+        position: int,
+        check_crcs: bool,
+        drop_batch: Callable[[CompletedFetch, BatchHeader], bool],
+    ) -> tuple[list[Run], int, int]:
+        """Up to ``n`` records from ``position`` on: (runs, count, position after them).
+
+        The position moves past every batch walked over (control batches, dropped
+        or compacted-away offsets, records before ``position``). A corrupt batch
+        raises ``CorruptRecordError``, after the records before it were handed out
+        (the next call raises); the position stays before it.
+        """
+        if self._error is not None:
+            raise self._error
+        runs: list[Run] = []
+        count = 0
+        while count < n:
+            cols = self._batch
+            if cols is None or self._index >= cols.count:
+                if cols is not None:
+                    position = max(position, self._batch_next)
+                    self._batch = None
+                try:
+                    found = self._next_batch(position, check_crcs, drop_batch)
+                except KafkaError as exc:
+                    if count:
+                        self._error = exc
+                        break
+                    raise
+                if found is None:
+                    self.consumed = True
+                    break
+                position = found
+                continue
+            hi = min(cols.count, self._index + (n - count))
+            runs.append((cols, self._index, hi))
+            count += hi - self._index
+            self._index = hi
+            position = cols.offsets[hi - 1] + 1
+            if hi == cols.count:  # the batch is done: the position passes all of it
+                position = max(position, self._batch_next)
+        return runs, count, position
+
+    def _next_batch(
+        self,
+        position: int,
+        check_crcs: bool,
+        drop_batch: Callable[[CompletedFetch, BatchHeader], bool],
+    ) -> int | None:
+        """Decode the next batch with records at or after ``position`` into the cursor;
+        the position reached (past batches skipped), or None at the end."""
+        data = self.records
+        end = len(data)
+        pos = self._pos
+        tp = self.tp
+        while end - pos >= _BATCH_OVERHEAD:
+            header = parse_header(data, pos)
+            size = header.batch_length + LOG_OVERHEAD
+            if header.batch_length < MIN_BATCH_LENGTH or pos + size > end:
+                break  # a partial batch at the end (the broker's size cut): fetched again
+            if header.next_offset <= position:
+                pos += size  # all before the position (fetched from inside a batch)
+                continue
+            if check_crcs and batch_crc(data, pos, size) != header.crc:
+                self._pos = pos
+                raise CorruptRecordError(
+                    f"record batch at offset {header.base_offset} of {tp} failed its CRC32C check"
+                )
+            if header.is_control or drop_batch(self, header):
+                pos += size
+                position = max(position, header.next_offset)
+                continue
+            try:
+                cols = decode_batch_columns(data, pos, header)
+            except (RecordError, ValueError) as exc:
+                self._pos = pos
+                raise CorruptRecordError(f"cannot decode a batch of {tp}: {exc}") from exc
+            self._pos = pos + size
+            self._batch = cols
+            self._index = cols.first_at_or_after(position) if cols.count else 0
+            self._batch_next = header.next_offset
+            return position
+        self._pos = pos
+        return None
+
+
+def _records_of(
+    cols: BatchColumns,
+    lo: int,
+    hi: int,
+    topic: str,
+    partition: int,
+    kd: Deserializer,
+    vd: Deserializer,
+) -> Iterator[ConsumerRecord]:
+    """Records ``lo:hi`` of a batch, built as they are read."""
+    buf = cols.buffer
+    offsets, timestamps = cols.offsets, cols.timestamps
+    key_starts, key_lengths = cols.key_starts, cols.key_lengths
+    value_starts, value_lengths = cols.value_starts, cols.value_lengths
+    header_index = cols.header_index
+    ts_type = cols.timestamp_type
+    new = tuple.__new__
+    no_headers = header_index[lo] == header_index[hi]
+    for i in range(lo, hi):
+        length = key_lengths[i]
+        if length < 0:
+            key = None
+        else:
+            start = key_starts[i]
+            key = bytes(buf[start : start + length])
+        length = value_lengths[i]
+        if length < 0:
+            value = None
+        else:
+            start = value_starts[i]
+            value = bytes(buf[start : start + length])
+        yield new(
+            ConsumerRecord,
+            (
+                topic,
+                partition,
+                offsets[i],
+                kd(key) if kd is not None else key,
+                vd(value) if vd is not None else value,
+                timestamps[i],
+                [] if no_headers else cols.headers(i),
+                ts_type,
+            ),
+        )
+
+
+class RecordList(Sequence[ConsumerRecord]):
+    """One partition's records of a poll: a list of ``ConsumerRecord`` built on access.
+
+    ``len()`` costs nothing per record; iterating builds each record as it goes;
+    indexing builds the one asked for.
+    """
+
+    __slots__ = ("_count", "_key_deserializer", "_runs", "_tp", "_value_deserializer")
+
+    def __init__(
+        self, tp: TopicPartition, key_deserializer: Deserializer, value_deserializer: Deserializer
+    ) -> None:
+        self._tp = tp
+        self._runs: list[Run] = []
+        self._count = 0
+        self._key_deserializer = key_deserializer
+        self._value_deserializer = value_deserializer
+
+    def extend_runs(self, runs: list[Run], count: int) -> None:
+        self._runs.extend(runs)
+        self._count += count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        topic, partition = self._tp
+        kd, vd = self._key_deserializer, self._value_deserializer
+        for cols, lo, hi in self._runs:
+            yield from _records_of(cols, lo, hi, topic, partition, kd, vd)
+
+    @overload
+    def __getitem__(self, index: int) -> ConsumerRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[ConsumerRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> ConsumerRecord | list[ConsumerRecord]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        if index < 0:
+            index += self._count
+        if not 0 <= index < self._count:
+            raise IndexError("record index out of range")
+        topic, partition = self._tp
+        for cols, lo, hi in self._runs:
+            if index < hi - lo:
+                return next(
+                    _records_of(
+                        cols,
+                        lo + index,
+                        lo + index + 1,
+                        topic,
+                        partition,
+                        self._key_deserializer,
+                        self._value_deserializer,
+                    )
+                )
+            index -= hi - lo
+        raise IndexError("record index out of range")  # unreachable: counts agree
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RecordList | list | tuple):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<RecordList {self._count} records of {self._tp}>"
