@@ -11,12 +11,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from odradek.protocol.apikeys import ApiKey
-from odradek.protocol.codec import build, decode_response, encode_response, response_type
+from odradek.protocol.codec import (
+    RequestHeader,
+    build,
+    decode_response,
+    encode_request,
+    encode_response,
+    request_type,
+    response_type,
+)
 from odradek.protocol.fetch import (
     INLINE_RECORDS_BYTES,
     MAX_VERSION,
     MIN_VERSION,
+    REQUEST_MAX_VERSION,
     FetchDecodeError,
+    encode_fetch_request,
     encode_fetch_response,
     parse_fetch_response,
 )
@@ -192,3 +202,81 @@ _EMPTY: dict[str, Any] = {
     "preferred_read_replica": -1,
     "records": None,
 }
+
+
+names = st.text(min_size=1, max_size=12)
+
+
+@pytest.mark.parametrize("version", range(MIN_VERSION, REQUEST_MAX_VERSION + 1))
+@settings(max_examples=30, deadline=None)
+@given(
+    wait=st.integers(0, 2**31 - 1),
+    min_bytes=st.integers(0, 2**31 - 1),
+    max_bytes=st.integers(0, 2**31 - 1),
+    isolation=st.sampled_from([0, 1]),
+    session=st.tuples(st.integers(0, 2**31 - 1), st.integers(-1, 2**31 - 1)),
+    topics_=st.lists(
+        st.tuples(
+            names,
+            st.lists(
+                st.tuples(st.integers(0, 2**31 - 1), i64, st.integers(0, 2**31 - 1)), max_size=3
+            ),
+        ),
+        max_size=3,
+    ),
+    forgotten=st.lists(
+        st.tuples(names, st.lists(st.integers(0, 2**31 - 1), max_size=3)), max_size=2
+    ),
+    rack=st.text(max_size=5),
+)
+def test_requests_written_as_kio_writes(
+    version: int, wait, min_bytes, max_bytes, isolation, session, topics_, forgotten, rack
+) -> None:
+    header = RequestHeader(ApiKey.FETCH, version, 3, "c")
+    ours = encode_fetch_request(
+        version,
+        max_wait_ms=wait,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=isolation,
+        session_id=session[0],
+        session_epoch=session[1],
+        topics=topics_,
+        forgotten=forgotten,
+        rack_id=rack,
+    )
+    entity = build(
+        request_type(ApiKey.FETCH, version),
+        {
+            "cluster_id": None,
+            "replica_id": -1,
+            "max_wait": wait,
+            "min_bytes": min_bytes,
+            "max_bytes": max_bytes,
+            "isolation_level": isolation,
+            "session_id": session[0],
+            "session_epoch": session[1],
+            "topics": [
+                {
+                    "topic": name,
+                    "partitions": [
+                        {
+                            "partition": p,
+                            "current_leader_epoch": -1,
+                            "fetch_offset": offset,
+                            "last_fetched_epoch": -1,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": pmax,
+                        }
+                        for p, offset, pmax in parts
+                    ],
+                }
+                for name, parts in topics_
+            ],
+            "forgotten_topics_data": [
+                {"topic": name, "partitions": parts} for name, parts in forgotten
+            ],
+            "rack_id": rack,
+        },
+    )
+    assert encode_request(header, ours) == encode_request(header, entity)

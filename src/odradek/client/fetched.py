@@ -11,8 +11,9 @@ position they reach; a ``RecordList`` makes a poll's runs look like a list of
 ``ConsumerRecord`` and builds each record (key, value, headers copied out of
 the frame, deserializers applied) as it is read.
 
-A batch can be dropped whole before it is decoded (``Fetcher._drop_batch``):
-control batches today; aborted transactions for read_committed next.
+Control batches are stepped over, and a transactional batch can be dropped
+whole before it is decoded (``Fetcher._drop_batch``, asked only for batches
+with the transactional bit: where read_committed skips aborted transactions).
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ from typing import Any, overload
 
 from odradek.client.errors import CorruptRecordError, KafkaError
 from odradek.client.structs import ConsumerRecord, TopicPartition
-from odradek.protocol.columns import BatchColumns, decode_batch_columns
+from odradek.protocol.columns import BatchColumns, decode_columns_raw
 from odradek.protocol.records import (
+    BATCH_OVERHEAD,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
     BatchHeader,
     RecordError,
-    batch_crc,
-    parse_header,
+    crc32c,
+    unpack_header,
 )
 
 __all__ = ["CompletedFetch", "RecordList", "Run"]
@@ -40,7 +42,9 @@ Run = tuple[BatchColumns, int, int]
 
 Deserializer = Callable[[bytes | None], Any] | None
 
-_BATCH_OVERHEAD = 61
+_CRC_START = 21  # the CRC32C covers the batch from its attributes on
+_TRANSACTIONAL_BIT = 0x10
+_CONTROL_BIT = 0x20
 
 
 @dataclass(eq=False)
@@ -121,32 +125,36 @@ class CompletedFetch:
         end = len(data)
         pos = self._pos
         tp = self.tp
-        while end - pos >= _BATCH_OVERHEAD:
-            header = parse_header(data, pos)
-            size = header.batch_length + LOG_OVERHEAD
-            if header.batch_length < MIN_BATCH_LENGTH or pos + size > end:
+        while end - pos >= BATCH_OVERHEAD:
+            t = unpack_header(data, pos)
+            size = t[1] + LOG_OVERHEAD
+            if t[1] < MIN_BATCH_LENGTH or pos + size > end:
                 break  # a partial batch at the end (the broker's size cut): fetched again
-            if header.next_offset <= position:
+            next_offset = t[0] + t[6] + 1
+            if next_offset <= position:
                 pos += size  # all before the position (fetched from inside a batch)
                 continue
-            if check_crcs and batch_crc(data, pos, size) != header.crc:
+            if check_crcs and crc32c(memoryview(data)[pos + _CRC_START : pos + size]) != t[4]:
                 self._pos = pos
                 raise CorruptRecordError(
-                    f"record batch at offset {header.base_offset} of {tp} failed its CRC32C check"
+                    f"record batch at offset {t[0]} of {tp} failed its CRC32C check"
                 )
-            if header.is_control or drop_batch(self, header):
+            attributes = t[5]
+            if attributes & _CONTROL_BIT or (
+                attributes & _TRANSACTIONAL_BIT and drop_batch(self, BatchHeader(*t))
+            ):
                 pos += size
-                position = max(position, header.next_offset)
+                position = max(position, next_offset)
                 continue
             try:
-                cols = decode_batch_columns(data, pos, header)
+                cols = decode_columns_raw(data, pos, t)
             except (RecordError, ValueError) as exc:
                 self._pos = pos
                 raise CorruptRecordError(f"cannot decode a batch of {tp}: {exc}") from exc
             self._pos = pos + size
             self._batch = cols
-            self._index = cols.first_at_or_after(position) if cols.count else 0
-            self._batch_next = header.next_offset
+            self._index = 0 if t[0] >= position else cols.first_at_or_after(position)
+            self._batch_next = next_offset
             return position
         self._pos = pos
         return None

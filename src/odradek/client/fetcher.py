@@ -62,6 +62,8 @@ from odradek.client.subscription import (
     SubscriptionState,
 )
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.codec import EncodedBody
+from odradek.protocol.fetch import encode_fetch_request
 from odradek.protocol.records import BatchHeader
 
 log = logging.getLogger(__name__)
@@ -115,8 +117,10 @@ class Fetcher:
             self._client.request_update()
         sent = 0
         max_bytes = self.config.max_partition_fetch_bytes
+        busy_nodes = {cluster.leader_for(tp) for tp in buffered}
         for node, tps in by_node.items():
             wanted: dict[TopicPartition, PartitionFetch] = {}
+            caught_up = True
             for tp in tps:
                 try:
                     pos = self._subs.position(tp)
@@ -124,19 +128,25 @@ class Fetcher:
                     continue
                 if pos is not None:
                     wanted[tp] = PartitionFetch(pos, max_bytes)
-            if not wanted:
+                    high_watermark = self._subs.state(tp).high_watermark
+                    caught_up = caught_up and high_watermark is not None and pos >= high_watermark
+            if not wanted or (caught_up and node in busy_nodes):
+                # Only partitions at their log end, while others of this broker still have
+                # records buffered: the broker would park this fetch up to fetch_max_wait_ms,
+                # and the others could not be fetched meanwhile (one fetch per broker).
+                # Send it once they are drained, with them.
                 continue
             with self._cond:
                 self._nodes_in_flight.add(node)
                 session = self._sessions.setdefault(node, FetchSessionHandler())
             built: list[FetchRequestData] = []
 
-            def body(version: int, session=session, wanted=wanted, built=built) -> dict[str, Any]:
+            def body(version: int, session=session, wanted=wanted, built=built) -> EncodedBody:
                 # Built once the connection knows the broker's Fetch version (sessions: v7+).
                 with self._cond:
                     request = session.build(wanted, version)
                 built.append(request)
-                return self._fetch_body(request)
+                return self._fetch_body(request, version)
 
             future = self._client.send(
                 node,
@@ -148,38 +158,27 @@ class Fetcher:
             sent += 1
         return sent
 
-    def _fetch_body(self, request: FetchRequestData) -> dict[str, Any]:
-        topics: dict[str, list[dict[str, Any]]] = {}
+    def _fetch_body(self, request: FetchRequestData, version: int) -> EncodedBody:
+        topics: dict[str, list[tuple[int, int, int]]] = {}
         for tp, want in request.to_send.items():
             topics.setdefault(tp.topic, []).append(
-                {
-                    "partition": tp.partition,
-                    "current_leader_epoch": -1,
-                    "fetch_offset": want.fetch_offset,
-                    "last_fetched_epoch": -1,
-                    "log_start_offset": -1,
-                    "partition_max_bytes": want.max_bytes,
-                }
+                (tp.partition, want.fetch_offset, want.max_bytes)
             )
         forgotten: dict[str, list[int]] = {}
         for tp in request.to_forget:
             forgotten.setdefault(tp.topic, []).append(tp.partition)
-        return {
-            "cluster_id": None,
-            "replica_id": -1,
-            "replica_state": {"replica_id": -1, "replica_epoch": -1},
-            "max_wait": self.config.fetch_max_wait_ms,
-            "min_bytes": self.config.fetch_min_bytes,
-            "max_bytes": self.config.fetch_max_bytes,
-            "isolation_level": self._isolation,
-            "session_id": request.session_id,
-            "session_epoch": request.epoch,
-            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            "forgotten_topics_data": [
-                {"topic": t, "partitions": ps} for t, ps in forgotten.items()
-            ],
-            "rack_id": self.config.client_rack,
-        }
+        return encode_fetch_request(
+            version,
+            max_wait_ms=self.config.fetch_max_wait_ms,
+            min_bytes=self.config.fetch_min_bytes,
+            max_bytes=self.config.fetch_max_bytes,
+            isolation_level=self._isolation,
+            session_id=request.session_id,
+            session_epoch=request.epoch,
+            topics=list(topics.items()),
+            forgotten=list(forgotten.items()),
+            rack_id=self.config.client_rack,
+        )
 
     def _on_response(self, node: int, built: list[FetchRequestData], future: Future[Any]) -> None:
         """Reader thread: queue the partition results, nothing more."""
@@ -339,10 +338,11 @@ class Fetcher:
             log.debug("retriable fetch error for %s: %s", tp, error)
 
     def _drop_batch(self, cf: CompletedFetch, header: BatchHeader) -> bool:
-        """Whether a (non-control) batch is dropped whole, before it is decoded.
+        """Whether a transactional (non-control) batch is dropped whole, before it is
+        decoded; asked only for batches with the transactional bit.
 
-        Nothing is today. With read_committed, a transactional batch of an aborted
-        transaction (``cf.aborted_transactions``) belongs here.
+        Nothing is today. With read_committed, a batch of an aborted transaction
+        (``cf.aborted_transactions``, the batch's producer id and offsets) belongs here.
         """
         return False
 
