@@ -17,6 +17,7 @@ from odradek.protocol.codec import (
     decode_response,
     encode_request,
     encode_response,
+    parse_request_header,
     request_type,
     response_type,
 )
@@ -28,6 +29,7 @@ from odradek.protocol.fetch import (
     FetchDecodeError,
     encode_fetch_request,
     encode_fetch_response,
+    parse_fetch_request,
     parse_fetch_response,
 )
 
@@ -280,3 +282,145 @@ def test_requests_written_as_kio_writes(
         },
     )
     assert encode_request(header, ours) == encode_request(header, entity)
+
+
+uuids = st.uuids() | st.just(uuid.UUID(int=0))
+
+
+@pytest.mark.parametrize("version", range(MIN_VERSION, MAX_VERSION + 1))
+@settings(max_examples=30, deadline=None)
+@given(
+    wait=st.integers(0, 2**31 - 1),
+    sizes=st.tuples(st.integers(-(2**31), 2**31 - 1), st.integers(-(2**31), 2**31 - 1)),
+    isolation=st.sampled_from([0, 1]),
+    session=st.tuples(st.integers(-(2**31), 2**31 - 1), st.integers(-(2**31), 2**31 - 1)),
+    replica=st.tuples(st.integers(-(2**31), 2**31 - 1), i64),
+    cluster=st.none() | st.text(max_size=8),
+    data=st.data(),
+)
+def test_requests_read_as_kio_reads(
+    version: int, wait, sizes, isolation, session, replica, cluster, data
+) -> None:
+    i32 = st.integers(-(2**31), 2**31 - 1)
+    partition = st.fixed_dictionaries(
+        {
+            "partition": i32,
+            "current_leader_epoch": i32,
+            "fetch_offset": i64,
+            "last_fetched_epoch": i32,
+            "log_start_offset": i64,
+            "partition_max_bytes": i32,
+            "replica_directory_id": uuids,
+            "high_watermark": i64,
+        }
+    )
+    topics_ = data.draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"topic": names, "topic_id": uuids, "partitions": st.lists(partition, max_size=3)}
+            ),
+            max_size=3,
+        )
+    )
+    forgotten = data.draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"topic": names, "topic_id": uuids, "partitions": st.lists(i32, max_size=3)}
+            ),
+            max_size=2,
+        )
+    )
+    values = {
+        "cluster_id": cluster,
+        "replica_id": replica[0],
+        "replica_state": {"replica_id": replica[0], "replica_epoch": replica[1]},
+        "max_wait": wait,
+        "min_bytes": sizes[0],
+        "max_bytes": sizes[1],
+        "isolation_level": isolation,
+        "session_id": session[0],
+        "session_epoch": session[1],
+        "topics": topics_,
+        "forgotten_topics_data": forgotten,
+        "rack_id": data.draw(st.text(max_size=5)),
+    }
+    entity = build(request_type(ApiKey.FETCH, version), values)
+    frame = encode_request(RequestHeader(ApiKey.FETCH, version, 1, "c"), entity)[4:]
+    _, pos = parse_request_header(frame)
+    if version >= 12:
+        pos += 1  # no tagged fields in the request header
+    ours = parse_fetch_request(frame, pos, version)
+    assert ours.max_wait_ms == entity.max_wait // datetime.timedelta(milliseconds=1)
+    assert (ours.min_bytes, ours.max_bytes, ours.isolation_level) == (
+        entity.min_bytes,
+        entity.max_bytes,
+        entity.isolation_level,
+    )
+    if version >= 15:
+        assert (ours.replica_id, ours.replica_epoch) == (
+            entity.replica_state.replica_id,
+            entity.replica_state.replica_epoch,
+        )
+    else:
+        assert ours.replica_id == entity.replica_id
+    if version >= 12:
+        assert ours.cluster_id == entity.cluster_id
+    if version >= 7:
+        assert (ours.session_id, ours.session_epoch) == (entity.session_id, entity.session_epoch)
+        assert [
+            (t.topic_id if version >= 13 else t.topic, list(t.partitions))
+            for t in ours.forgotten_topics_data
+        ] == [
+            (t.topic_id if version >= 13 else t.topic, list(t.partitions))
+            for t in entity.forgotten_topics_data
+        ]
+    if version >= 11:
+        assert ours.rack_id == entity.rack_id
+    fields = ["partition", "fetch_offset", "partition_max_bytes"]
+    fields += ["log_start_offset"] if version >= 5 else []
+    fields += ["current_leader_epoch"] if version >= 9 else []
+    fields += ["last_fetched_epoch"] if version >= 12 else []
+    assert len(ours.topics) == len(entity.topics)
+    for mine, theirs in zip(ours.topics, entity.topics, strict=True):
+        if version >= 13:
+            assert mine.topic_id == theirs.topic_id
+        else:
+            assert mine.topic == theirs.topic
+        assert [[getattr(p, f) for f in fields] for p in mine.partitions] == [
+            [getattr(p, f) for f in fields] for p in theirs.partitions
+        ]
+
+
+def test_truncated_requests_are_refused() -> None:
+    values = {
+        "replica_id": -1,
+        "max_wait": 500,
+        "min_bytes": 1,
+        "max_bytes": 1000,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": "t",
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "fetch_offset": 5,
+                        "log_start_offset": -1,
+                        "current_leader_epoch": -1,
+                        "partition_max_bytes": 100,
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+    entity = build(request_type(ApiKey.FETCH, 11), values)
+    frame = encode_request(RequestHeader(ApiKey.FETCH, 11, 1, "c"), entity)[4:]
+    _, pos = parse_request_header(frame)
+    assert parse_fetch_request(frame, pos, 11).topics[0].partitions[0].fetch_offset == 5
+    for cut in range(pos, len(frame) - 1, 7):
+        with pytest.raises(FetchDecodeError):
+            parse_fetch_request(frame[:cut], pos, 11)

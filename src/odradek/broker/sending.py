@@ -18,6 +18,8 @@ abandoned (timeout, closed connection, error), whatever happens.
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from typing import Any
 
 from odradek.broker.budget import ByteBudget
@@ -90,6 +92,19 @@ def _read_whole(region: FileRegion) -> bytes:
     return data
 
 
+def _cork(writer: asyncio.StreamWriter, on: bool) -> bool:
+    """TCP_CORK on (or off, which sends what is queued): a response's small parts and its
+    regions leave in full segments rather than a small packet per part."""
+    sock = writer.get_extra_info("socket")
+    if sock is None or not hasattr(socket, "TCP_CORK"):
+        return False
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1 if on else 0)
+    except OSError:
+        return False
+    return True
+
+
 def _can_sendfile(writer: asyncio.StreamWriter) -> bool:
     return (
         writer.get_extra_info("sslcontext") is None and writer.get_extra_info("socket") is not None
@@ -117,30 +132,62 @@ async def send_response(
     parts: list[Any] = response.parts
     held = sum(len(p) for p in parts if not isinstance(p, FileRegion))
     budget.charge(held)
+    native = _can_sendfile(writer)
+    corked = native and _cork(writer, True)
     try:
-        native = _can_sendfile(writer)
         loop = asyncio.get_running_loop()
         for part in parts:
             if not isinstance(part, FileRegion):
                 writer.write(part)
                 continue
             if native:
-                sent = await loop.sendfile(
-                    writer.transport,
-                    _RegionFile(part.fd),  # type: ignore[arg-type]
-                    part.position,
-                    part.length,
-                    fallback=False,
-                )
-                if sent != part.length:
-                    raise ShortRegionError(f"{part} sent {sent} of {part.length} bytes")
+                await _sendfile(writer, loop, part)
             else:
                 await _send_read(writer, part, budget)
             part.release()
+        if corked:
+            corked = not _cork(writer, False)  # the last part leaves now
         await writer.drain()
     finally:
+        if corked:
+            _cork(writer, False)
         budget.release(held)
         release(response)
+
+
+async def _sendfile(
+    writer: asyncio.StreamWriter, loop: asyncio.AbstractEventLoop, region: FileRegion
+) -> None:
+    """Send a region with ``os.sendfile``: directly while the socket takes it (the usual
+    case: one call), the rest through ``loop.sendfile``, which waits for room.
+
+    Direct calls only when the transport has nothing buffered, so the bytes keep
+    their order (asyncio's own sendfile waits for the same).
+    """
+    offset, remaining = region.position, region.length
+    if writer.transport.get_write_buffer_size() == 0:
+        fd = writer.get_extra_info("socket").fileno()
+        while remaining:
+            try:
+                sent = os.sendfile(fd, region.fd, offset, remaining)
+            except InterruptedError:
+                continue
+            except BlockingIOError:
+                break
+            if sent == 0:
+                raise ShortRegionError(f"{region} ends {remaining} bytes early")
+            offset += sent
+            remaining -= sent
+    if remaining:
+        sent = await loop.sendfile(
+            writer.transport,
+            _RegionFile(region.fd),  # type: ignore[arg-type]
+            offset,
+            remaining,
+            fallback=False,
+        )
+        if sent != remaining:
+            raise ShortRegionError(f"{region} sent {sent} of {remaining} bytes")
 
 
 async def _send_read(writer: asyncio.StreamWriter, region: FileRegion, budget: ByteBudget) -> None:

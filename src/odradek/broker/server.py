@@ -444,7 +444,10 @@ class Broker:
             )
         if session is not None:
             session.admit(header.api_key)
-        body = decode_request_body(header, payload, pos)
+        if spec.reader is not None:
+            body = spec.reader(header, payload, pos)
+        else:
+            body = decode_request_body(header, payload, pos)
         ctx = RequestContext(self, header, client_host, connection_id, session)
         started = time.perf_counter()
         try:

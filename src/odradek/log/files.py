@@ -24,8 +24,6 @@ import errno
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 __all__ = [
     "DEFAULT_MAX_OPEN_FILES",
@@ -70,14 +68,9 @@ class FileCache:
     def open_count(self) -> int:
         return len(self._open)
 
-    @contextmanager
-    def use(self, file: SegmentFile, *, create: bool = False) -> Iterator[int]:
+    def use(self, file: SegmentFile, *, create: bool = False) -> _Use:
         """The file's descriptor, pinned for the ``with`` block (opened, maybe created)."""
-        fd = self._acquire(file, create)
-        try:
-            yield fd
-        finally:
-            self._release(file)
+        return _Use(self, file, create)
 
     def _acquire(self, file: SegmentFile, create: bool) -> int:
         with self._lock:
@@ -138,6 +131,24 @@ class FileCache:
         del self._open[file]
         fd, file.fd = file.fd, -1
         os.close(fd)
+
+
+class _Use:
+    """``FileCache.use``'s context manager (a class: reads take several per fetch, and a
+    generator-based one costs several times as much)."""
+
+    __slots__ = ("_cache", "_create", "_file")
+
+    def __init__(self, cache: FileCache, file: SegmentFile, create: bool) -> None:
+        self._cache = cache
+        self._file = file
+        self._create = create
+
+    def __enter__(self) -> int:
+        return self._cache._acquire(self._file, self._create)
+
+    def __exit__(self, *exc: object) -> None:
+        self._cache._release(self._file)
 
 
 class FileRegion:
