@@ -141,7 +141,7 @@ async def send_response(
                 writer.write(part)
                 continue
             if native:
-                await _sendfile(writer, loop, part)
+                await _sendfile(writer, loop, part, budget)
             else:
                 await _send_read(writer, part, budget)
             part.release()
@@ -156,7 +156,10 @@ async def send_response(
 
 
 async def _sendfile(
-    writer: asyncio.StreamWriter, loop: asyncio.AbstractEventLoop, region: FileRegion
+    writer: asyncio.StreamWriter,
+    loop: asyncio.AbstractEventLoop,
+    region: FileRegion,
+    budget: ByteBudget,
 ) -> None:
     """Send a region with ``os.sendfile``: directly while the socket takes it (the usual
     case: one call), the rest through ``loop.sendfile``, which waits for room.
@@ -179,20 +182,29 @@ async def _sendfile(
             offset += sent
             remaining -= sent
     if remaining:
-        sent = await loop.sendfile(
-            writer.transport,
-            _RegionFile(region.fd),  # type: ignore[arg-type]
-            offset,
-            remaining,
-            fallback=False,
-        )
+        try:
+            sent = await loop.sendfile(
+                writer.transport,
+                _RegionFile(region.fd),  # type: ignore[arg-type]
+                offset,
+                remaining,
+                fallback=False,
+            )
+        except asyncio.SendfileNotAvailableError:
+            # asyncio says this when os.sendfile failed before its first byte, whatever
+            # the reason (a peer that reset, too): nothing of this part went out, so
+            # plain writes carry it, and they report a dead peer as ConnectionError.
+            await _send_read(writer, region, budget, start=offset - region.position)
+            return
         if sent != remaining:
             raise ShortRegionError(f"{region} sent {sent} of {remaining} bytes")
 
 
-async def _send_read(writer: asyncio.StreamWriter, region: FileRegion, budget: ByteBudget) -> None:
-    """The fallback: the region read and written a chunk at a time."""
-    offset = 0
+async def _send_read(
+    writer: asyncio.StreamWriter, region: FileRegion, budget: ByteBudget, start: int = 0
+) -> None:
+    """The fallback: the region (from ``start`` on) read and written a chunk at a time."""
+    offset = start
     while offset < region.length:
         size = min(FALLBACK_CHUNK_BYTES, region.length - offset)
         budget.charge(size)

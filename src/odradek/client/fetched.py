@@ -93,16 +93,15 @@ class CompletedFetch:
                     position = max(position, self._batch_next)
                     self._batch = None
                 try:
-                    found = self._next_batch(position, check_crcs, drop_batch)
+                    position = self._next_batch(position, check_crcs, drop_batch)
                 except KafkaError as exc:
                     if count:
                         self._error = exc
                         break
                     raise
-                if found is None:
+                if self._batch is None:
                     self.consumed = True
                     break
-                position = found
                 continue
             hi = min(cols.count, self._index + (n - count))
             runs.append((cols, self._index, hi))
@@ -118,9 +117,9 @@ class CompletedFetch:
         position: int,
         check_crcs: bool,
         drop_batch: Callable[[CompletedFetch, BatchHeader], bool],
-    ) -> int | None:
-        """Decode the next batch with records at or after ``position`` into the cursor;
-        the position reached (past batches skipped), or None at the end."""
+    ) -> int:
+        """Decode the next batch with records at or after ``position`` into the cursor
+        (none left: ``_batch`` stays None); the position reached past batches skipped."""
         data = self.records
         end = len(data)
         pos = self._pos
@@ -157,7 +156,7 @@ class CompletedFetch:
             self._batch_next = next_offset
             return position
         self._pos = pos
-        return None
+        return position
 
 
 def _records_of(
