@@ -10,7 +10,11 @@ is a crash) on a 6-partition topic, the same client settings for both brokers:
 - leave: clean close (LeaveGroup) of one survivor -> the last member holds all 6.
 
 The same rounds run with Odradek's own client as the three members, on Odradek
-(column "odradek client"; ``--skip-odradek-client`` leaves it out).
+(column "odradek client"; ``--skip-odradek-client`` leaves it out), and with both
+clients on the consumer protocol (KIP-848, ``group.protocol=consumer``, the server's
+uniform assignor; columns "... KIP-848"; the Odradek this script starts has
+``group.consumer.session.timeout.ms=6000`` and ``group.consumer.heartbeat.interval.ms=1000``,
+the classic rounds' session and heartbeat; ``--skip-kip848`` leaves them out).
 
 Each is repeated ``--repeat`` times per broker, alternating brokers; the median is
 reported.
@@ -21,6 +25,7 @@ backlog at a fixed processing pace; a third joins, then leaves cleanly. Reported
 records/s handed to the two original members while the group is stable, while the
 third joins (partitions they keep) and while it leaves, each with the window's length.
 A cooperative member should keep its pace through both (KIP-429); an eager one stops.
+The consumer protocol (KIP-848) runs the same rounds, for both clients.
 
 Then coordinator capacity, Odradek only:
 
@@ -33,10 +38,18 @@ Then coordinator capacity, Odradek only:
   rebalances again when one more member joins (no delay: the join completes when
   all known members have rejoined). Plus heartbeats/s through the core, for scale.
 
+And KIP-848 at scale (``--skip-kip848-scale`` leaves it out): a group of 1,000
+simulated members (ConsumerGroupHeartbeat v1 over 20 connections, 1 s heartbeats,
+instant callbacks, acknowledging at once as the clients do) on 2,000 partitions
+settles; then one member joins, 5 times: how long until it owns its partitions
+(released by the members that give them up, at their next heartbeat) and until
+every member has acknowledged (Stable). No partition may be owned twice.
+
     python bench/rebalance.py --reference tansu
     python bench/rebalance.py --reference-bootstrap 127.0.0.1:9093 --repeat 5
     python bench/rebalance.py --skip-capacity --reference tansu
-    python bench/rebalance.py --skip-latency --skip-capacity   # consumption only
+    python bench/rebalance.py --skip-latency --skip-capacity --skip-kip848-scale  # consumption
+    python bench/rebalance.py --skip-latency --skip-consumption --skip-capacity   # KIP-848 scale
     python bench/rebalance.py --json out.json
 
 Odradek is started with ``odradek.testing.start_broker`` on a temporary data
@@ -51,6 +64,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -263,6 +277,13 @@ class MemberProc:
             if parts is None or int(p) in parts
         )
 
+    def longest_pause(self, start: float, end: float) -> float:
+        """The longest time in [start, end) without records handed to the application."""
+        times = [start]
+        times += [e["t"] for e in self.snapshot() if e["ev"] == "records" and start <= e["t"] < end]
+        times.append(end)
+        return max(b - a for a, b in itertools.pairwise(times))
+
     def kill(self) -> float:
         t = time.monotonic()
         with contextlib.suppress(ProcessLookupError):
@@ -347,12 +368,42 @@ ODRADEK_CLIENT_SETTINGS: dict[str, Any] = {
 }
 
 
-def latency_round(bootstrap: str, tag: str, client: str = "confluent") -> dict[str, float]:
+# The consumer protocol (KIP-848): session and heartbeat are the broker's
+# (group.consumer.session.timeout.ms=6000, group.consumer.heartbeat.interval.ms=1000 on
+# the Odradek this script starts, the classic rounds' values), the assignor the server's.
+KIP848_CLIENT_SETTINGS: dict[str, Any] = {
+    "group.protocol": "consumer",
+    "enable.auto.commit": False,
+    "auto.offset.reset": "earliest",
+    "topic.metadata.refresh.interval.ms": 2000,
+}
+ODRADEK_KIP848_CLIENT_SETTINGS: dict[str, Any] = {
+    "group_protocol": "consumer",
+    "group_remote_assignor": "uniform",
+    "enable_auto_commit": False,
+    "auto_offset_reset": "earliest",
+    "metadata_max_age_ms": 2000,
+}
+KIP848_BROKER_SETTINGS = {
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.heartbeat.interval.ms": "1000",
+}
+
+
+def client_settings(client: str, protocol: str) -> dict[str, Any]:
+    if protocol == "consumer":
+        return ODRADEK_KIP848_CLIENT_SETTINGS if client == "odradek" else KIP848_CLIENT_SETTINGS
+    return ODRADEK_CLIENT_SETTINGS if client == "odradek" else CLIENT_SETTINGS
+
+
+def latency_round(
+    bootstrap: str, tag: str, client: str = "confluent", protocol: str = "classic"
+) -> dict[str, float]:
     """One join / kill / leave round on a fresh topic and group."""
     topic = f"bench-rebalance-{tag}-{uuid.uuid4().hex[:8]}"
     group = f"{topic}-group"
     create_topic(bootstrap, topic)
-    settings = ODRADEK_CLIENT_SETTINGS if client == "odradek" else CLIENT_SETTINGS
+    settings = client_settings(client, protocol)
     spawned_at = time.monotonic()
     members = [
         MemberProc(bootstrap, topic, group, f"bench-m{i}", client=client, settings=settings)
@@ -389,14 +440,14 @@ LATENCY_ROWS = [
 ]
 
 
-def run_latency(targets: list[tuple[str, str, str]], repeat: int) -> dict[str, dict[str, Any]]:
-    """``targets``: (column name, bootstrap, client) triples."""
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in targets}
-    failures: dict[str, list[str]] = {name: [] for name, _, _ in targets}
+def run_latency(targets: list[tuple[str, str, str, str]], repeat: int) -> dict[str, dict[str, Any]]:
+    """``targets``: (column name, bootstrap, client, protocol) tuples."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in targets}
+    failures: dict[str, list[str]] = {name: [] for name, *_ in targets}
     for rep in range(repeat):
-        for name, bootstrap, client in targets:
+        for name, bootstrap, client, protocol in targets:
             try:
-                r = latency_round(bootstrap, f"{client}-{rep}", client)
+                r = latency_round(bootstrap, f"{client}-{protocol}-{rep}", client, protocol)
             except Exception as exc:  # reported in the table, the run goes on
                 failures[name].append(f"{type(exc).__name__}: {exc}")
                 log(f"  round {rep + 1} {name:<8} FAILED {exc}")
@@ -424,16 +475,27 @@ PACE = 2_000  # records/s each member processes (a stand-in for the application'
 CONSUME_BATCH = 100
 STEADY_S = 3.0
 HEARTBEAT_S = 1.0  # heartbeat interval of the consumption rounds
+KIP848 = "KIP-848 uniform"  # the consumer protocol with the server's uniform assignor
 CONSUMPTION_CASES = [
     ("confluent", "cooperative-sticky"),
     ("odradek", "cooperative-sticky"),
     ("confluent", "range"),
     ("odradek", "range"),
+    ("confluent", KIP848),
+    ("odradek", KIP848),
 ]
 
 
 def consumption_settings(client: str, strategy: str) -> dict[str, Any]:
     """The same group settings for both clients, in each one's spelling."""
+    if strategy == KIP848:  # session and heartbeat are the broker's (KIP848_BROKER_SETTINGS)
+        common = {"enable.auto.commit": True, "auto.commit.interval.ms": 1000}
+        if client == "odradek":
+            return ODRADEK_KIP848_CLIENT_SETTINGS | {
+                "enable_auto_commit": True,
+                "auto_commit_interval_ms": 1000,
+            }
+        return KIP848_CLIENT_SETTINGS | common
     if client == "odradek":
         return {
             "session_timeout_ms": 6000,
@@ -476,7 +538,11 @@ def consumption_round(bootstrap: str, client: str, strategy: str, tag: str) -> d
     Rates are records/s handed to the two original members: steady (STEADY_S while the
     group is stable), while the third joins (from its subscribe() until the 2/2/2 split,
     counting only partitions they keep) and while it leaves (from its close() until the
-    two hold all 6, counting the partitions they held).
+    two hold all 6, counting the partitions they held). And the longest pause in each
+    window: the longest time either original member went without records (an eager
+    member stops; a member that only gives a partition up should not). The kept-only
+    rate depends on which partition a member happens to be draining (librdkafka hands
+    out one partition's backlog at a time), the pause does not.
     """
     topic = f"bench-coop-{tag}-{uuid.uuid4().hex[:8]}"
     group = f"{topic}-group"
@@ -513,6 +579,7 @@ def consumption_round(bootstrap: str, client: str, strategy: str, tag: str) -> d
         during_join = sum(
             m.delivered(join_start, join_end, k) for m, k in zip(owners, kept, strict=True)
         )
+        join_pause = max(m.longest_pause(join_start, join_end) for m in owners)
 
         time.sleep(1.0 + phase.uniform(0, HEARTBEAT_S))
         leave_start = members[2].close()
@@ -520,15 +587,18 @@ def consumption_round(bootstrap: str, client: str, strategy: str, tag: str) -> d
         during_leave = sum(
             m.delivered(leave_start, leave_end, m.holding(leave_start)) for m in owners
         )
+        leave_pause = max(m.longest_pause(leave_start, leave_end) for m in owners)
         for m in owners:
             m.close()
         return {
             "steady_per_s": steady / (steady_end - steady_start),
             "join_per_s": during_join / (join_end - join_start),
             "join_s": join_end - join_start,
+            "join_pause_s": join_pause,
             "kept_share": sum(len(k) for k in kept) / held,
             "leave_per_s": during_leave / (leave_end - leave_start),
             "leave_s": leave_end - leave_start,
+            "leave_pause_s": leave_pause,
         }
     finally:
         for m in members:
@@ -561,9 +631,11 @@ def run_consumption(
             "steady_per_s",
             "join_per_s",
             "join_s",
+            "join_pause_s",
             "kept_share",
             "leave_per_s",
             "leave_s",
+            "leave_pause_s",
         ):
             entry[field] = statistics.median(r[field] for r in results) if results else None
     return out
@@ -577,14 +649,16 @@ def consumption_table(data: dict[str, dict[str, Any]], repeat: int) -> str:
             "while a 3rd joins",
             "join/steady",
             "join, s",
+            "longest pause in the join, s",
             "while it leaves",
             "leave/steady",
             "leave, s",
+            "longest pause in the leave, s",
         ]
     ]
     for key, d in data.items():
         if d.get("steady_per_s") is None:
-            lines.append([key] + ["-"] * 7)
+            lines.append([key] + ["-"] * 9)
             continue
         steady = d["steady_per_s"]
         lines.append(
@@ -594,9 +668,11 @@ def consumption_table(data: dict[str, dict[str, Any]], repeat: int) -> str:
                 f"{d['join_per_s']:,.0f}",
                 f"{d['join_per_s'] / steady:.2f}",
                 f"{d['join_s']:.2f}",
+                f"{d['join_pause_s']:.2f}",
                 f"{d['leave_per_s']:,.0f}",
                 f"{d['leave_per_s'] / steady:.2f}",
                 f"{d['leave_s']:.2f}",
+                f"{d['leave_pause_s']:.2f}",
             ]
         )
     return markdown_table(lines)
@@ -848,6 +924,286 @@ def run_heartbeats(args: argparse.Namespace) -> dict[str, Any]:
             broker.stop()
 
 
+# =============================================================== KIP-848 convergence at scale
+
+CGH, CGD = 68, 69  # ConsumerGroupHeartbeat, ConsumerGroupDescribe
+
+
+class PipelinedConn:
+    """One connection carrying many members' requests at once (correlation ids match
+    responses to callers), so a thousand simulated members need few sockets."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.correlation = 0
+        self.waiting: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        self.task = asyncio.get_running_loop().create_task(self._read())
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> PipelinedConn:
+        reader, writer = await asyncio.open_connection(host, port, limit=1 << 24)
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(reader, writer)
+
+    async def _read(self) -> None:
+        from odradek.protocol.codec import decode_response
+
+        while True:
+            (size,) = struct.unpack(">i", await self.reader.readexactly(4))
+            payload = await self.reader.readexactly(size)
+            (corr,) = struct.unpack_from(">i", payload, 0)
+            api_key, version, future = self.waiting.pop(corr)
+            if not future.done():
+                future.set_result(decode_response(api_key, version, payload)[1])
+
+    async def call(self, api_key: int, version: int, values: dict[str, Any]) -> Any:
+        from odradek.protocol.codec import RequestHeader, build, encode_request, request_type
+
+        self.correlation += 1
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.waiting[self.correlation] = (api_key, version, future)
+        body = build(request_type(api_key, version), values)
+        header = RequestHeader(api_key, version, self.correlation, "bench-kip848")
+        self.writer.write(encode_request(header, body))
+        return await future
+
+    def close(self) -> None:
+        self.task.cancel()
+        self.writer.close()
+
+
+class SimMember:
+    """A consumer-protocol member as Java's and librdkafka's behave, with instant
+    callbacks: heartbeat every interval, full request on join, owned partitions sent
+    once reconciled (at once, out of cycle, as the clients acknowledge), partitions
+    revoked before being reported as released."""
+
+    def __init__(self, sim: Any, conn: PipelinedConn, name: str) -> None:
+        self.sim, self.conn, self.name = sim, conn, name
+        self.member_id = uuid.uuid4().hex[:22]
+        self.epoch = 0
+        self.owned: set[tuple[Any, int]] = set()
+        self.target: set[tuple[Any, int]] | None = None
+        self.report_owned = True  # the next heartbeat carries the owned partitions
+        self.wake = asyncio.Event()
+        self.interval_s = 1.0
+        self.errors = 0
+        self.joined_at: float | None = None
+        self.latencies: list[float] = []
+
+    def request(self) -> dict[str, Any]:
+        joining = self.epoch == 0
+        body: dict[str, Any] = {
+            "group_id": self.sim.group,
+            "member_id": self.member_id,
+            "member_epoch": self.epoch,
+            "instance_id": None,
+            "rack_id": None,
+            "rebalance_timeout": 300_000 if joining else -1,
+            "subscribed_topic_names": [self.sim.topic] if joining else None,
+            "subscribed_topic_regex": None,
+            "server_assignor": "uniform" if joining else None,
+            "topic_partitions": None,
+        }
+        if joining or self.report_owned:
+            by_topic: dict[Any, list[int]] = {}
+            for topic_id, p in sorted(self.owned, key=lambda tp: (str(tp[0]), tp[1])):
+                by_topic.setdefault(topic_id, []).append(p)
+            body["topic_partitions"] = [
+                {"topic_id": t, "partitions": ps} for t, ps in by_topic.items()
+            ]
+        return body
+
+    async def beat(self) -> None:
+        sent = time.monotonic()
+        body = self.request()
+        reported = self.report_owned
+        self.report_owned = False
+        if self.joined_at is None:
+            self.joined_at = sent
+        response = await self.conn.call(CGH, 1, body)
+        self.latencies.append(time.monotonic() - sent)
+        if int(response.error_code):
+            self.errors += 1
+            self.report_owned = reported
+            return
+        self.epoch = int(response.member_epoch)
+        self.interval_s = response.heartbeat_interval.total_seconds()
+        if response.assignment is not None:
+            target = {
+                (t.topic_id, int(p))
+                for t in response.assignment.topic_partitions
+                for p in t.partitions
+            }
+            self.target = target
+            gone, new = self.owned - target, target - self.owned
+            if gone or new:
+                self.sim.change_owned(self, gone, new)  # revoke, then take the new ones
+                self.owned = set(target)
+                self.report_owned = True
+                self.wake.set()  # acknowledge at once
+
+    async def run(self, first_delay_s: float) -> None:
+        await asyncio.sleep(first_delay_s)
+        while not self.sim.stopping:
+            await self.beat()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self.interval_s)
+            self.wake.clear()
+
+
+class Kip848Sim:
+    def __init__(self, host: str, port: int, topic: str, partitions: int) -> None:
+        self.host, self.port, self.topic, self.partitions = host, port, topic, partitions
+        self.group = f"{topic}-group"
+        self.members: list[SimMember] = []
+        self.owners: dict[tuple[Any, int], int] = {}  # partition -> owner count
+        self.double_owned = 0  # times a partition had two owners (as members believe)
+        self.stopping = False
+        self.changed = asyncio.Event()
+
+    def change_owned(self, member: SimMember, gone: set, new: set) -> None:
+        for tp in gone:
+            self.owners[tp] -= 1
+        for tp in new:
+            self.owners[tp] = self.owners.get(tp, 0) + 1
+            if self.owners[tp] > 1:
+                self.double_owned += 1
+        self.changed.set()
+
+    def covered(self) -> bool:
+        held = sum(1 for n in self.owners.values() if n == 1)
+        return held == self.partitions and all(n <= 1 for n in self.owners.values())
+
+    def settled(self) -> bool:
+        return self.covered() and all(
+            m.target is not None and m.owned == m.target and not m.report_owned
+            for m in self.members
+        )
+
+    async def wait(self, predicate: Any, timeout_s: float) -> float:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the group did not settle")
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), 0.01)
+        return time.monotonic()
+
+
+async def kip848_scale(
+    host: str, port: int, topic: str, members: int, partitions: int, joins: int, conns: int
+) -> dict[str, Any]:
+    sim = Kip848Sim(host, port, topic, partitions)
+    pool = [await PipelinedConn.open(host, port) for _ in range(conns)]
+    tasks: list[asyncio.Task[None]] = []
+    rng = random.Random(848)
+
+    def add(i: int, delay_s: float) -> SimMember:
+        m = SimMember(sim, pool[i % conns], f"m{i}")
+        sim.members.append(m)
+        tasks.append(asyncio.get_running_loop().create_task(m.run(delay_s)))
+        return m
+
+    try:
+        t0 = time.monotonic()
+        for i in range(members):  # join over one heartbeat interval, phases spread
+            add(i, rng.uniform(0, 1.0))
+        await sim.wait(sim.settled, 600)
+        form_s = time.monotonic() - t0
+        rounds = []
+        for j in range(joins):
+            await asyncio.sleep(2.0 + rng.uniform(0, 1.0))  # steady heartbeats, random phase
+            for m in sim.members:
+                m.latencies.clear()
+            newcomer = add(members + j, 0.0)
+            owns = await sim.wait(lambda n=newcomer: bool(n.owned) and sim.covered(), 60)
+            settled = await sim.wait(sim.settled, 60)
+            assert newcomer.joined_at is not None
+            latencies = sorted(x for m in sim.members for x in m.latencies)
+            rounds.append(
+                {
+                    "newcomer_owns_s": owns - newcomer.joined_at,
+                    "all_acknowledged_s": settled - newcomer.joined_at,
+                    "newcomer_partitions": len(newcomer.owned),
+                    "members_moved": sum(1 for m in sim.members if m.owned != m.target),
+                    "heartbeats": len(latencies),
+                    "heartbeat_p50_ms": 1000 * latencies[len(latencies) // 2],
+                    "heartbeat_p99_ms": 1000 * latencies[int(len(latencies) * 0.99)],
+                }
+            )
+            log(
+                f"  +1 member ({members + j + 1}): owns {len(newcomer.owned)} after "
+                f"{rounds[-1]['newcomer_owns_s']:.3f} s, all acknowledged after "
+                f"{rounds[-1]['all_acknowledged_s']:.3f} s, heartbeat p99 "
+                f"{rounds[-1]['heartbeat_p99_ms']:.1f} ms"
+            )
+        described = await pool[0].call(
+            CGD, 0, {"group_ids": [sim.group], "include_authorized_operations": False}
+        )
+        group = described.groups[0]
+        return {
+            "members": members,
+            "partitions": partitions,
+            "connections": conns,
+            "form_seconds": form_s,
+            "rounds": rounds,
+            "newcomer_owns_s_median": statistics.median(r["newcomer_owns_s"] for r in rounds),
+            "newcomer_owns_s_max": max(r["newcomer_owns_s"] for r in rounds),
+            "all_acknowledged_s_median": statistics.median(r["all_acknowledged_s"] for r in rounds),
+            "all_acknowledged_s_max": max(r["all_acknowledged_s"] for r in rounds),
+            "double_owned": sim.double_owned,
+            "heartbeat_errors": sum(m.errors for m in sim.members),
+            "final_state": str(group.group_state),
+            "final_members": len(group.members),
+            "group_epoch": int(group.group_epoch),
+        }
+    finally:
+        sim.stopping = True
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for c in pool:
+            c.close()
+
+
+def run_kip848_scale(args: argparse.Namespace) -> dict[str, Any]:
+    """A ``--kip848-members`` group of simulated members (ConsumerGroupHeartbeat v1 over
+    the network, 1 s heartbeats) settles; then one member joins, ``--kip848-joins``
+    times: how long until it owns its partitions (taken from others, who revoke them
+    at their next heartbeat), and until every member has acknowledged."""
+    from odradek.client import AdminClient, NewTopic
+    from odradek.testing import start_broker
+
+    settings = {
+        "group.consumer.heartbeat.interval.ms": "1000",
+        "group.consumer.session.timeout.ms": "45000",
+    }
+    with tempfile.TemporaryDirectory(prefix="odradek-bench-kip848-") as tmp:
+        broker = start_broker(Path(tmp) / "data", settings=settings)
+        try:
+            topic = f"bench-kip848-{uuid.uuid4().hex[:8]}"
+            admin = AdminClient(bootstrap_servers=broker.bootstrap)
+            try:
+                admin.create_topics([NewTopic(topic, args.kip848_partitions, 1)])[topic].result()
+            finally:
+                admin.close()
+            return asyncio.run(
+                kip848_scale(
+                    broker.host,
+                    broker.port,
+                    topic,
+                    args.kip848_members,
+                    args.kip848_partitions,
+                    args.kip848_joins,
+                    args.kip848_connections,
+                )
+            ) | {"broker_settings": settings}
+        finally:
+            broker.stop()
+
+
 # =============================================================== join storm (pure core)
 
 
@@ -1027,7 +1383,7 @@ def run_storm(groups: int, members: int) -> dict[str, Any]:
 def latency_table(lat: dict[str, dict[str, Any]], repeat: int) -> str:
     """One column per target; with a reference broker, odradek/reference for the first two."""
     names = list(lat)
-    compare = len(names) >= 2 and names[1] not in ("odradek client",)
+    compare = len(names) >= 2 and names[1] in ("reference", "tansu")
     head = [f"median of {repeat} (seconds)", *names]
     if compare:
         head.append(f"{names[0]}/{names[1]}")
@@ -1080,6 +1436,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hb-seconds", type=float, default=5.0)
     parser.add_argument("--storm-groups", type=int, default=1000)
     parser.add_argument("--storm-members", type=int, default=10)
+    parser.add_argument(
+        "--skip-kip848",
+        action="store_true",
+        help="latency and consumption: leave out the consumer protocol (group.protocol=consumer)",
+    )
+    parser.add_argument("--skip-kip848-scale", action="store_true")
+    parser.add_argument("--kip848-members", type=int, default=1000)
+    parser.add_argument("--kip848-partitions", type=int, default=2000)
+    parser.add_argument("--kip848-joins", type=int, default=5, help="members joining, one by one")
+    parser.add_argument("--kip848-connections", type=int, default=20)
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     if args.member:
@@ -1092,7 +1458,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"client_settings": CLIENT_SETTINGS}
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
-        targets: list[tuple[str, str, str]] = []
+        targets: list[tuple[str, str, str, str]] = []
         odradek_bootstrap: str | None = None
         if not args.skip_odradek and not (args.skip_latency and args.skip_consumption):
             if args.bootstrap:
@@ -1101,23 +1467,32 @@ def main(argv: list[str] | None = None) -> int:
                 from odradek.testing import start_broker
 
                 tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="odradek-rb-"))
-                settings = {"group.initial.rebalance.delay.ms": str(args.initial_delay_ms)}
+                settings = {
+                    "group.initial.rebalance.delay.ms": str(args.initial_delay_ms),
+                    **KIP848_BROKER_SETTINGS,
+                }
                 broker = start_broker(Path(tmp) / "data", settings=settings)
                 stack.callback(broker.stop)
                 odradek_bootstrap = broker.bootstrap
         if not args.skip_latency:
             if odradek_bootstrap is not None:
-                targets.append(("odradek", odradek_bootstrap, "confluent"))
+                targets.append(("odradek", odradek_bootstrap, "confluent", "classic"))
             if args.reference_bootstrap:
-                targets.append(("reference", args.reference_bootstrap, "confluent"))
+                targets.append(("reference", args.reference_bootstrap, "confluent", "classic"))
             elif args.reference == "tansu":
                 from odradek.testing_reference import start_reference_broker
 
                 ref = start_reference_broker()
                 stack.callback(ref.stop)
-                targets.append(("tansu", ref.bootstrap, "confluent"))
+                targets.append(("tansu", ref.bootstrap, "confluent", "classic"))
             if odradek_bootstrap is not None and not args.skip_odradek_client:
-                targets.append(("odradek client", odradek_bootstrap, "odradek"))
+                targets.append(("odradek client", odradek_bootstrap, "odradek", "classic"))
+            if odradek_bootstrap is not None and not args.skip_kip848:
+                targets.append(("odradek KIP-848", odradek_bootstrap, "confluent", "consumer"))
+                if not args.skip_odradek_client:
+                    targets.append(
+                        ("odradek client KIP-848", odradek_bootstrap, "odradek", "consumer")
+                    )
         log("settings:")
         log(f"  confluent-kafka {version()}, librdkafka {libversion()[0]}")
         log(f"  python {platform.python_version()}, {os.cpu_count()} cpus, {platform.platform()}")
@@ -1125,8 +1500,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  client settings (every broker): {json.dumps(CLIENT_SETTINGS)}")
         if not args.bootstrap and not args.skip_odradek:
             log(f"  odradek: group.initial.rebalance.delay.ms={args.initial_delay_ms}")
-        for name, bootstrap, client in targets:
-            log(f"  {name}: {bootstrap} ({client} members)")
+            log(f"  odradek, consumer protocol: {json.dumps(KIP848_BROKER_SETTINGS)}")
+            log(f"  KIP-848 client settings: {json.dumps(KIP848_CLIENT_SETTINGS)}")
+        for name, bootstrap, client, protocol in targets:
+            log(f"  {name}: {bootstrap} ({client} members, group protocol {protocol})")
         if targets:
             log(f"latency ({args.repeat} rounds per broker, alternating):")
             lat = run_latency(targets, args.repeat)
@@ -1141,6 +1518,7 @@ def main(argv: list[str] | None = None) -> int:
                 (client, strategy)
                 for client, strategy in CONSUMPTION_CASES
                 if client in args.consumption_clients.split(",")
+                and not (args.skip_kip848 and strategy == KIP848)
             ]
             results["consumption"] = run_consumption(
                 odradek_bootstrap, args.consumption_repeat, cases
@@ -1154,6 +1532,13 @@ def main(argv: list[str] | None = None) -> int:
             results["heartbeats"] = run_heartbeats(args)
             log(f"join storm through the core: {args.storm_groups} x {args.storm_members}")
             results["storm"] = run_storm(args.storm_groups, args.storm_members)
+        if not args.skip_kip848_scale:
+            log(
+                f"KIP-848 convergence: {args.kip848_members} simulated members, "
+                f"{args.kip848_partitions} partitions, 1 s heartbeats, "
+                f"{args.kip848_connections} connections; {args.kip848_joins} members join"
+            )
+            results["kip848_scale"] = run_kip848_scale(args)
     results["total_seconds"] = time.monotonic() - started
 
     print()
@@ -1215,6 +1600,46 @@ def main(argv: list[str] | None = None) -> int:
                         f"{st['records']:,} / {st['failed_syncs']}",
                     ],
                     ["core heartbeats/s (no network)", f"{st['core_heartbeats_per_s']:,.0f}"],
+                ]
+            )
+        )
+    if "kip848_scale" in results:
+        k = results["kip848_scale"]
+        print()
+        print(
+            markdown_table(
+                [
+                    [
+                        f"KIP-848 group of {k['members']:,} members, {k['partitions']:,} "
+                        f"partitions, 1 s heartbeats ({len(k['rounds'])} joins)",
+                        "median",
+                        "max",
+                    ],
+                    [
+                        "one member joins -> it owns its partitions, s",
+                        f"{k['newcomer_owns_s_median']:.3f}",
+                        f"{k['newcomer_owns_s_max']:.3f}",
+                    ],
+                    [
+                        "one member joins -> every member acknowledged (Stable), s",
+                        f"{k['all_acknowledged_s_median']:.3f}",
+                        f"{k['all_acknowledged_s_max']:.3f}",
+                    ],
+                    [
+                        "heartbeat round trip p99 while converging, ms",
+                        f"{statistics.median(r['heartbeat_p99_ms'] for r in k['rounds']):.1f}",
+                        f"{max(r['heartbeat_p99_ms'] for r in k['rounds']):.1f}",
+                    ],
+                    [
+                        "group formed (all members joined and settled), s",
+                        f"{k['form_seconds']:.1f}",
+                        "",
+                    ],
+                    [
+                        "partitions owned twice / heartbeat errors / final state",
+                        f"{k['double_owned']} / {k['heartbeat_errors']} / {k['final_state']}",
+                        "",
+                    ],
                 ]
             )
         )

@@ -142,8 +142,32 @@ def test_topic_defaults_follow_the_broker_synonyms() -> None:
         "default.replication.factor=3",
         "remote.log.storage.system.enable=true",
         "group.min.session.timeout.ms=999999999",  # above the max session timeout
+        "group.consumer.assignors=sticky",  # not a server-side assignor
+        "group.consumer.migration.policy=sometimes",
+        "group.consumer.session.timeout.ms=0",
+        "group.consumer.heartbeat.interval.ms=45000",  # not below the session timeout
     ],
 )
 def test_broker_settings_are_checked_at_start_up(assignment: str) -> None:
     with pytest.raises(ConfigError):
         BrokerConfig.from_assignments([assignment])
+
+
+def test_consumer_group_settings_take_kafka_names_and_class_names() -> None:
+    config = BrokerConfig.from_assignments(
+        [
+            "group.consumer.assignors=org.apache.kafka.coordinator.group.assignor.RangeAssignor,"
+            "uniform",
+            "group.consumer.migration.policy=upgrade",
+            "group.consumer.session.timeout.ms=6000",
+            "group.consumer.heartbeat.interval.ms=1000",
+        ]
+    )
+    assert config["group.consumer.assignors"] == [
+        "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+        "uniform",
+    ]
+    defaults = BrokerConfig()
+    assert defaults["group.consumer.session.timeout.ms"] == 45000
+    assert defaults["group.consumer.heartbeat.interval.ms"] == 5000
+    assert defaults["group.consumer.migration.policy"] == "bidirectional"

@@ -96,3 +96,49 @@ def test_metrics_port_in_use_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "cannot listen" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_metrics_count_consumer_protocol_groups(tmp_path: Path) -> None:
+    """A KIP-848 group is reported beside classic ones: its state among the consumer
+    group states, its group epoch as the generation, the groups of each protocol, and
+    its completed rebalances labelled with the protocol."""
+    port = free_port()
+    broker = BrokerProcess(tmp_path / "data", extra_args=["--metrics", f"127.0.0.1:{port}"]).start()
+    consumer = None
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("metered848", 2, 1)])["metered848"].result(timeout=10)
+        classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "classic-group"})
+        classic.commit(offsets=[TopicPartition("metered848", 0, 1)], asynchronous=False)
+        classic.close()
+        consumer = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": "kip848-group",
+                "group.protocol": "consumer",
+            }
+        )
+        consumer.subscribe(["metered848"])
+        deadline = time.monotonic() + 15
+        while len(consumer.assignment()) < 2 and time.monotonic() < deadline:
+            consumer.poll(0.1)
+        assert len(consumer.assignment()) == 2
+
+        state = 'odradek_group_state{group="kip848-group",state="%s"}'
+        samples = scrape(port)
+        while samples.get(state % "Stable") != 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            samples = scrape(port)
+        assert samples[state % "Stable"] == 1
+        assert samples[state % "Reconciling"] == 0
+        assert state % "PreparingRebalance" not in samples
+        assert samples['odradek_group_generation{group="kip848-group"}'] >= 1
+        assert samples['odradek_group_assignment_epoch{group="kip848-group"}'] >= 1
+        assert samples['odradek_groups{protocol="consumer"}'] == 1
+        assert samples['odradek_groups{protocol="classic"}'] == 1
+        rebalances = 'odradek_group_rebalances_total{group="kip848-group",protocol="consumer"}'
+        assert samples[rebalances] >= 1
+    finally:
+        if consumer is not None:
+            consumer.close()
+        broker.stop()

@@ -40,7 +40,9 @@ def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> N
 class Member:
     """A live confluent-kafka group member that has consumed (and committed) everything."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, total: int) -> None:
+    def __init__(
+        self, bootstrap: str, group: str, topic: str, total: int, protocol: str = "classic"
+    ) -> None:
         self.consumer: KafkaConsumer | None = KafkaConsumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -48,6 +50,7 @@ class Member:
                 "client.id": "cli-test-member",
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
+                "group.protocol": protocol,
             }
         )
         self.consumer.subscribe([topic])
@@ -70,8 +73,8 @@ class Member:
 def member(bootstrap, name, topic):
     made: list[Member] = []
 
-    def start(group: str) -> Member:
-        m = Member(bootstrap, group, topic, sum(PER_PARTITION.values()))
+    def start(group: str, protocol: str = "classic") -> Member:
+        m = Member(bootstrap, group, topic, sum(PER_PARTITION.values()), protocol)
         made.append(m)
         return m
 
@@ -291,3 +294,47 @@ def test_history_of_a_member_that_came_and_went(cli, bootstrap, name, topic, mem
     assert "Empty → PreparingRebalance" in table.out
     assert "✔ rebalance #1 done → Stable" in table.out
     assert "2 rebalances completed (1 ended with no members)" in table.out
+
+
+def test_a_consumer_protocol_group(cli, bootstrap, name, topic, member) -> None:
+    """A KIP-848 group (group.protocol=consumer): list shows its protocol, describe its
+    epochs, server-side assignor and each member's epoch, current and target assignment;
+    history its epochs and reconciliations."""
+    group, classic = name("kip848"), name("classic")
+    live = member(group, "consumer")
+    member(classic)
+    listed = {g["group"]: g for g in cli("groups", "list", "--format", "json").json()}
+    assert listed[group]["type"] == "consumer" and listed[group]["state"] == "Stable"
+    assert listed[classic]["type"] == "classic"
+    only = cli("groups", "list", "--type", "consumer", "--format", "json").json()
+    assert group in {g["group"] for g in only} and classic not in {g["group"] for g in only}
+    row = next(line for line in cli("groups", "list").lines if line.split()[:1] == [group])
+    assert row.split()[1:4] == ["Stable", "consumer", "consumer"]
+
+    report = cli("groups", "describe", group, "--format", "json").json()
+    assert report["type"] == "consumer" and report["state"] == "Stable"
+    assert report["protocol"] == "uniform" and report["leader"] is None
+    assert report["group_epoch"] >= 1 and report["assignment_epoch"] == report["group_epoch"]
+    assert report["generation"] == report["group_epoch"]
+    [m] = report["members"]
+    assert m["member_epoch"] == report["group_epoch"] and m["member_type"] == "consumer"
+    assert sorted(a["partition"] for a in m["assignment"]) == [0, 1, 2]
+    assert m["target_assignment"] == m["assignment"] and m["subscription"] == [topic]
+    table = cli("groups", "describe", group)
+    assert "consumer (KIP-848), server-side assignor uniform" in table.out
+    epochs = next(line for line in table.lines if line.startswith("Group epoch"))
+    assert epochs.split()[2] == str(report["group_epoch"])
+    assert "Leader" not in table.out and f"{topic}: 0, 1, 2" in table.out
+
+    live.close()
+    history = cli("groups", "history", group, "--format", "json").json()
+    kinds = [e["kind"] for e in history["events"]]
+    assert {"group_epoch_bumped", "target_assignment_computed", "member_reconciled"} <= set(kinds)
+    joined, emptied = history["rebalances"]
+    assert joined["state"] == "Stable" and len(joined["joined"]) == 1
+    assert emptied["state"] == "Empty" and emptied["left"] == joined["joined"]
+    assert history["summary"]["protocol"] == "consumer"
+    assert history["summary"]["state"] == "Empty"
+    text = cli("groups", "history", group).out
+    assert "group epoch → " in text and "target assignment" in text and "reconciled" in text
+    assert "Now Empty, group epoch" in text

@@ -8,14 +8,17 @@ the real runtime would.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from odradek.coordinator import CoordinatorConfig, GroupCoordinatorShard, GroupState
+from odradek.coordinator.consumer_group import ConsumerGroup
 from odradek.coordinator.consumer_protocol import Subscription, encode_subscription
 from odradek.coordinator.events import OFFSETS_EXPIRED, STATE_TRANSITION
 from odradek.coordinator.group import ClassicGroup, membership_view
+from odradek.coordinator.metadata import TopicImage, TopicsImage
 from odradek.coordinator.types import (
     CoordinatorEvent,
     CoordinatorRecord,
@@ -104,6 +107,7 @@ class Ctx:
     def __post_init__(self) -> None:
         self.timer = ManualTimer()
         self.ids = SeqIds()
+        self.image = TopicsImage()  # the topics consumer groups see (set_topics)
         self.shard = GroupCoordinatorShard(self.config, timer=self.timer, ids=self.ids)
         self.log: list[CoordinatorRecord] = []
         self.responses: dict[int, Response] = {}
@@ -193,11 +197,25 @@ class Ctx:
 
         self._run(call, None, None, key)
 
+    def set_topics(self, **partitions: int) -> TopicsImage:
+        """The cluster now has these topics (name=partition count); ids are stable per name."""
+        topics = [
+            TopicImage(name, uuid.uuid5(uuid.NAMESPACE_DNS, name), count)
+            for name, count in partitions.items()
+        ]
+        self.image = TopicsImage.of(self.image.version + 1, topics)
+        self.shard.update_metadata(self.image)
+        return self.image
+
+    def topic_id(self, name: str) -> uuid.UUID:
+        return self.image.by_name[name].topic_id
+
     def reload(self) -> None:
         """Coordinator failover: a fresh shard rebuilt from the records alone."""
         self._apply(self.shard.on_unloaded())  # parked requests get NOT_COORDINATOR
         self.timer = ManualTimer()
         self.shard = GroupCoordinatorShard(self.config, timer=self.timer, ids=self.ids)
+        self.shard.update_metadata(self.image)
         for record in self.log:
             self.shard.replay(record)
         self._apply(self.shard.on_loaded(self.time, wall_ms=self.wall))
@@ -342,6 +360,11 @@ class Ctx:
                 continue
             again = fresh.groups.get(gid)
             assert again is not None, f"{gid} is live but not in its records"
+            if isinstance(group, ConsumerGroup):
+                assert isinstance(again, ConsumerGroup), f"{gid}: rebuilt as a classic group"
+                assert consumer_group_view(again) == consumer_group_view(group), gid
+                continue
+            assert isinstance(again, ClassicGroup), f"{gid}: rebuilt as a consumer group"
             assert again.generation_id == group.generation_id, (
                 f"{gid}: live generation {group.generation_id}, "
                 f"rebuilt from the records {again.generation_id}"
@@ -357,8 +380,27 @@ class Ctx:
             assert gid in self.shard.groups, f"{gid} came back from its records"
 
 
-def group_fingerprint(group: ClassicGroup) -> tuple[Any, ...]:
+def consumer_group_view(group: ConsumerGroup) -> tuple[Any, ...]:
+    """A consumer group's hard state and the indexes derived from it."""
+    return (
+        group.group_epoch,
+        group.target_assignment_epoch,
+        dict(group.members),
+        {m: t for m, t in group.target_assignment.items()},
+        dict(group.subscription_metadata),
+        dict(group.resolved_regexes),
+        dict(group.static_members),
+        dict(group.partition_owners),
+        set(group.unreconciled),
+        group.state,
+    )
+
+
+def group_fingerprint(group: ClassicGroup | ConsumerGroup) -> tuple[Any, ...]:
     """Everything a group holds, soft and hard state, members field by field."""
+    if isinstance(group, ConsumerGroup):
+        offsets = tuple(sorted(group.offsets.items()))
+        return (group.group_id, group.save_fields(), consumer_group_view(group), offsets)
     members = tuple((mid, m.save_fields()) for mid, m in group.members.items())
     offsets = tuple(sorted(group.offsets.items()))
     return (group.group_id, group.save_fields(), members, offsets, group.persisted)

@@ -8,7 +8,11 @@ SPEC: {"client": "confluent" | "kafka-python" | "aiokafka" | "odradek", "bootstr
        "max_records": int | null, "max_seconds": float,
        "batch": int (records per poll, default 500; confluent and odradek),
        "records_per_s": float | null (processing pace; confluent and odradek),
-       "commit": "sync" (default) | "async" (confluent and odradek)}
+       "commit": "sync" (default) | "async" (confluent and odradek),
+       "group_protocol": "classic" (default) | "consumer" (KIP-848; confluent and odradek),
+       "remote_assignor": str | null (consumer protocol: the server assignor to ask for),
+       "pattern": str | null (subscribe to this regex instead of "topic"; records then
+                  carry [partition, offset, topic])}
 
 The member subscribes to the topic, and after every poll that returned records
 commits exactly those records synchronously (offset + 1), so nothing it has
@@ -121,6 +125,22 @@ class Tracker:
         emit(ev, parts=sorted(parts), current=sorted(self.current))
 
 
+def _key(spec: dict, topic: str, partition: int):
+    """How the events name a partition: its number, or "topic:number" with a pattern."""
+    return f"{topic}:{partition}" if spec.get("pattern") else partition
+
+
+def _topic_partition(spec: dict, key) -> tuple[str, int]:
+    if spec.get("pattern"):
+        topic, _, partition = str(key).rpartition(":")
+        return topic, int(partition)
+    return spec["topic"], int(key)
+
+
+def _item(spec: dict, topic: str, partition: int, offset: int) -> list:
+    return [partition, offset, topic] if spec.get("pattern") else [partition, offset]
+
+
 def run_confluent(spec: dict, ctl: Control, deadline: float) -> None:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -128,15 +148,21 @@ def run_confluent(spec: dict, ctl: Control, deadline: float) -> None:
         "bootstrap.servers": spec["bootstrap"],
         "group.id": spec["group"],
         "client.id": spec["name"],
-        "session.timeout.ms": spec["session_ms"],
-        "heartbeat.interval.ms": spec["heartbeat_ms"],
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
-        "partition.assignment.strategy": spec["strategy"],
         "topic.metadata.refresh.interval.ms": 2000,
         "reconnect.backoff.max.ms": 500,
     }
+    if spec.get("group_protocol") == "consumer":
+        # KIP-848: timeouts and the assignor are the broker's (librdkafka refuses them).
+        conf["group.protocol"] = "consumer"
+        if spec.get("remote_assignor"):
+            conf["group.remote.assignor"] = spec["remote_assignor"]
+    else:
+        conf["session.timeout.ms"] = spec["session_ms"]
+        conf["heartbeat.interval.ms"] = spec["heartbeat_ms"]
+        conf["partition.assignment.strategy"] = spec["strategy"]
     if spec.get("instance_id"):
         conf["group.instance.id"] = spec["instance_id"]
     if spec.get("commit") == "async":
@@ -144,27 +170,29 @@ def run_confluent(spec: dict, ctl: Control, deadline: float) -> None:
     tracker = Tracker(spec)
     consumer = Consumer(conf)
 
-    def commit_fn(nexts: dict[int, int], asynchronous: bool = False) -> None:
-        tps = [TopicPartition(spec["topic"], p, o) for p, o in nexts.items()]
+    def commit_fn(nexts: dict, asynchronous: bool = False) -> None:
+        tps = [TopicPartition(*_topic_partition(spec, p), o) for p, o in nexts.items()]
         consumer.commit(offsets=tps, asynchronous=asynchronous)
 
     def on_commit(err, parts) -> None:  # asynchronous commits, inside consume()
         if err is not None or any(p.error is not None for p in parts):
             emit("commit_error", error=str(err or [p.error for p in parts if p.error]))
         else:
-            tracker.committed({p.partition: p.offset for p in parts})
+            tracker.committed({_key(spec, p.topic, p.partition): p.offset for p in parts})
 
     def on_assign(_c, parts):
-        tracker.assigned(p.partition for p in parts)
+        tracker.assigned(_key(spec, p.topic, p.partition) for p in parts)
 
     def on_revoke(_c, parts):
-        tracker.commit_owed([p.partition for p in parts], commit_fn, (KafkaException,))
-        tracker.revoked(p.partition for p in parts)
+        keys = [_key(spec, p.topic, p.partition) for p in parts]
+        tracker.commit_owed(keys, commit_fn, (KafkaException,))
+        tracker.revoked(keys)
 
     def on_lost(_c, parts):
-        tracker.revoked((p.partition for p in parts), ev="lost")
+        tracker.revoked((_key(spec, p.topic, p.partition) for p in parts), ev="lost")
 
-    consumer.subscribe([spec["topic"]], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    topics = ["^" + spec["pattern"]] if spec.get("pattern") else [spec["topic"]]
+    consumer.subscribe(topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
     emit("started", client="confluent")
     try:
         while time.monotonic() < deadline and not ctl.close_requested.is_set():
@@ -174,8 +202,8 @@ def run_confluent(spec: dict, ctl: Control, deadline: float) -> None:
                 if m.error() is not None:
                     emit("consume_error", error=str(m.error()))
                     continue
-                batch.append([m.partition(), m.offset()])
-                nexts[m.partition()] = m.offset() + 1
+                batch.append(_item(spec, m.topic(), m.partition(), m.offset()))
+                nexts[_key(spec, m.topic(), m.partition())] = m.offset() + 1
             if not batch:
                 continue
             emit("records", items=batch)
@@ -342,7 +370,13 @@ def run_odradek(spec: dict, ctl: Control, deadline: float) -> None:
     from odradek.client import Consumer, ConsumerRebalanceListener, KafkaError, TopicPartition
 
     tracker = Tracker(spec)
-    topic = spec["topic"]
+    consumer_protocol = spec.get("group_protocol") == "consumer"
+    settings = {}
+    if consumer_protocol:
+        settings = {
+            "group_protocol": "consumer",
+            "group_remote_assignor": spec.get("remote_assignor"),
+        }
     consumer = Consumer(
         bootstrap_servers=spec["bootstrap"],
         group_id=spec["group"],
@@ -355,41 +389,50 @@ def run_odradek(spec: dict, ctl: Control, deadline: float) -> None:
         partition_assignment_strategy=[spec["strategy"]],
         metadata_max_age_ms=2000,
         max_poll_records=spec.get("batch") or 500,
+        **settings,
     )
 
-    def commit_fn(nexts: dict[int, int]) -> None:
-        consumer.commit({TopicPartition(topic, p): o for p, o in nexts.items()})
+    def commit_fn(nexts: dict) -> None:
+        consumer.commit({TopicPartition(*_topic_partition(spec, p)): o for p, o in nexts.items()})
 
     def on_commit(offsets, error) -> None:  # asynchronous commits, inside poll()
         if error is not None:
             emit("commit_error", error=repr(error))
         else:
-            tracker.committed({tp.partition: om.offset for tp, om in offsets.items()})
+            tracker.committed(
+                {_key(spec, tp.topic, tp.partition): om.offset for tp, om in offsets.items()}
+            )
 
-    def commit_async_fn(nexts: dict[int, int]) -> None:
-        offsets = {TopicPartition(topic, p): o for p, o in nexts.items()}
+    def commit_async_fn(nexts: dict) -> None:
+        offsets = {TopicPartition(*_topic_partition(spec, p)): o for p, o in nexts.items()}
         consumer.commit_async(offsets, callback=on_commit)
 
     class Listener(ConsumerRebalanceListener):
         def on_partitions_revoked(self, revoked):
-            tracker.commit_owed([tp.partition for tp in revoked], commit_fn, (KafkaError,))
-            tracker.revoked(tp.partition for tp in revoked)
+            keys = [_key(spec, tp.topic, tp.partition) for tp in revoked]
+            tracker.commit_owed(keys, commit_fn, (KafkaError,))
+            tracker.revoked(keys)
 
         def on_partitions_assigned(self, assigned):
-            tracker.assigned(tp.partition for tp in assigned)
+            tracker.assigned(_key(spec, tp.topic, tp.partition) for tp in assigned)
 
         def on_partitions_lost(self, lost):
-            tracker.revoked((tp.partition for tp in lost), ev="lost")
+            tracker.revoked((_key(spec, tp.topic, tp.partition) for tp in lost), ev="lost")
 
-    consumer.subscribe([topic], listener=Listener())
+    if spec.get("pattern"):
+        import re
+
+        consumer.subscribe(pattern=re.compile(spec["pattern"]), listener=Listener())
+    else:
+        consumer.subscribe([spec["topic"]], listener=Listener())
     emit("started", client="odradek")
     try:
         while time.monotonic() < deadline and not ctl.close_requested.is_set():
             polled = consumer.poll(0.2)
             batch, nexts = [], {}
             for m in polled:
-                batch.append([m.partition, m.offset])
-                nexts[m.partition] = m.offset + 1
+                batch.append(_item(spec, m.topic, m.partition, m.offset))
+                nexts[_key(spec, m.topic, m.partition)] = m.offset + 1
             if not batch:
                 continue
             # Whether this member's own JoinGroup / SyncGroup was in flight as poll returned.
@@ -434,6 +477,7 @@ def main(spec_json: str) -> int:
         "kafka.coordinator",
         "aiokafka.consumer.group_coordinator",
         "odradek.client.coordinator",
+        "odradek.client.membership",
     ):
         logging.getLogger(name).setLevel(logging.DEBUG if debug == "1" else logging.INFO)
     for name in filter(None, debug.split(",") if debug != "1" else []):

@@ -36,7 +36,12 @@ DEBUG_ENV = "ODRADEK_GROUP_DRIVER_DEBUG"
 
 # Broker settings for the group tests: no initial join delay (Kafka's 3 s default
 # would only slow every test down); session bounds as Kafka's.
-GROUP_BROKER_SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
+GROUP_BROKER_SETTINGS = {
+    "group.initial.rebalance.delay.ms": "0",
+    # Consumer groups (KIP-848): session and heartbeat are the broker's.
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.heartbeat.interval.ms": "1000",
+}
 
 
 @contextlib.contextmanager
@@ -74,6 +79,9 @@ class Member:
         batch: int | None = None,
         records_per_s: float | None = None,
         commit: str = "sync",
+        group_protocol: str = "classic",
+        remote_assignor: str | None = None,
+        pattern: str | None = None,
         debug: bool = False,
     ) -> None:
         self.client = client
@@ -93,6 +101,9 @@ class Member:
             "batch": batch,
             "records_per_s": records_per_s,
             "commit": commit,
+            "group_protocol": group_protocol,
+            "remote_assignor": remote_assignor,
+            "pattern": pattern,
             "debug": "1" if debug else os.environ.get(DEBUG_ENV, ""),
         }
         self.events: list[dict[str, Any]] = []

@@ -65,6 +65,18 @@ def _partition_code(response: Any, topics: str = "responses", parts: str = "part
     return int(getattr(topic, parts)[0].error_code)
 
 
+def _heartbeat(n: Names, topics: list[str]) -> dict[str, Any]:
+    """A consumer-group (KIP-848) join of a fresh member."""
+    return {
+        "group_id": n.group,
+        "member_id": uuid.uuid4().hex,
+        "member_epoch": 0,
+        "rebalance_timeout": 30_000,
+        "subscribed_topic_names": topics,
+        "topic_partitions": [],
+    }
+
+
 def _batch() -> bytes:
     return build_batch([(None, b"x", ())], timestamp_ms=int(time.time() * 1000))
 
@@ -385,6 +397,32 @@ CASES = [
         lambda n: [(Res.TOPIC, n.topic, Op.READ)],
     ),
     Case(
+        ApiKey.CONSUMER_GROUP_HEARTBEAT,
+        1,
+        lambda n: _heartbeat(n, []),
+        lambda r: int(r.error_code),
+        lambda n: (Res.GROUP, n.group, Op.READ),
+        GROUP_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        # With READ on the group, every topic subscribed by name needs DESCRIBE (KAFKA-18813).
+        ApiKey.CONSUMER_GROUP_HEARTBEAT,
+        1,
+        lambda n: _heartbeat(n, [n.topic]),
+        lambda r: int(r.error_code),
+        lambda n: (Res.TOPIC, n.topic, Op.DESCRIBE),
+        TOPIC_AUTHORIZATION_FAILED,
+        lambda n: [(Res.GROUP, n.group, Op.READ)],
+    ),
+    Case(
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+        1,
+        lambda n: {"group_ids": [n.group], "include_authorized_operations": True},
+        lambda r: int(r.groups[0].error_code),
+        lambda n: (Res.GROUP, n.group, Op.DESCRIBE),
+        GROUP_AUTHORIZATION_FAILED,
+    ),
+    Case(
         ApiKey.DESCRIBE_ACLS,
         3,
         lambda n: {
@@ -563,3 +601,47 @@ def test_metadata_hides_topics_and_reports_authorized_operations(
             ApiKey.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": True}
         )
         assert cluster.cluster_authorized_operations == 0  # no DESCRIBE on the cluster
+
+
+def test_a_regex_only_reaches_topics_the_member_may_describe(
+    secure_broker: SecureBroker, pool: NamesPool
+) -> None:
+    """KIP-848 regexes are resolved by the coordinator with the member's DESCRIBE
+    permission (KAFKA-18813); describing a group whose members own topics the caller
+    may not see is refused with TOPIC_AUTHORIZATION_FAILED."""
+    names = pool.take()
+    seen, hidden = names.topic, names.fresh_topic  # both "acl-..." topics
+    who = unique("regex")
+    principal = f"User:CN={who}"
+    secure_broker.grant(principal, Res.GROUP, names.group, Op.READ)
+    secure_broker.grant(principal, Res.TOPIC, seen, Op.DESCRIBE)
+    body = _heartbeat(names, [])
+    body["subscribed_topic_names"] = None
+    body["subscribed_topic_regex"] = f"({seen}|{hidden})"
+    with Wire(secure_broker.ssl, client_tls(secure_broker.pki, who)) as wire:
+        joined = wire.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, body)
+        assert int(joined.error_code) == 0, joined
+        ids = {t.topic_id for t in joined.assignment.topic_partitions}
+        metadata = wire.request(
+            ApiKey.METADATA,
+            12,
+            {
+                "topics": [{"name": seen, "topic_id": None}],
+                "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False,
+            },
+        )
+        assert ids == {metadata.topics[0].topic_id}
+    with Wire(secure_broker.ssl, client_tls(secure_broker.pki, "admin")) as admin_wire:
+        # A member the admin adds owns the hidden topic too...
+        added = _heartbeat(names, [hidden])
+        assert int(admin_wire.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, added).error_code) == 0
+    secure_broker.grant(principal, Res.GROUP, names.group, Op.DESCRIBE)
+    with Wire(secure_broker.ssl, client_tls(secure_broker.pki, who)) as wire:
+        described = wire.request(
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            1,
+            {"group_ids": [names.group], "include_authorized_operations": False},
+        )
+        # ...so describing the group would reveal it: refused.
+        assert int(described.groups[0].error_code) == TOPIC_AUTHORIZATION_FAILED

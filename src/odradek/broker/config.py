@@ -175,6 +175,14 @@ def between(low: float, high: float) -> Range:
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 CLEANUP_POLICIES = ("compact", "delete")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+# Kafka's names and its assignor class names (the 4.0 default lists the classes).
+CONSUMER_GROUP_ASSIGNORS = (
+    "uniform",
+    "range",
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+)
+MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 
 
 # --- the settings table -------------------------------------------------------------------
@@ -542,6 +550,48 @@ _SETTINGS = (
         at_least(0),
     ),
     Setting("group.max.size", INT, 2**31 - 1, "Most members in one group.", None, at_least(1)),
+    # --- consumer groups (KIP-848, group.protocol=consumer; docs/coordinator.md) ---
+    Setting(
+        "group.consumer.session.timeout.ms",
+        INT,
+        45000,
+        "A consumer-group member not heard from for this long is fenced.",
+        None,
+        at_least(1),
+    ),
+    Setting(
+        "group.consumer.heartbeat.interval.ms",
+        INT,
+        5000,
+        "How often consumer-group members heartbeat (sent to them in every response).",
+        None,
+        at_least(1),
+    ),
+    Setting(
+        "group.consumer.max.size",
+        INT,
+        2**31 - 1,
+        "Most members in one consumer group.",
+        None,
+        at_least(1),
+    ),
+    Setting(
+        "group.consumer.assignors",
+        LIST,
+        "uniform,range",
+        "Server-side assignors of consumer groups; the first is the default.",
+        None,
+        ListOf(CONSUMER_GROUP_ASSIGNORS),
+    ),
+    Setting(
+        "group.consumer.migration.policy",
+        STRING,
+        "bidirectional",
+        "Online migration between the classic and consumer protocols: disabled, upgrade, "
+        "downgrade or bidirectional.",
+        None,
+        OneOf(MIGRATION_POLICIES),
+    ),
     Setting("fetch.max.bytes", INT, 57671680, "Largest Fetch response.", None, at_least(1024)),
     Setting(
         "max.incremental.fetch.session.cache.slots",
@@ -1020,6 +1070,13 @@ class BrokerConfig:
             raise ConfigError(
                 f"group.min.session.timeout.ms ({low}) must not exceed "
                 f"group.max.session.timeout.ms ({high})"
+            )
+        session = self["group.consumer.session.timeout.ms"]
+        interval = self["group.consumer.heartbeat.interval.ms"]
+        if interval >= session:
+            raise ConfigError(
+                f"group.consumer.heartbeat.interval.ms ({interval}) must be lower than "
+                f"group.consumer.session.timeout.ms ({session})"
             )
 
     @classmethod

@@ -51,6 +51,7 @@ from odradek.coordinator import (
     partition_for,
 )
 from odradek.coordinator.events import log_events
+from odradek.coordinator.metadata import EMPTY_IMAGE, TopicImage, TopicsImage
 from odradek.coordinator.timer import IdGenerator
 from odradek.coordinator.types import (
     CoordinatorEvent,
@@ -74,6 +75,11 @@ REPLAY_YIELD_EVERY = 2000  # records replayed between yields to the event loop
 QUEUE_BOUND = 10000
 TIMER_RETRY_MS = (1_000, 30_000)  # first and largest backoff for a failed timer call
 LOAD_RETRY_S = (0.5, 30.0)  # first and largest backoff for a failed load
+# group.consumer.assignors takes Kafka's class names too.
+ASSIGNOR_NAMES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
 
 
 def wall_clock_ms() -> int:
@@ -177,6 +183,7 @@ class ShardRunner:
         self.wall_ms = wall_ms
         self.mono_ms = mono_ms
         self.ids = ids or UuidIds()
+        self.image: TopicsImage = EMPTY_IMAGE  # the topics consumer groups assign
         self.loaded = False
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(QUEUE_BOUND)
         self.timer = AsyncioTimer(self._enqueue_timer, mono_ms)
@@ -192,7 +199,15 @@ class ShardRunner:
         self.load_failures = 0  # loads that failed and were retried
 
     def _new_shard(self) -> GroupCoordinatorShard:
-        return GroupCoordinatorShard(self.config, timer=self.timer, ids=self.ids)
+        shard = GroupCoordinatorShard(self.config, timer=self.timer, ids=self.ids)
+        shard.update_metadata(self.image)
+        return shard
+
+    def update_metadata(self, image: TopicsImage) -> None:
+        """The topics changed: the shard sees them from its next call on (never mid-call:
+        calls run synchronously on this event loop)."""
+        self.image = image
+        self.shard.update_metadata(image)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -459,6 +474,17 @@ class GroupCoordinatorRuntime:
             offsets_retention_ms=int(config["offsets.retention.minutes"]) * 60_000,
             offsets_retention_check_interval_ms=int(config["offsets.retention.check.interval.ms"]),
             offsets_topic_num_partitions=self.num_partitions,
+            consumer_group_session_timeout_ms=int(config["group.consumer.session.timeout.ms"]),
+            consumer_group_heartbeat_interval_ms=int(
+                config["group.consumer.heartbeat.interval.ms"]
+            ),
+            consumer_group_max_size=int(config["group.consumer.max.size"]),
+            consumer_group_assignors=tuple(
+                dict.fromkeys(
+                    ASSIGNOR_NAMES.get(name, name) for name in config["group.consumer.assignors"]
+                )
+            ),
+            consumer_group_migration_policy=str(config["group.consumer.migration.policy"]),
         )
         topic = topics.create_internal(
             OFFSETS_TOPIC,
@@ -485,6 +511,20 @@ class GroupCoordinatorRuntime:
             ShardRunner(index, plog, self.core_config, on_events=self._record_events)
             for index, plog in enumerate(topic.partitions)
         ]
+        self.topics = topics
+        self._image_version = 0
+        self._topics_changed()
+        topics.change_listeners.append(self._topics_changed)
+
+    def _topics_changed(self) -> None:
+        """Hand every shard a new image of the topics (consumer groups assign them)."""
+        self._image_version += 1
+        image = TopicsImage.of(
+            self._image_version,
+            (TopicImage(t.name, t.topic_id, len(t.partitions), t.internal) for t in self.topics),
+        )
+        for runner in self.runners:
+            runner.update_metadata(image)
 
     def _record_events(self, events: list[CoordinatorEvent]) -> None:
         """Append events to the history topic and tell in-process listeners (metrics)."""

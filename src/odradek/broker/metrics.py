@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from odradek.broker.security.metrics_http import serve_metrics
+from odradek.coordinator.consumer_group import ConsumerGroup
 from odradek.coordinator.events import REBALANCE_COMPLETED
 from odradek.coordinator.types import CoordinatorEvent
 
@@ -29,6 +30,9 @@ log = logging.getLogger("odradek.metrics")
 
 SNAPSHOT_TIMEOUT_S = 5.0
 GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+# KIP-848 consumer groups (group.protocol=consumer) have states of their own.
+CONSUMER_GROUP_STATES = ("Empty", "Assigning", "Reconciling", "Stable", "Dead")
+PROTOCOLS = ("classic", "consumer")
 
 
 @dataclass
@@ -37,7 +41,10 @@ class Snapshot:
 
     group_state: dict[str, str] = field(default_factory=dict)
     group_members: dict[str, int] = field(default_factory=dict)
+    # The generation of a classic group, the group epoch of a consumer group.
     group_generation: dict[str, int] = field(default_factory=dict)
+    group_protocol: dict[str, str] = field(default_factory=dict)  # "classic" or "consumer"
+    assignment_epoch: dict[str, int] = field(default_factory=dict)  # consumer groups only
     lag: list[tuple[str, str, int, int, int]] = field(
         default_factory=list
     )  # group, topic, p, committed, lag
@@ -61,7 +68,13 @@ def take_snapshot(broker: Broker) -> Snapshot:
         for group_id, group in runner.shard.groups.items():
             snap.group_state[group_id] = group.state.value
             snap.group_members[group_id] = len(group.members)
-            snap.group_generation[group_id] = group.generation_id
+            if isinstance(group, ConsumerGroup):
+                snap.group_protocol[group_id] = "consumer"
+                snap.group_generation[group_id] = group.group_epoch
+                snap.assignment_epoch[group_id] = group.target_assignment_epoch
+            else:
+                snap.group_protocol[group_id] = "classic"
+                snap.group_generation[group_id] = group.generation_id
             for (topic, partition), committed in group.offsets.items():
                 plog = broker.topics.partition(topic, partition)
                 if plog is None:
@@ -104,13 +117,31 @@ class StateCollector(Collector):
         )
         members = GaugeMetricFamily("odradek_group_members", "Members per group", labels=["group"])
         generation = GaugeMetricFamily(
-            "odradek_group_generation", "Current generation per group", labels=["group"]
+            "odradek_group_generation",
+            "Current generation per group (the group epoch of a consumer-protocol group)",
+            labels=["group"],
         )
+        assignment_epoch = GaugeMetricFamily(
+            "odradek_group_assignment_epoch",
+            "Epoch of the target assignment of each consumer-protocol (KIP-848) group",
+            labels=["group"],
+        )
+        groups = GaugeMetricFamily(
+            "odradek_groups", "Groups by rebalance protocol", labels=["protocol"]
+        )
+        by_protocol = dict.fromkeys(PROTOCOLS, 0)
         for group_id, current in snap.group_state.items():
-            for name in GROUP_STATES:
+            protocol = snap.group_protocol.get(group_id, "classic")
+            by_protocol[protocol] += 1
+            names = CONSUMER_GROUP_STATES if protocol == "consumer" else GROUP_STATES
+            for name in names:
                 state.add_metric([group_id, name], 1.0 if name == current else 0.0)
             members.add_metric([group_id], snap.group_members[group_id])
             generation.add_metric([group_id], snap.group_generation[group_id])
+            if group_id in snap.assignment_epoch:
+                assignment_epoch.add_metric([group_id], snap.assignment_epoch[group_id])
+        for protocol, count in by_protocol.items():
+            groups.add_metric([protocol], count)
         committed = GaugeMetricFamily(
             "odradek_group_committed_offset",
             "Committed offset per group and partition",
@@ -137,7 +168,8 @@ class StateCollector(Collector):
             start.add_metric([topic, str(partition)], log_start)
             end.add_metric([topic, str(partition)], log_end)
             size.add_metric([topic, str(partition)], size_bytes)
-        yield from (state, members, generation, committed, lag, start, end, size)
+        yield from (state, members, generation, assignment_epoch, groups, committed, lag)
+        yield from (start, end, size)
         yield CounterMetricFamily(
             "odradek_coordinator_operation_failures",
             "Group requests or timers that failed alone and were undone (error in the "
@@ -201,8 +233,9 @@ class BrokerMetrics:
         )
         self.rebalances = Counter(
             "odradek_group_rebalances",
-            "Completed rebalances, by group",
-            ["group"],
+            "Completed rebalances, by group and protocol (classic, or consumer: a KIP-848 "
+            "group converging on a new target assignment)",
+            ["group", "protocol"],
             registry=self.registry,
         )
         self.rebalance_seconds = Histogram(
@@ -215,7 +248,8 @@ class BrokerMetrics:
     def on_coordinator_events(self, events: list[CoordinatorEvent]) -> None:
         for event in events:
             if event.kind == REBALANCE_COMPLETED:
-                self.rebalances.labels(event.group_id).inc()
+                protocol = str(event.fields.get("protocol") or "classic")
+                self.rebalances.labels(event.group_id, protocol).inc()
                 duration_ms = event.fields.get("duration_ms")
                 if isinstance(duration_ms, int | float):
                     self.rebalance_seconds.observe(duration_ms / 1000)

@@ -143,6 +143,10 @@ class Broker:
     # --- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
+        # The metrics endpoint binds before any Kafka listener opens, so whoever waits
+        # for the Kafka port (an operator's probe, the test fixtures) finds it up too.
+        if self.metrics is not None and self.metrics_address is not None:
+            self.metrics.serve(self, *self.metrics_address, token=self.metrics_token)
         handshake_s = int(self.config["connections.authentication.timeout.ms"]) / 1000
         for listener in self.listeners:
             tls = self.security.ssl_contexts.get(listener.name)
@@ -164,8 +168,6 @@ class Broker:
         first = self.listeners[0]
         self.port, self.advertised_port = first.port, first.advertised_port
         self.groups.start()
-        if self.metrics is not None and self.metrics_address is not None:
-            self.metrics.serve(self, *self.metrics_address, token=self.metrics_token)
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
         for listener in self.listeners:
             log.info(

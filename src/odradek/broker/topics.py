@@ -166,6 +166,9 @@ class TopicManager:
         self._pending: dict[str, asyncio.Future[Topic | TopicError]] = {}
         self._deleting: set[str] = set()
         set_max_open_files(int(config["log.max.open.files"]))  # descriptors are per process
+        # Called after a topic is created, deleted or grows (the group coordinator's
+        # consumer groups assign partitions themselves and must hear of it).
+        self.change_listeners: list[Callable[[], None]] = []
         self._meta_path = self.data_dir / "meta.json"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._meta = self._load_meta()
@@ -437,6 +440,7 @@ class TopicManager:
         topic.partitions = logs
         self._register(topic)
         log.info("created topic %s with %d partitions", topic.name, len(logs))
+        self._notify_change()
         return topic
 
     def create(
@@ -583,6 +587,7 @@ class TopicManager:
             del self.topics[topic.name]
             del self.topics_by_id[topic.topic_id]
             log.info("deleted topic %s", topic.name)
+        self._notify_change()
         files = asyncio.get_running_loop().run_in_executor(self._worker, self._remove_files, doomed)
         files.add_done_callback(lambda _: removed.set_result(None))
 
@@ -628,6 +633,7 @@ class TopicManager:
             topic.partitions.extend(work.result())
             log.info("topic %s now has %d partitions", name, total)
             pending.set_result(topic)
+            self._notify_change()
 
         work.add_done_callback(finish)
         try:
@@ -705,6 +711,13 @@ class TopicManager:
                 f"configs {', '.join(refused)} of internal topic {topic.name!r} cannot be "
                 f"changed; these can: {', '.join(sorted(allowed))}",
             )
+
+    def _notify_change(self) -> None:
+        for listener in self.change_listeners:
+            try:
+                listener()
+            except Exception:  # a listener must never fail a topic operation
+                log.exception("topic change listener failed")
 
     def __iter__(self) -> Iterator[Topic]:
         return iter(list(self.topics.values()))

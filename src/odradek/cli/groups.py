@@ -18,7 +18,17 @@ from odradek.cli.common import (
 )
 from odradek.cli.errors import CliError
 
-STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+# Classic groups' states, then those only consumer-protocol (KIP-848) groups have.
+STATES = (
+    "Empty",
+    "PreparingRebalance",
+    "CompletingRebalance",
+    "Assigning",
+    "Reconciling",
+    "Stable",
+    "Dead",
+)
+TYPES = ("classic", "consumer")
 INACTIVE = ("Empty", "Dead")
 
 GENERATION_HELP = (
@@ -50,6 +60,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="STATE",
         help=f"only groups in this state (repeatable): {', '.join(STATES)}",
     )
+    listing.add_argument(
+        "--type",
+        action="append",
+        choices=TYPES,
+        default=[],
+        metavar="TYPE",
+        help="only groups of this rebalance protocol (repeatable): classic (JoinGroup and "
+        "SyncGroup) or consumer (KIP-848, group.protocol=consumer)",
+    )
     add_format_option(listing)
     add_connection_options(listing)
     listing.set_defaults(run=run_list)
@@ -61,7 +80,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "coordinator; every member (id, instance id, client id, host, assigned "
         "partitions); and for each partition it has committed or been assigned, the "
         "committed offset, the log end offset and the lag (log end minus committed), "
-        "with totals. " + GENERATION_HELP,
+        "with totals. A consumer-protocol (KIP-848) group shows its group epoch, the "
+        "epoch of its target assignment and the server-side assignor instead of "
+        "generation and leader, and each member's epoch, current and target "
+        "assignment. " + GENERATION_HELP,
     )
     describe.add_argument("group", metavar="GROUP")
     describe.add_argument(
@@ -147,7 +169,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Show the group's rebalance timeline as the coordinator recorded it "
         "in the broker's __odradek_group_events topic: every state transition (time, "
         "from -> to, generation, members, reason) and every completed rebalance (how "
-        "long it took; members joined, left and kept). Odradek brokers only.",
+        "long it took; members joined, left and kept); for a consumer-protocol "
+        "(KIP-848) group also each group epoch, target assignment and member "
+        "reconciliation, and conversions between the protocols. Odradek brokers only.",
     )
     history.add_argument("group", metavar="GROUP")
     history.add_argument(
@@ -250,7 +274,7 @@ def run_list(args: argparse.Namespace) -> int:
     from odradek.cli import render
 
     with admin_client(args) as admin, failures_as_messages("cannot list groups"):
-        groups = admin.list_consumer_groups(states=args.state)
+        groups = admin.list_consumer_groups(states=args.state, types=args.type)
     if args.format == "json":
         render.print_json(
             [
@@ -258,6 +282,7 @@ def run_list(args: argparse.Namespace) -> int:
                     "group": g.group_id,
                     "state": g.state or None,
                     "protocol_type": g.protocol_type,
+                    "type": g.type,
                     "coordinator": g.coordinator,
                 }
                 for g in groups
@@ -266,14 +291,17 @@ def run_list(args: argparse.Namespace) -> int:
         return 0
     out = render.output()
     if not groups:
-        out.print("No consumer groups" + (" in that state." if args.state else "."))
+        filtered = " in that state" if args.state else ""
+        filtered += " of that type" if args.type else ""
+        out.print(f"No consumer groups{filtered}.")
         return 0
-    t = render.table("GROUP", "STATE", "TYPE", "COORDINATOR", numeric=("COORDINATOR",))
+    t = render.table("GROUP", "STATE", "TYPE", "PROTOCOL", "COORDINATOR", numeric=("COORDINATOR",))
     for g in groups:
         t.add_row(
             render.text(g.group_id),
             render.state(g.state),
             render.text(g.protocol_type or "simple"),
+            render.text(g.type),
             str(g.coordinator),
         )
     out.print(t)
@@ -297,7 +325,9 @@ def group_report(args: argparse.Namespace, admin: Any, group: str) -> dict[str, 
             owner[tp] = m.member_id
     partitions = set(committed) | set(owner)
     topics = _topic_offsets(admin, {tp.topic for tp in partitions})
-    facts = history.latest_facts(args, admin, group)
+    consumer_group = description.type == "consumer"
+    # A consumer-protocol group's epoch is in its description; it has no leader.
+    facts = None if consumer_group else history.latest_facts(args, admin, group)
     rows = []
     for tp in sorted(partitions):
         topic = topics.get(tp.topic)
@@ -327,31 +357,49 @@ def group_report(args: argparse.Namespace, admin: Any, group: str) -> dict[str, 
     if leader is not None and leader not in member_ids:
         leader = None  # the history's leader has left since
     coordinator = description.coordinator
-    return {
+    generation = facts.get("generation") if facts else None
+    source = "history" if facts and "generation" in facts else "unknown"
+    if consumer_group:
+        generation, source = description.group_epoch, "group epoch"
+
+    def partition_list(tps: Any) -> list[dict[str, Any]]:
+        return [{"topic": tp.topic, "partition": tp.partition} for tp in tps]
+
+    def member(m: Any) -> dict[str, Any]:
+        out = {
+            "member_id": m.member_id,
+            "group_instance_id": m.group_instance_id,
+            "client_id": m.client_id,
+            "host": m.host,
+            "leader": m.member_id == leader,
+            "assignment": partition_list(m.assignment),
+            "subscription": list(m.subscription),
+        }
+        if consumer_group:
+            out["member_epoch"] = m.member_epoch
+            out["member_type"] = m.member_type
+            out["target_assignment"] = partition_list(m.target_assignment or ())
+            out["subscription_regex"] = m.subscription_regex
+        return out
+
+    report: dict[str, Any] = {
         "group": group,
+        "type": description.type,
         "state": description.state,
         "protocol_type": description.protocol_type,
         "protocol": description.protocol or None,
-        "generation": facts.get("generation") if facts else None,
+        "generation": generation,
         "leader": leader,
-        "generation_source": "history" if facts and "generation" in facts else "unknown",
+        "generation_source": source,
+    }
+    if consumer_group:
+        report["group_epoch"] = description.group_epoch
+        report["assignment_epoch"] = description.assignment_epoch
+    return report | {
         "coordinator": None
         if coordinator is None
         else {"id": coordinator.node_id, "host": coordinator.host, "port": coordinator.port},
-        "members": [
-            {
-                "member_id": m.member_id,
-                "group_instance_id": m.group_instance_id,
-                "client_id": m.client_id,
-                "host": m.host,
-                "leader": m.member_id == leader,
-                "assignment": [
-                    {"topic": tp.topic, "partition": tp.partition} for tp in m.assignment
-                ],
-                "subscription": list(m.subscription),
-            }
-            for m in description.members
-        ],
+        "members": [member(m) for m in description.members],
         "partitions": rows,
         "totals": {
             "committed_offset": total("committed_offset"),
@@ -372,42 +420,86 @@ def run_describe(args: argparse.Namespace) -> int:
         return 0
     shorten = (lambda s: s) if args.wide else render.short_ids
     out = render.output()
-    protocol = report["protocol_type"] or "simple (offsets only, no members ever joined)"
-    if report["protocol"]:
-        protocol += f" / {report['protocol']}"
-    generation: Any = render.text(
-        "unknown (DescribeGroups does not carry it; this broker keeps no history)", "dim"
-    )
-    if report["generation"] is not None:
-        generation = str(report["generation"])
-    leader = render.text(shorten(report["leader"]) if report["leader"] else "-")
-    if report["leader"] is None and report["members"]:
-        leader = render.text("unknown", "dim")
+    consumer_group = report["type"] == "consumer"
     c = report["coordinator"]
-    out.print(
-        render.key_values(
-            [
-                ("Group", render.text(report["group"], "bold")),
-                ("State", render.state(report["state"])),
-                ("Protocol", protocol),
-                ("Generation", generation),
-                ("Leader", leader),
-                ("Coordinator", f"node {c['id']} at {c['host']}:{c['port']}" if c else "-"),
-                ("Members", str(len(report["members"]))),
-            ]
+    coordinator = f"node {c['id']} at {c['host']}:{c['port']}" if c else "-"
+    if consumer_group:
+        protocol = "consumer (KIP-848)"
+        if report["protocol"]:
+            protocol += f", server-side assignor {report['protocol']}"
+        heading = [
+            ("Group", render.text(report["group"], "bold")),
+            ("State", render.state(report["state"])),
+            ("Protocol", protocol),
+            ("Group epoch", str(report["group_epoch"])),
+            ("Assignment epoch", str(report["assignment_epoch"])),
+        ]
+    else:
+        protocol = report["protocol_type"] or "simple (offsets only, no members ever joined)"
+        if report["protocol"]:
+            protocol += f" / {report['protocol']}"
+        generation: Any = render.text(
+            "unknown (DescribeGroups does not carry it; this broker keeps no history)", "dim"
         )
-    )
-    if report["members"]:
-        t = render.table("MEMBER", "INSTANCE", "CLIENT", "HOST", "PARTITIONS", title="Members")
+        if report["generation"] is not None:
+            generation = str(report["generation"])
+        leader = render.text(shorten(report["leader"]) if report["leader"] else "-")
+        if report["leader"] is None and report["members"]:
+            leader = render.text("unknown", "dim")
+        heading = [
+            ("Group", render.text(report["group"], "bold")),
+            ("State", render.state(report["state"])),
+            ("Protocol", protocol),
+            ("Generation", generation),
+            ("Leader", leader),
+        ]
+    heading += [("Coordinator", coordinator), ("Members", str(len(report["members"])))]
+    out.print(render.key_values(heading))
+
+    def label(assignment: list[dict[str, Any]]) -> str:
+        return _partition_label(TopicPartition(a["topic"], a["partition"]) for a in assignment)
+
+    if report["members"] and consumer_group:
+        t = render.table(
+            "MEMBER",
+            "INSTANCE",
+            "CLIENT",
+            "HOST",
+            "EPOCH",
+            "PARTITIONS",
+            "TARGET",
+            title="Members",
+            numeric=("EPOCH",),
+        )
         for m in report["members"]:
-            name = shorten(m["member_id"]) + (" (leader)" if m["leader"] else "")
-            assigned = [TopicPartition(a["topic"], a["partition"]) for a in m["assignment"]]
+            name = shorten(m["member_id"])
+            if m["member_type"] == "classic":
+                name += " (classic)"
+            target = m["target_assignment"]
+            same = {(a["topic"], a["partition"]) for a in target} == {
+                (a["topic"], a["partition"]) for a in m["assignment"]
+            }
             t.add_row(
                 render.text(name),
                 render.text(m["group_instance_id"]),
                 render.text(m["client_id"]),
                 render.text(m["host"]),
-                render.text(_partition_label(assigned)),
+                str(m["member_epoch"]),
+                render.text(label(m["assignment"])),
+                render.text("= current", "dim") if same else render.text(label(target), "yellow"),
+            )
+        out.print()
+        out.print(t)
+    elif report["members"]:
+        t = render.table("MEMBER", "INSTANCE", "CLIENT", "HOST", "PARTITIONS", title="Members")
+        for m in report["members"]:
+            name = shorten(m["member_id"]) + (" (leader)" if m["leader"] else "")
+            t.add_row(
+                render.text(name),
+                render.text(m["group_instance_id"]),
+                render.text(m["client_id"]),
+                render.text(m["host"]),
+                render.text(label(m["assignment"])),
             )
         out.print()
         out.print(t)

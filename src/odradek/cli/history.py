@@ -27,6 +27,13 @@ STATIC_MEMBER_REPLACED = "static_member_replaced"
 JOIN_PHASE_EXTENDED = "join_phase_extended"
 OFFSETS_EXPIRED = "offsets_expired"
 GROUP_LOADED = "group_loaded"
+# Consumer-protocol (KIP-848) groups.
+GROUP_EPOCH_BUMPED = "group_epoch_bumped"
+TARGET_ASSIGNMENT_COMPUTED = "target_assignment_computed"
+MEMBER_RECONCILED = "member_reconciled"
+GROUP_CONVERTED = "group_converted"
+# States a group is in while it rebalances: classic, then consumer-protocol groups.
+REBALANCING = ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling")
 
 Event = dict[str, Any]
 
@@ -148,7 +155,7 @@ def rebalances(events: list[Event]) -> list[dict[str, Any]]:
     for e in events:
         kind = e.get("kind")
         if kind == STATE_TRANSITION:
-            if started is None and e.get("to_state") == "PreparingRebalance":
+            if started is None and e.get("to_state") in ("PreparingRebalance", "Assigning"):
                 started = e.get("at_ms")
             transitions.append(e)
         elif kind == REBALANCE_COMPLETED:
@@ -182,6 +189,16 @@ def _state_path(transitions: list[Event]) -> list[str]:
     return path
 
 
+def protocol(events: list[Event]) -> str:
+    """The group's rebalance protocol as of its newest event: "classic" or "consumer"."""
+    for e in reversed(events):
+        if e.get("kind") == GROUP_CONVERTED:
+            return str(e.get("to_protocol") or "classic")
+        if e.get("kind") in (STATE_TRANSITION, GROUP_LOADED, REBALANCE_COMPLETED):
+            return str(e.get("protocol") or "classic")
+    return "consumer" if any(e.get("kind") == GROUP_EPOCH_BUMPED for e in events) else "classic"
+
+
 def summary(events: list[Event]) -> dict[str, Any]:
     done = rebalances(events)
     last_transition = next((e for e in reversed(events) if e.get("kind") == STATE_TRANSITION), None)
@@ -195,8 +212,9 @@ def summary(events: list[Event]) -> dict[str, Any]:
         last_transition is None or loaded["at_ms"] >= last_transition["at_ms"]
     ):
         state = loaded.get("state")
-    in_progress = state in ("PreparingRebalance", "CompletingRebalance")
+    in_progress = state in REBALANCING
     return {
+        "protocol": protocol(events),
         "events": len(events),
         "rebalances": len(done),
         "rebalances_to_stable": sum(1 for r in done if r["state"] == "Stable"),
@@ -265,6 +283,41 @@ def describe_event(
             "",
             "new members keep arriving: waiting for more",
         )
+    if kind == GROUP_EPOCH_BUMPED:
+        return (
+            f"group epoch → {e.get('group_epoch')}",
+            str(e.get("group_epoch", "")),
+            str(e.get("members", "")),
+            "",
+            shorten("; ".join(e.get("reasons") or ())),
+        )
+    if kind == TARGET_ASSIGNMENT_COMPUTED:
+        changed = e.get("members_changed", 0)
+        return (
+            "target assignment",
+            str(e.get("assignment_epoch", "")),
+            str(e.get("members", "")),
+            "",
+            f"by the {e.get('assignor')} assignor: {changed} member"
+            f"{'s' if changed != 1 else ''} with a new target",
+        )
+    if kind == MEMBER_RECONCILED:
+        owned = _assignment_label(e.get("assigned"))
+        state = str(e.get("member_state") or "").replace("_", " ")
+        detail = f"{shorten(str(e.get('member_id')))} {state}: owns {owned}"
+        if e.get("revoking"):
+            detail += f"; revoking {_assignment_label(e.get('revoking'))}"
+        return "member reconciled", str(e.get("member_epoch", "")), "", "", detail
+    if kind == GROUP_CONVERTED:
+        epoch = e.get("group_epoch", e.get("generation"))
+        detail = str(e.get("reason") or "online migration")
+        return (
+            f"converted {e.get('from_protocol')} → {e.get('to_protocol')}",
+            "" if epoch is None else str(epoch),
+            str(len(e.get("members") or ())),
+            "",
+            shorten(detail),
+        )
     if kind == OFFSETS_EXPIRED:
         parts = e.get("partitions") or []
         return "offsets expired", gen, "", "", ", ".join(map(str, parts))
@@ -278,6 +331,13 @@ def describe_event(
         )
     rest = {k: v for k, v in e.items() if k not in ("kind", "group", "at_ms")}
     return str(kind), gen, "", "", shorten(json.dumps(rest, default=str))
+
+
+def _assignment_label(assignment: Any) -> str:
+    """``{"orders": [0, 1]}`` -> ``orders: 0, 1``."""
+    if not isinstance(assignment, dict) or not assignment:
+        return "nothing"
+    return "; ".join(f"{t}: {', '.join(map(str, ps))}" for t, ps in assignment.items())
 
 
 def render_timeline(out: Any, group: str, events: list[Event], *, wide: bool) -> None:
@@ -334,7 +394,8 @@ def render_timeline(out: Any, group: str, events: list[Event], *, wide: bool) ->
     if s["state"]:
         line += f" Now {s['state']}"
         if s["generation"] is not None:
-            line += f", generation {s['generation']}"
+            epoch = "group epoch" if s["protocol"] == "consumer" else "generation"
+            line += f", {epoch} {s['generation']}"
         if s["members"] is not None:
             line += f", {s['members']} member{'s' if s['members'] != 1 else ''}"
         line += "."

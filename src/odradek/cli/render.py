@@ -38,6 +38,8 @@ STATE_STYLES = {
     "Empty": "dim",
     "PreparingRebalance": "yellow",
     "CompletingRebalance": "yellow",
+    "Assigning": "yellow",
+    "Reconciling": "yellow",
     "Dead": "red",
 }
 

@@ -43,6 +43,7 @@ from odradek.client.cluster import KafkaClient
 from odradek.client.config import AdminConfig
 from odradek.client.coordinator import OffsetAndMetadata
 from odradek.client.errors import (
+    IncompatibleBrokerVersionError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
@@ -183,6 +184,8 @@ class ConsumerGroupListing(NamedTuple):
     protocol_type: str  # "consumer" for Kafka consumers, "" for a simple (commit-only) group
     state: str  # "" when the broker's ListGroups is older than v4 and does not say
     coordinator: int
+    # "classic" (JoinGroup/SyncGroup) or "consumer" (KIP-848); "classic" before ListGroups v5.
+    type: str = "classic"
 
 
 class MemberDescription(NamedTuple):
@@ -192,18 +195,32 @@ class MemberDescription(NamedTuple):
     host: str
     assignment: tuple[TopicPartition, ...]  # decoded for the "consumer" protocol, else ()
     subscription: tuple[str, ...]  # the topics the member subscribed to, when known
+    # Consumer groups (KIP-848) only, from ConsumerGroupDescribe:
+    member_epoch: int | None = None
+    target_assignment: tuple[TopicPartition, ...] | None = None  # where it is heading
+    member_type: str | None = None  # "consumer", or "classic" for a classic member inside
+    subscription_regex: str | None = None
 
 
 class ConsumerGroupDescription(NamedTuple):
-    """DescribeGroups' view. It carries neither generation nor leader: Kafka does not send
-    them. ``protocol`` (the assignor) and member assignments are only set while Stable."""
+    """A group as its coordinator describes it.
+
+    Classic groups (DescribeGroups) carry neither generation nor leader: Kafka does not
+    send them; ``protocol`` (the assignor) and member assignments are only set while
+    Stable. Consumer groups (KIP-848, ConsumerGroupDescribe) carry their group and
+    assignment epochs, the server-side assignor (``protocol``) and each member's epoch,
+    current and target assignment."""
 
     group_id: str
-    state: str  # Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
+    state: str  # classic: Empty, PreparingRebalance, CompletingRebalance, Stable, Dead;
+    # consumer: Empty, Assigning, Reconciling, Stable
     protocol_type: str
     protocol: str
     members: tuple[MemberDescription, ...]
     coordinator: BrokerMetadata | None
+    type: str = "classic"  # or "consumer"
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
 
     @property
     def exists(self) -> bool:
@@ -861,20 +878,26 @@ class AdminClient(SecurityAdminMixin):
         return self._call(target, api_key, body, timeout_s, check=checked)
 
     def list_consumer_groups(
-        self, *, states: Iterable[str] = (), timeout_ms: int | None = None
+        self,
+        *,
+        states: Iterable[str] = (),
+        types: Iterable[str] = (),
+        timeout_ms: int | None = None,
     ) -> list[ConsumerGroupListing]:
         """Groups of every broker (ListGroups to each), sorted by id; ``states`` filters
         (e.g. ``["Stable", "Empty"]``; brokers before ListGroups v4 ignore the filter,
-        so it is applied here too when they report a state)."""
+        so it is applied here too when they report a state), and so does ``types``
+        (``"classic"``, ``"consumer"``: KIP-1043, ListGroups v5)."""
         timeout_s = self._timeout_s(timeout_ms)
         wanted = tuple(states)
+        kinds = tuple(t.lower() for t in types)
         cluster = self._client.refresh(timeout_s=timeout_s)
         listings: dict[str, ConsumerGroupListing] = {}
         for node in sorted(cluster.brokers):
             response = self._call(
                 functools.partial(int, node),
                 ApiKey.LIST_GROUPS,
-                {"states_filter": wanted, "types_filter": ()},
+                {"states_filter": wanted, "types_filter": kinds},
                 timeout_s,
                 check=lambda r: int(r.error_code),
             )
@@ -882,20 +905,29 @@ class AdminClient(SecurityAdminMixin):
                 state = str(getattr(g, "group_state", "") or "")
                 if wanted and state and state.lower() not in {s.lower() for s in wanted}:
                     continue
+                kind = str(getattr(g, "group_type", "") or "classic").lower()
+                if kinds and kind not in kinds:
+                    continue
                 listings[g.group_id] = ConsumerGroupListing(
-                    g.group_id, g.protocol_type or "", state, node
+                    g.group_id, g.protocol_type or "", state, node, kind
                 )
         return [listings[gid] for gid in sorted(listings)]
 
     def describe_consumer_groups(
         self, group_ids: Iterable[str], *, timeout_ms: int | None = None
     ) -> dict[str, ConsumerGroupDescription]:
-        """FindCoordinator + DescribeGroups for each group. A group the coordinator does not
-        know comes back as state "Dead" with no members (``.exists`` is False), as
-        DescribeGroups v0-5 answers; any other group error raises."""
+        """FindCoordinator, then ConsumerGroupDescribe (KIP-848 consumer groups) and, for
+        a group that is not one, DescribeGroups, as Java's and librdkafka's admin clients
+        do. A group the coordinator does not know comes back as state "Dead" with no
+        members (``.exists`` is False), as DescribeGroups v0-5 answers; any other group
+        error raises."""
         timeout_s = self._timeout_s(timeout_ms)
         out: dict[str, ConsumerGroupDescription] = {}
         for gid in dict.fromkeys(group_ids):
+            consumer_group = self._describe_consumer_group(gid, timeout_s)
+            if consumer_group is not None:
+                out[gid] = consumer_group
+                continue
 
             def check(response: Any) -> int:
                 code = int(response.groups[0].error_code) if response.groups else 0
@@ -942,6 +974,72 @@ class AdminClient(SecurityAdminMixin):
                 self._client.cluster.brokers.get(node) if node is not None else None,
             )
         return out
+
+    def _describe_consumer_group(
+        self, gid: str, timeout_s: float
+    ) -> ConsumerGroupDescription | None:
+        """ConsumerGroupDescribe; None when the group is not a consumer group (or the broker
+        has no such API): the caller asks DescribeGroups then."""
+
+        def check(response: Any) -> int:
+            code = int(response.groups[0].error_code) if response.groups else 0
+            return code if make_error(code).retriable else 0
+
+        try:
+            response = self._group_call(
+                gid,
+                ApiKey.CONSUMER_GROUP_DESCRIBE,
+                {"group_ids": (gid,), "include_authorized_operations": False},
+                timeout_s,
+                check=check,
+            )
+        except IncompatibleBrokerVersionError:
+            return None
+        if not response.groups:
+            raise make_error(-1, f"ConsumerGroupDescribe answered nothing for group {gid!r}")
+        g = response.groups[0]
+        code = int(g.error_code)
+        if code == 69:  # GROUP_ID_NOT_FOUND: not a consumer group
+            return None
+        if code:
+            raise make_error(code, g.error_message or f"group {gid!r}")
+
+        def partitions(assignment: Any) -> tuple[TopicPartition, ...]:
+            return tuple(
+                sorted(
+                    TopicPartition(t.topic_name, int(p))
+                    for t in assignment.topic_partitions
+                    for p in t.partitions
+                )
+            )
+
+        members = tuple(
+            MemberDescription(
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                m.client_host,
+                partitions(m.assignment),
+                tuple(sorted(m.subscribed_topic_names or ())),
+                int(m.member_epoch),
+                partitions(m.target_assignment),
+                {0: "classic", 1: "consumer"}.get(int(getattr(m, "member_type", -1))),
+                m.subscribed_topic_regex,
+            )
+            for m in g.members
+        )
+        node = self._coordinators.get(gid)
+        return ConsumerGroupDescription(
+            gid,
+            str(g.group_state),
+            CONSUMER_PROTOCOL_TYPE,
+            str(g.assignor_name),
+            members,
+            self._client.cluster.brokers.get(node) if node is not None else None,
+            "consumer",
+            int(g.group_epoch),
+            int(g.assignment_epoch),
+        )
 
     def delete_consumer_groups(
         self, group_ids: Iterable[str], *, timeout_ms: int | None = None

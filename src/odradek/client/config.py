@@ -231,6 +231,12 @@ class ConsumerConfig(CommonConfig):
     partition_assignment_strategy: list[Any] = field(
         default_factory=lambda: ["range", "cooperative-sticky"]
     )  # group
+    # "classic" (JoinGroup / SyncGroup, the default) or "consumer" (KIP-848:
+    # ConsumerGroupHeartbeat, assignments computed by the coordinator). With "consumer",
+    # session_timeout_ms, heartbeat_interval_ms and partition_assignment_strategy are the
+    # broker's business, as in Java 4.x.
+    group_protocol: str = "classic"  # group
+    group_remote_assignor: str | None = None  # group (consumer protocol): uniform, range
     isolation_level: str = "read_uncommitted"
     check_crcs: bool = True
     exclude_internal_topics: bool = True  # group (pattern subscriptions)
@@ -265,6 +271,12 @@ class ConsumerConfig(CommonConfig):
             self.partition_assignment_strategy = [
                 s.strip() for s in self.partition_assignment_strategy.split(",") if s.strip()
             ]
+        protocol = str(self.group_protocol).lower()
+        if protocol not in ("classic", "consumer"):
+            raise ConfigError(f"group_protocol must be classic or consumer, not {protocol!r}")
+        self.group_protocol = protocol
+        if self.group_remote_assignor is not None and protocol != "consumer":
+            raise ConfigError("group_remote_assignor needs group_protocol='consumer'")
         if self.group_id is None and "enable_auto_commit" not in self.explicitly_set:
             self.enable_auto_commit = False  # Java: no group, no auto-commit
 

@@ -42,6 +42,7 @@ from odradek.client.config import ConsumerConfig
 from odradek.client.coordinator import ConsumerCoordinator, OffsetAndMetadata
 from odradek.client.errors import IllegalStateError, KafkaError, KafkaTimeoutError
 from odradek.client.fetcher import Fetcher
+from odradek.client.membership import ConsumerGroupMembership
 from odradek.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
 from odradek.client.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from odradek.client.subscription import (
@@ -124,7 +125,13 @@ class Consumer:
         self._fetcher = Fetcher(self._client, self._subscriptions, self.config)
         self._coordinator: ConsumerCoordinator | None = None
         if self.config.group_id:
-            self._coordinator = ConsumerCoordinator(
+            # group_protocol="consumer": KIP-848 membership (membership.py); else classic.
+            membership = (
+                ConsumerGroupMembership
+                if self.config.group_protocol == "consumer"
+                else ConsumerCoordinator
+            )
+            self._coordinator = membership(
                 self._client, self._subscriptions, self.config, wakeup=self._fetcher.wakeup
             )
         self._closed = False

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from odradek.coordinator.consumer_group import ConsumerGroup, ConsumerGroupState
+from odradek.coordinator.consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from odradek.coordinator.errors import ErrorCode
 from odradek.coordinator.offsets import OffsetHandlers
-from odradek.coordinator.state import GroupState, parse_state
+from odradek.coordinator.state import GroupState
 from odradek.coordinator.types import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -31,9 +33,20 @@ class AdminHandlers(OffsetHandlers):
                 out.append(DescribedGroup(int(E.INVALID_GROUP_ID), gid, "", "", ""))
                 continue
             group = self.groups.get(gid)
-            if group is None or group.state is S.DEAD:
-                # v0-5: unknown groups are "Dead" with NONE (v6 wants GROUP_ID_NOT_FOUND).
-                out.append(DescribedGroup(int(E.NONE), gid, S.DEAD.value, "", ""))
+            if group is None or group.state is S.DEAD or isinstance(group, ConsumerGroup):
+                # v0-5: an unknown group (or one that is not a classic group) is "Dead" with
+                # NONE; v6 (KIP-1043) says GROUP_ID_NOT_FOUND.
+                if req.not_found_error:
+                    message = (
+                        f"Group {gid} is not a classic group."
+                        if isinstance(group, ConsumerGroup)
+                        else f"Group {gid} not found."
+                    )
+                    out.append(
+                        DescribedGroup(int(E.GROUP_ID_NOT_FOUND), gid, "", "", "", (), message)
+                    )
+                else:
+                    out.append(DescribedGroup(int(E.NONE), gid, S.DEAD.value, "", ""))
                 continue
             stable = group.state is S.STABLE and group.protocol_name is not None
             members = tuple(
@@ -60,16 +73,23 @@ class AdminHandlers(OffsetHandlers):
         self._respond(token, DescribeGroupsResponse(tuple(out)))
 
     def _list_groups(self, now: int, token: RequestToken, req: ListGroupsRequest) -> None:
-        states = {parse_state(s) for s in req.states_filter}
+        """Every group, classic and consumer (KIP-848), filtered by state and type (KIP-518,
+        KIP-1043), names compared case-insensitively."""
+        states = {s.lower() for s in req.states_filter}
         types = {t.lower() for t in req.types_filter}
         listed = []
-        if not types or "classic" in types:
-            for gid, group in self.groups.items():
-                if group.state is S.DEAD:
-                    continue
-                if states and group.state not in states:
-                    continue
-                listed.append(ListedGroup(gid, group.protocol_type, group.state.value))
+        for gid, group in self.groups.items():
+            if group.state is S.DEAD:
+                continue
+            if isinstance(group, ConsumerGroup):
+                kind, protocol_type = "consumer", CONSUMER_PROTOCOL_TYPE
+            else:
+                kind, protocol_type = "classic", group.protocol_type
+            if types and kind not in types:
+                continue
+            if states and group.state.value.lower() not in states:
+                continue
+            listed.append(ListedGroup(gid, protocol_type, group.state.value, kind))
         self._respond(token, ListGroupsResponse(int(E.NONE), tuple(listed)))
 
     def _delete_groups(self, now: int, token: RequestToken, req: DeleteGroupsRequest) -> None:
@@ -80,7 +100,7 @@ class AdminHandlers(OffsetHandlers):
                 error = E.INVALID_GROUP_ID
             elif group is None or group.state is S.DEAD:
                 error = E.GROUP_ID_NOT_FOUND
-            elif group.state is S.EMPTY:
+            elif group.state in (S.EMPTY, ConsumerGroupState.EMPTY):
                 self._delete_group(group, "deleted by DeleteGroups")
                 error = E.NONE
             else:

@@ -9,7 +9,7 @@ JAVA_INT_MAX = 2**31 - 1
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorConfig:
-    """Knobs of the classic group coordinator. Defaults are Kafka 4.0's."""
+    """Knobs of the group coordinator (classic and consumer groups). Defaults are Kafka 4.0's."""
 
     # group.min.session.timeout.ms
     group_min_session_timeout_ms: int = 6_000
@@ -29,3 +29,37 @@ class CoordinatorConfig:
     offset_metadata_max_bytes: int = 4_096
     # offsets.topic.num.partitions (used by the runtime for routing)
     offsets_topic_num_partitions: int = 50
+
+    # --- consumer groups (KIP-848) ---
+    # group.consumer.session.timeout.ms
+    consumer_group_session_timeout_ms: int = 45_000
+    # group.consumer.heartbeat.interval.ms
+    consumer_group_heartbeat_interval_ms: int = 5_000
+    # group.consumer.max.size
+    consumer_group_max_size: int = JAVA_INT_MAX
+    # group.consumer.assignors: the server-side assignors; the first is the default
+    consumer_group_assignors: tuple[str, ...] = ("uniform", "range")
+    # group.consumer.migration.policy: disabled, upgrade, downgrade or bidirectional
+    consumer_group_migration_policy: str = "bidirectional"
+
+    def __post_init__(self) -> None:
+        if self.consumer_group_migration_policy not in MIGRATION_POLICIES:
+            raise ValueError(
+                f"group.consumer.migration.policy must be one of {sorted(MIGRATION_POLICIES)}, "
+                f"not {self.consumer_group_migration_policy!r}"
+            )
+        if not self.consumer_group_assignors:
+            raise ValueError("group.consumer.assignors must name at least one assignor")
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        """A classic group may become a consumer group when a consumer-protocol member joins."""
+        return self.consumer_group_migration_policy in ("upgrade", "bidirectional")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        """A consumer group whose last consumer-protocol member leaves becomes classic again."""
+        return self.consumer_group_migration_policy in ("downgrade", "bidirectional")
+
+
+MIGRATION_POLICIES = frozenset({"disabled", "upgrade", "downgrade", "bidirectional"})

@@ -15,9 +15,21 @@ from __future__ import annotations
 
 from odradek.coordinator import events as ev
 from odradek.coordinator.config import CoordinatorConfig
+from odradek.coordinator.consumer_group import ConsumerGroup
+from odradek.coordinator.consumer_records import (
+    CURRENT_MEMBER_ASSIGNMENT,
+    GROUP_METADATA,
+    MEMBER_METADATA,
+    PARTITION_METADATA,
+    REGULAR_EXPRESSION,
+    TARGET_ASSIGNMENT_MEMBER,
+    TARGET_ASSIGNMENT_METADATA,
+    consumer_record,
+)
 from odradek.coordinator.errors import ErrorCode
 from odradek.coordinator.group import ClassicGroup, ClassicMember, RebalanceTracking
 from odradek.coordinator.journal import active_journal
+from odradek.coordinator.metadata import EMPTY_IMAGE, TopicsImage
 from odradek.coordinator.records import group_metadata_record
 from odradek.coordinator.state import GroupState, check_transition
 from odradek.coordinator.timer import HEARTBEAT, JOIN, PENDING, SYNC, IdGenerator, Timer, timer_key
@@ -76,7 +88,10 @@ class ShardBase:
         self.config = config
         self.timer = JournaledTimer(timer)
         self.ids = ids
-        self.groups: dict[str, ClassicGroup] = {}
+        # Classic and consumer groups by id (a group id is one or the other), as Kafka's.
+        self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}
+        # The cluster's topics, as the runtime last told (consumer groups assign them).
+        self.image: TopicsImage = EMPTY_IMAGE
         self.loaded = False
         self._out = Result()
         self._wall_ms = 0  # wall clock of the call in progress
@@ -91,6 +106,37 @@ class ShardBase:
 
     def _event(self, kind: str, group_id: str, **fields: object) -> None:
         self._out.events.append(ev.make_event(kind, group_id, self._wall_ms, **fields))
+
+    def _replace_group(self, group: ClassicGroup | ConsumerGroup) -> None:
+        """Put ``group`` in place of whatever has its id now (a conversion between
+        protocols): the one replaced is saved first, so undoing the call restores it."""
+        journal = active_journal()
+        old = self.groups.get(group.group_id)
+        if journal is not None:
+            if old is None:
+                journal.note_absent(group.group_id)
+            else:
+                journal.save_group(old)
+        self.groups[group.group_id] = group
+
+    def _tombstone_consumer_group(self, group: ConsumerGroup) -> None:
+        """Kafka's createGroupTombstoneRecords, plus the resolved regexes."""
+        gid = group.group_id
+        for mid in group.members:
+            self._record(consumer_record(CURRENT_MEMBER_ASSIGNMENT, gid, None, mid))
+        for mid in group.members:
+            self._record(consumer_record(TARGET_ASSIGNMENT_MEMBER, gid, None, mid))
+        self._record(consumer_record(TARGET_ASSIGNMENT_METADATA, gid, None))
+        for mid in group.members:
+            self._record(consumer_record(MEMBER_METADATA, gid, None, mid))
+        for regex in group.resolved_regexes:
+            self._record(consumer_record(REGULAR_EXPRESSION, gid, None, regex))
+        self._record(consumer_record(PARTITION_METADATA, gid, None))
+        self._record(consumer_record(GROUP_METADATA, gid, None))
+
+    def classic_group(self, group_id: str) -> ClassicGroup | None:
+        group = self.groups.get(group_id)
+        return group if isinstance(group, ClassicGroup) else None
 
     def _write_group(self, group: ClassicGroup) -> None:
         self._record(group_metadata_record(group.group_id, group.to_value()))

@@ -37,3 +37,12 @@ class ErrorCode(IntEnum):
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113
     INVALID_REGULAR_EXPRESSION = 128
+
+
+class ApiError(Exception):
+    """A request refused with a Kafka error (and message): the call is undone, then answered."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or code.name)
+        self.code = code
+        self.message = message

@@ -24,6 +24,11 @@ STATIC_MEMBER_REPLACED = "static_member_replaced"
 JOIN_PHASE_EXTENDED = "join_phase_extended"
 OFFSETS_EXPIRED = "offsets_expired"
 GROUP_LOADED = "group_loaded"
+# Consumer groups (KIP-848).
+GROUP_EPOCH_BUMPED = "group_epoch_bumped"
+TARGET_ASSIGNMENT_COMPUTED = "target_assignment_computed"
+MEMBER_RECONCILED = "member_reconciled"
+GROUP_CONVERTED = "group_converted"  # classic <-> consumer (online migration)
 
 
 def make_event(kind: str, group_id: str, at_ms: int, **fields: Any) -> CoordinatorEvent:

@@ -5,6 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from odradek.coordinator import events as ev
+from odradek.coordinator.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupMember,
+    ConsumerGroupState,
+)
 from odradek.coordinator.consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from odradek.coordinator.core import ShardBase
 from odradek.coordinator.errors import ErrorCode
@@ -73,6 +78,8 @@ class OffsetHandlers(ShardBase):
     def _validate_offset_commit(self, now: int, req: OffsetCommitRequest) -> ErrorCode | None:
         """Kafka 4.x OffsetMetadataManager / ClassicGroup.validateOffsetCommit."""
         group = self.groups.get(req.group_id)
+        if isinstance(group, ConsumerGroup):
+            return self._validate_consumer_commit(group, req)
         if group is None:
             if req.generation_id < 0:
                 # A "simple" group that does not use group management (the admin client,
@@ -101,6 +108,44 @@ class OffsetHandlers(ShardBase):
             self._schedule_heartbeat(group, member, now + member.session_timeout_ms)
         return None
 
+    def _validate_consumer_commit(
+        self, group: ConsumerGroup, req: OffsetCommitRequest
+    ) -> ErrorCode | None:
+        """Kafka's ConsumerGroup.validateOffsetCommit: the member's current epoch (its
+        generation, for a member speaking the classic protocol).
+
+        Odradek also takes a consumer-protocol member's commit at its *previous* epoch
+        for partitions it still owns: the heartbeat that moved it on may simply have
+        overtaken the commit, and a member that still owns a partition has owned it
+        since (Kafka 4.x accepts the same, KIP-1251, with per-partition epochs).
+        """
+        if req.generation_id < 0 and not group.members:
+            return None  # the admin client, or a consumer outside group management
+        member = group.members.get(req.member_id)
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        if member.uses_classic_protocol:
+            return None if req.generation_id == member.member_epoch else E.ILLEGAL_GENERATION
+        if not req.unknown_group_is_not_found:
+            return E.UNSUPPORTED_VERSION  # consumer-protocol members commit with v9+
+        if req.generation_id == member.member_epoch:
+            return None
+        if req.generation_id == member.previous_member_epoch and self._owns_all(member, req):
+            return None
+        return E.STALE_MEMBER_EPOCH
+
+    def _owns_all(self, member: ConsumerGroupMember, req: OffsetCommitRequest) -> bool:
+        for topic in req.topics:
+            image = self.image.by_name.get(topic.name)
+            if image is None:
+                return False
+            owned = member.assigned.get(image.topic_id, frozenset()) | (
+                member.pending_revocation.get(image.topic_id, frozenset())
+            )
+            if any(p.partition not in owned for p in topic.partitions):
+                return False
+        return True
+
     @staticmethod
     def _commit_response(
         req: OffsetCommitRequest, error_of: Callable[[str, int], ErrorCode]
@@ -127,6 +172,21 @@ class OffsetHandlers(ShardBase):
             self._respond(token, OffsetFetchResponse(int(E.INVALID_GROUP_ID)))
             return
         group = self.groups.get(req.group_id)
+        if isinstance(group, ConsumerGroup) and (
+            req.member_id is not None or req.member_epoch >= 0
+        ):
+            # KIP-848 (v9+): a member must fetch with its current epoch.
+            member = group.members.get(req.member_id or "")
+            error = None
+            if member is None:
+                error = E.UNKNOWN_MEMBER_ID
+            elif req.member_epoch != member.member_epoch:
+                error = (
+                    E.ILLEGAL_GENERATION if member.uses_classic_protocol else E.STALE_MEMBER_EPOCH
+                )
+            if error is not None:
+                self._respond(token, OffsetFetchResponse(int(error)))
+                return
         offsets = group.offsets if group is not None else {}
         if req.topics is None:
             by_topic: dict[str, list[int]] = {}
@@ -160,8 +220,11 @@ class OffsetHandlers(ShardBase):
         if group is None or group.state is S.DEAD:
             self._respond(token, OffsetDeleteResponse(int(E.GROUP_ID_NOT_FOUND)))
             return
-        if group.state is S.EMPTY:
-            subscribed: set[str] = set()
+        if isinstance(group, ConsumerGroup):
+            names = group.subscribed_topic_names()
+            subscribed = {t.name for t in req.topics if t.name in names}
+        elif group.state is S.EMPTY:
+            subscribed = set()
         elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
             subscribed = {t.name for t in req.topics if group.is_subscribed_to_topic(t.name)}
         else:
@@ -182,7 +245,9 @@ class OffsetHandlers(ShardBase):
 
     # ================================================================= retention
 
-    def _expired_offsets(self, group: ClassicGroup, now: int) -> list[tuple[str, int]]:
+    def _expired_offsets(
+        self, group: ClassicGroup | ConsumerGroup, now: int
+    ) -> list[tuple[str, int]]:
         """``now`` is the wall clock: retention is measured on record timestamps."""
         retention = self.config.offsets_retention_ms
 
@@ -190,6 +255,15 @@ class OffsetHandlers(ShardBase):
             if o.expire_timestamp is not None:
                 return now >= o.expire_timestamp
             return now - base >= retention
+
+        if isinstance(group, ConsumerGroup):
+            # Kafka's consumer groups: by commit time, for the topics nobody subscribes to.
+            names = group.subscribed_topic_names()
+            return [
+                tp
+                for tp, o in group.offsets.items()
+                if tp[0] not in names and expired(o, o.commit_timestamp)
+            ]
 
         if group.protocol_type and group.state is S.EMPTY:
             # KIP-211: retention starts when the group became Empty.
@@ -227,17 +301,32 @@ class OffsetHandlers(ShardBase):
                     group.group_id,
                     partitions=[f"{t}-{p}" for t, p in expired],
                 )
-            if group.state is S.EMPTY and len(group.offsets) == len(expired):
+            empty = group.state in (S.EMPTY, ConsumerGroupState.EMPTY)
+            if empty and len(group.offsets) == len(expired):
                 # Tombstones every offset, the expired ones included.
                 self._delete_group(group, "empty group without offsets")
                 continue
             for topic, partition in expired:
                 self._record(offset_tombstone(group.group_id, topic, partition))
 
-    def _delete_group(self, group: ClassicGroup, reason: str) -> None:
+    def _delete_group(self, group: ClassicGroup | ConsumerGroup, reason: str) -> None:
         """Tombstone an Empty group and whatever offsets it still has."""
         for topic, partition in sorted(group.offsets):
             self._record(offset_tombstone(group.group_id, topic, partition))
+        if isinstance(group, ConsumerGroup):
+            self._tombstone_consumer_group(group)
+            self._event(
+                ev.STATE_TRANSITION,
+                group.group_id,
+                from_state=group.state.value,
+                to_state=ConsumerGroupState.DEAD.value,
+                generation=group.group_epoch,
+                members=[],
+                leader=None,
+                reason=reason,
+                protocol="consumer",
+            )
+            return
         self._cancel_all_group_timers(group)
         group.pending_members.clear()
         self._transition(group, S.DEAD, reason)

@@ -1,8 +1,9 @@
 """``__consumer_offsets`` key/value codecs, in Kafka's binary formats.
 
 Key = int16 key version + struct; value = int16 value version + struct.
-Key version 0/1 is an offset commit, 2 is classic group metadata; higher key
-versions (KIP-848 and share-group records) are reported as ``UnknownKey`` so
+Key version 0/1 is an offset commit, 2 is classic group metadata; the KIP-848
+consumer-group records (key versions 3-8 and 16) are in ``consumer_records``;
+other key versions (share and streams groups) are reported as ``UnknownKey`` so
 the loader can skip them, as Kafka does for record types it does not know.
 
 Writers use OffsetCommitValue v3 (v1 when an expire timestamp is present) and
@@ -13,6 +14,7 @@ GroupMetadataValue v3, as Kafka does; readers accept every version up to 4
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass
 
 from odradek.coordinator.types import CoordinatorRecord
@@ -81,7 +83,7 @@ class GroupMetadataValue:
 # --- primitive writer / reader ---------------------------------------------------
 
 
-class _Writer:
+class RecordWriter:
     def __init__(self) -> None:
         self._parts: list[bytes] = []
 
@@ -114,11 +116,51 @@ class _Writer:
         self.i32(len(v))
         self._parts.append(bytes(v))
 
+    # Flexible (compact) encodings, used by the KIP-848 record values.
+
+    def i8(self, v: int) -> None:
+        self._parts.append(struct.pack(">b", v))
+
+    def uvarint(self, v: int) -> None:
+        out = bytearray()
+        while v >= 0x80:
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        out.append(v)
+        self._parts.append(bytes(out))
+
+    def compact_string(self, v: str | None) -> None:
+        if v is None:
+            self.uvarint(0)
+            return
+        data = v.encode("utf-8")
+        self.uvarint(len(data) + 1)
+        self._parts.append(data)
+
+    def compact_bytes(self, v: bytes) -> None:
+        self.uvarint(len(v) + 1)
+        self._parts.append(bytes(v))
+
+    def compact_array_len(self, n: int) -> None:
+        self.uvarint(n + 1)
+
+    def uuid(self, v: uuid.UUID) -> None:
+        self._parts.append(v.bytes)
+
+    def tagged_fields(self, fields: dict[int, bytes] | None = None) -> None:
+        """A tagged-field section: ``{tag: encoded value}`` in tag order (none by default)."""
+        fields = fields or {}
+        self.uvarint(len(fields))
+        for tag in sorted(fields):
+            self.uvarint(tag)
+            self.uvarint(len(fields[tag]))
+            self._parts.append(fields[tag])
+
     def getvalue(self) -> bytes:
         return b"".join(self._parts)
 
 
-class _Reader:
+class RecordReader:
     def __init__(self, data: bytes) -> None:
         self._data = memoryview(data)
         self._pos = 0
@@ -176,9 +218,21 @@ class _Reader:
         return max(n, 0)
 
     def skip_tagged_fields(self) -> None:
+        self.tagged_fields()
+
+    def tagged_fields(self) -> dict[int, bytes]:
+        """Read a tagged-field section: ``{tag: raw value}`` (callers decode the known ones)."""
+        out: dict[int, bytes] = {}
         for _ in range(self.uvarint()):
-            self.uvarint()  # tag
-            self._take(self.uvarint())
+            tag = self.uvarint()
+            out[tag] = bytes(self._take(self.uvarint()))
+        return out
+
+    def i8(self) -> int:
+        return int(struct.unpack(">b", self._take(1))[0])
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=bytes(self._take(16)))
 
     def done(self) -> bool:
         return self._pos == len(self._data)
@@ -188,7 +242,7 @@ class _Reader:
 
 
 def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
-    w = _Writer()
+    w = RecordWriter()
     w.i16(OFFSET_COMMIT_KEY_VERSION)
     w.string(group)
     w.string(topic)
@@ -197,14 +251,14 @@ def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
 
 
 def encode_group_metadata_key(group: str) -> bytes:
-    w = _Writer()
+    w = RecordWriter()
     w.i16(GROUP_METADATA_KEY_VERSION)
     w.string(group)
     return w.getvalue()
 
 
 def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:
-    r = _Reader(data)
+    r = RecordReader(data)
     version = r.i16()
     if version in (0, 1):
         return OffsetCommitKey(r.required_string(), r.required_string(), r.i32())
@@ -217,7 +271,7 @@ def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:
 
 
 def encode_offset_commit_value(value: OffsetCommitValue) -> bytes:
-    w = _Writer()
+    w = RecordWriter()
     if value.expire_timestamp >= 0:
         # v1 is the only version that can hold an explicit expire timestamp.
         w.i16(1)
@@ -235,7 +289,7 @@ def encode_offset_commit_value(value: OffsetCommitValue) -> bytes:
 
 
 def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
-    r = _Reader(data)
+    r = RecordReader(data)
     version = r.i16()
     if version < 0:
         raise RecordFormatError(f"bad offset commit value version {version}")
@@ -254,7 +308,7 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
 
 
 def encode_group_metadata_value(value: GroupMetadataValue) -> bytes:
-    w = _Writer()
+    w = RecordWriter()
     w.i16(GROUP_METADATA_VALUE_VERSION)
     w.string(value.protocol_type)
     w.i32(value.generation)
@@ -275,7 +329,7 @@ def encode_group_metadata_value(value: GroupMetadataValue) -> bytes:
 
 
 def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
-    r = _Reader(data)
+    r = RecordReader(data)
     version = r.i16()
     if version < 0:
         raise RecordFormatError(f"bad group metadata value version {version}")

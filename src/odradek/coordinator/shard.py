@@ -6,11 +6,32 @@ from collections.abc import Callable, Iterable
 
 from odradek.coordinator import events as ev
 from odradek.coordinator.admin import AdminHandlers
-from odradek.coordinator.classic import ClassicHandlers
 from odradek.coordinator.config import CoordinatorConfig
-from odradek.coordinator.errors import ErrorCode
+from odradek.coordinator.consumer_group import ConsumerGroup, ConsumerGroupState
+from odradek.coordinator.consumer_records import (
+    CURRENT_MEMBER_ASSIGNMENT,
+    GROUP_METADATA,
+    MEMBER_METADATA,
+    PARTITION_METADATA,
+    REGULAR_EXPRESSION,
+    TARGET_ASSIGNMENT_MEMBER,
+    TARGET_ASSIGNMENT_METADATA,
+    ConsumerRecordKey,
+    CurrentAssignmentValue,
+    GroupEpochValue,
+    MemberMetadataValue,
+    PartitionMetadataValue,
+    RegexValue,
+    TargetAssignmentEpochValue,
+    TargetAssignmentMemberValue,
+    decode_consumer_key,
+    decode_consumer_value,
+)
+from odradek.coordinator.errors import ApiError, ErrorCode
 from odradek.coordinator.group import ClassicGroup, ClassicMember, CommittedOffset
 from odradek.coordinator.journal import Journal, start_recording, stop_recording
+from odradek.coordinator.metadata import TopicsImage
+from odradek.coordinator.migration import MigrationHandlers
 from odradek.coordinator.records import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -20,6 +41,10 @@ from odradek.coordinator.records import (
 )
 from odradek.coordinator.state import GroupState
 from odradek.coordinator.timer import (
+    CG_JOIN,
+    CG_REBALANCE,
+    CG_SESSION,
+    CG_SYNC,
     CLEANUP,
     HEARTBEAT,
     JOIN,
@@ -31,10 +56,15 @@ from odradek.coordinator.timer import (
     timer_key,
 )
 from odradek.coordinator.types import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
     CoordinatorRecord,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteGroupsResult,
+    DescribedConsumerGroup,
     DescribedGroup,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
@@ -65,10 +95,13 @@ from odradek.coordinator.types import (
 S = GroupState
 E = ErrorCode
 CLEANUP_KEY = timer_key(CLEANUP)
+CONSUMER_TIMERS = frozenset({CG_SESSION, CG_REBALANCE, CG_JOIN, CG_SYNC})
 
 
-class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
-    """Pure classic-group coordinator for one partition. See the package docstring."""
+class GroupCoordinatorShard(MigrationHandlers, AdminHandlers):
+    """Pure group coordinator (classic and consumer groups) for one partition.
+
+    See the package docstring."""
 
     def __init__(
         self,
@@ -98,19 +131,31 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
         if not self.loaded:
             raise RuntimeError("handle() before on_loaded(): answer with loading_response()")
         touched = _groups_named_by(request)
-        return self._atomically(
-            now_ms, wall_ms, touched, lambda: self._dispatch(now_ms, token, request)
-        )
+        try:
+            return self._atomically(
+                now_ms, wall_ms, touched, lambda: self._dispatch(now_ms, token, request)
+            )
+        except ApiError as error:
+            # Refused: the call was undone; answer with the error alone (Kafka's
+            # ApiException from a coordinator operation).
+            self._last_journal = Journal()
+            refused = Result()
+            refused.responses.append((token, error_response(request, error.code, error.message)))
+            return refused
 
     def _dispatch(self, now_ms: int, token: RequestToken, request: Request) -> None:
-        if isinstance(request, JoinGroupRequest):
-            self._join_group(now_ms, token, request)
-        elif isinstance(request, SyncGroupRequest):
-            self._sync_group(now_ms, token, request)
-        elif isinstance(request, HeartbeatRequest):
-            self._heartbeat(now_ms, token, request)
+        if isinstance(request, ConsumerGroupHeartbeatRequest):
+            self._consumer_group_heartbeat(now_ms, token, request)
+        elif isinstance(request, ConsumerGroupDescribeRequest):
+            self._consumer_group_describe(now_ms, token, request)
+        elif isinstance(request, JoinGroupRequest | SyncGroupRequest | HeartbeatRequest):
+            self._dispatch_classic(now_ms, token, request)
         elif isinstance(request, LeaveGroupRequest):
-            self._leave_group(now_ms, token, request)
+            group = self.groups.get(request.group_id)
+            if isinstance(group, ConsumerGroup):
+                self._classic_leave_consumer_group(now_ms, token, request, group)
+            else:
+                self._leave_group(now_ms, token, request)
         elif isinstance(request, OffsetCommitRequest):
             self._offset_commit(now_ms, token, request)
         elif isinstance(request, OffsetFetchRequest):
@@ -126,12 +171,54 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
         else:
             raise TypeError(f"unsupported request {type(request).__name__}")
 
+    def _dispatch_classic(
+        self,
+        now_ms: int,
+        token: RequestToken,
+        request: JoinGroupRequest | SyncGroupRequest | HeartbeatRequest,
+    ) -> None:
+        """Classic-protocol requests: to a classic group, or to a consumer group whose
+        members may speak the classic protocol (online migration)."""
+        group = self.groups.get(request.group_id)
+        if not isinstance(group, ConsumerGroup):
+            if isinstance(request, JoinGroupRequest):
+                self._join_group(now_ms, token, request)
+            elif isinstance(request, SyncGroupRequest):
+                self._sync_group(now_ms, token, request)
+            else:
+                self._heartbeat(now_ms, token, request)
+        elif isinstance(request, JoinGroupRequest):
+            if group.members:
+                self._classic_join_consumer_group(now_ms, token, request, group)
+            else:
+                self._classic_join_empty_consumer_group(group)
+                self._join_group(now_ms, token, request)
+        elif not group.members:
+            # Kafka answers classic requests to an empty group with UNKNOWN_MEMBER_ID.
+            raise ApiError(ErrorCode.UNKNOWN_MEMBER_ID)
+        elif isinstance(request, SyncGroupRequest):
+            self._classic_sync_consumer_group(now_ms, token, request, group)
+        else:
+            self._classic_heartbeat_consumer_group(now_ms, token, request, group)
+
+    def update_metadata(self, image: TopicsImage) -> None:
+        """The cluster's topics changed (or are known for the first time).
+
+        Consumer groups look at the new image on their members' next heartbeats: topics
+        created, deleted or grown that they subscribe to bump their group epoch. Called
+        between coordinator calls, never inside one.
+        """
+        if image.version < self.image.version:
+            raise ValueError(f"topics image version {image.version} < {self.image.version}")
+        self.image = image
+
     def on_timer(self, now_ms: int, key: str, *, wall_ms: int | None = None) -> Result:
         """A timer scheduled through ``Timer.schedule`` fired (possibly early, or stale)."""
         kind, parts = parse_timer_key(key)
 
         def body() -> None:
-            self.timer.fired(key)
+            if kind not in CONSUMER_TIMERS or not self.loaded:
+                self.timer.fired(key)
             if not self.loaded:
                 return
             if kind == CLEANUP:
@@ -139,7 +226,17 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
                 self._schedule_cleanup(now_ms)
                 self._out.atomic = False  # many independent tombstones: any batching will do
                 return
-            group = self.groups.get(parts[0]) if parts else None
+            if kind in CONSUMER_TIMERS:
+                deadline = self.timer.deadlines.get(key)
+                if deadline is None:
+                    return  # cancelled or replaced: stale
+                if now_ms < deadline:
+                    self.timer.schedule(key, deadline)  # early: re-arm, never drop
+                    return
+                self.timer.fired(key)
+                self._on_consumer_timer(now_ms, kind, parts[0], parts[1])
+                return
+            group = self.classic_group(parts[0]) if parts else None
             if group is None:
                 return
             if kind == JOIN:
@@ -189,7 +286,10 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
         self._out = out = Result()
         self._wall_ms = now_ms if wall_ms is None else wall_ms
         self.loaded = True
+        self._consumer_groups_loaded(now_ms)
         for group in list(self.groups.values()):
+            if not isinstance(group, ClassicGroup):
+                continue
             self._materialize(group)
             self._event(
                 ev.GROUP_LOADED,
@@ -219,6 +319,10 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
         self._out = out = Result()
         self._last_journal = None
         for group in self.groups.values():
+            if isinstance(group, ConsumerGroup):
+                for mid in group.members:
+                    self._cancel_member_timers(group.group_id, mid)
+                continue
             for member in group.members.values():
                 self._fail_waiters(member, E.NOT_COORDINATOR)
             self._cancel_all_group_timers(group)
@@ -237,6 +341,10 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
         Replaying the records of a call commits it: it can no longer be aborted.
         """
         self._last_journal = None
+        consumer_key = decode_consumer_key(record.key)
+        if consumer_key is not None:
+            self._replay_consumer_record(consumer_key, record.value)
+            return
         key = decode_key(record.key)
         if isinstance(key, OffsetCommitKey):
             tp = (key.topic, key.partition)
@@ -244,10 +352,11 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
                 group = self.groups.get(key.group)
                 if group is not None:
                     group.offsets.pop(tp, None)
-                    self._maybe_forget_shell(group)
+                    if isinstance(group, ClassicGroup):
+                        self._maybe_forget_shell(group)
                 return
             v = decode_offset_commit_value(record.value)
-            group = self._get_or_create(key.group)
+            group = self.groups.get(key.group) or self._get_or_create(key.group)
             group.offsets[tp] = CommittedOffset(
                 v.offset,
                 v.leader_epoch,
@@ -257,6 +366,10 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
             )
         elif isinstance(key, GroupMetadataKey):
             group = self.groups.get(key.group)
+            if isinstance(group, ConsumerGroup):
+                if record.value is None:
+                    return  # a classic group upgraded in this call: its successor stays
+                raise ValueError(f"classic group record for consumer group {key.group}")
             if record.value is None:
                 if group is not None:
                     group.persisted = None
@@ -272,7 +385,68 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
             else:
                 # Live groups already hold this state in memory; only the durable copy moves.
                 group.persisted = value
-        # Other key versions (KIP-848, share groups) are not ours: skip them like Kafka's loader.
+        # Other key versions (share and streams groups) are not ours: skip them like
+        # Kafka's loader.
+
+    def _replay_consumer_record(self, key: ConsumerRecordKey, raw: bytes | None) -> None:
+        """A consumer-group record: the only way a consumer group's hard state changes."""
+        found = self.groups.get(key.group)
+        if raw is None:
+            if isinstance(found, ConsumerGroup):
+                self._replay_consumer_tombstone(found, key)
+            # Else the group was turned back into a classic group in this call: its
+            # tombstones have nothing left to delete.
+            return
+        if isinstance(found, ConsumerGroup):
+            group = found
+        elif found is None or found.persisted is None:
+            # New, or a classic group whose record was tombstoned (an upgrade) or that
+            # only holds offsets: a consumer group takes its place, with its offsets.
+            group = ConsumerGroup(key.group)
+            if found is not None:
+                group.offsets = found.offsets
+            self.groups[key.group] = group
+        else:
+            raise ValueError(f"consumer group record for live classic group {key.group}")
+        value = decode_consumer_value(key.kind, raw)
+        member = key.member or ""
+        if isinstance(value, GroupEpochValue):
+            group.set_group_epoch(value.epoch)
+        elif isinstance(value, PartitionMetadataValue):
+            group.set_subscription_metadata(value.topics)
+        elif isinstance(value, MemberMetadataValue):
+            group.update_subscription(member, value)
+        elif isinstance(value, TargetAssignmentEpochValue):
+            group.set_target_assignment_epoch(value.assignment_epoch)
+        elif isinstance(value, TargetAssignmentMemberValue):
+            group.set_target(member, value.partitions)
+        elif isinstance(value, CurrentAssignmentValue):
+            group.update_assignment(member, value)
+        elif isinstance(value, RegexValue):
+            group.set_regex(member, value)
+
+    def _replay_consumer_tombstone(self, group: ConsumerGroup, key: ConsumerRecordKey) -> None:
+        kind, member = key.kind, key.member or ""
+        if kind == CURRENT_MEMBER_ASSIGNMENT:
+            group.update_assignment(member, None)
+        elif kind == TARGET_ASSIGNMENT_MEMBER:
+            group.set_target(member, None)
+        elif kind == MEMBER_METADATA:
+            group.remove_member(member)
+        elif kind == TARGET_ASSIGNMENT_METADATA:
+            group.set_target_assignment_epoch(-1)
+        elif kind == PARTITION_METADATA:
+            group.set_subscription_metadata(())
+        elif kind == REGULAR_EXPRESSION:
+            group.set_regex(member, None)
+        elif kind == GROUP_METADATA:
+            # The group is gone (deleted, or converted to classic): its offsets stay, held
+            # by an offsets-only classic group as Kafka's "simple" groups are.
+            del self.groups[group.group_id]
+            if group.offsets:
+                shell = ClassicGroup(group.group_id)
+                shell.offsets = group.offsets
+                self.groups[group.group_id] = shell
 
     def _get_or_create(self, group_id: str) -> ClassicGroup:
         group = self.groups.get(group_id)
@@ -328,7 +502,7 @@ class GroupCoordinatorShard(ClassicHandlers, AdminHandlers):
 
     # ================================================================= inspection
 
-    def group_state(self, group_id: str) -> GroupState | None:
+    def group_state(self, group_id: str) -> GroupState | ConsumerGroupState | None:
         group = self.groups.get(group_id)
         return None if group is None else group.state
 
@@ -340,14 +514,24 @@ def _groups_named_by(request: Request) -> tuple[str, ...]:
     """The groups a request may create: undoing it must remove them again."""
     if isinstance(request, DescribeGroupsRequest | DeleteGroupsRequest):
         return tuple(request.group_ids)
+    if isinstance(request, ConsumerGroupDescribeRequest):
+        return ()
     if isinstance(request, ListGroupsRequest):
         return ()
     return (request.group_id,)
 
 
-def error_response(request: Request, error: ErrorCode | int) -> Response:
+def error_response(
+    request: Request, error: ErrorCode | int, message: str | None = None
+) -> Response:
     """A response of the right shape carrying ``error`` everywhere it can."""
     code = int(error)
+    if isinstance(request, ConsumerGroupHeartbeatRequest):
+        return ConsumerGroupHeartbeatResponse(code, message, member_id=None, member_epoch=-1)
+    if isinstance(request, ConsumerGroupDescribeRequest):
+        return ConsumerGroupDescribeResponse(
+            tuple(DescribedConsumerGroup(code, gid, message) for gid in request.group_ids)
+        )
     if isinstance(request, JoinGroupRequest):
         return JoinGroupResponse(code, member_id=request.member_id)
     if isinstance(request, SyncGroupRequest):
@@ -370,7 +554,7 @@ def error_response(request: Request, error: ErrorCode | int) -> Response:
         return OffsetFetchResponse(code)
     if isinstance(request, DescribeGroupsRequest):
         return DescribeGroupsResponse(
-            tuple(DescribedGroup(code, gid, "", "", "") for gid in request.group_ids)
+            tuple(DescribedGroup(code, gid, "", "", "", (), message) for gid in request.group_ids)
         )
     if isinstance(request, ListGroupsRequest):
         return ListGroupsResponse(code)

@@ -34,6 +34,12 @@ SYNC = "sync"  # pending-sync expiry of one group
 HEARTBEAT = "heartbeat"  # session expiry of one member
 PENDING = "pending"  # KIP-394 pending member expiry
 CLEANUP = "cleanup"  # periodic offsets retention check
+# Consumer groups (KIP-848). Their deadlines are the timer's own (JournaledTimer): a
+# fire before the deadline re-arms, a fire for a key no longer scheduled is stale.
+CG_SESSION = "cg-session"  # session expiry of one member: fenced
+CG_REBALANCE = "cg-rebalance"  # a member that did not revoke within its rebalance timeout
+CG_JOIN = "cg-join"  # a classic-protocol member told to rejoin that did not
+CG_SYNC = "cg-sync"  # a classic-protocol member that joined and did not sync
 
 
 def timer_key(kind: str, *parts: str) -> str:

@@ -7,6 +7,7 @@ client implies (e.g. ``group_instance_id=None`` below JoinGroup v5).
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,7 +163,8 @@ class OffsetCommitRequest:
     # v2-4 RetentionTimeMs; -1 means "broker default".
     retention_time_ms: int = DEFAULT_RETENTION_TIME
     # v9+ answers a commit with a generation to an unknown group with
-    # GROUP_ID_NOT_FOUND instead of ILLEGAL_GENERATION.
+    # GROUP_ID_NOT_FOUND instead of ILLEGAL_GENERATION; v9 is also the first
+    # version a consumer-protocol member (KIP-848) may commit with.
     unknown_group_is_not_found: bool = False
 
 
@@ -199,6 +201,10 @@ class OffsetFetchRequest:
     group_id: str
     topics: tuple[OffsetFetchTopic, ...] | None  # None = all committed partitions
     require_stable: bool = False
+    # v9+ (KIP-848): a member fetching its group's offsets says who it is; None / -1
+    # for the admin client and consumers outside group management.
+    member_id: str | None = None
+    member_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +234,9 @@ class OffsetFetchResponse:
 @dataclass(frozen=True, slots=True)
 class DescribeGroupsRequest:
     group_ids: tuple[str, ...]
+    # v6+ (KIP-1043): a group that does not exist (or is not a classic group) is
+    # GROUP_ID_NOT_FOUND instead of an empty "Dead" group.
+    not_found_error: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +257,7 @@ class DescribedGroup:
     protocol_type: str
     protocol_data: str
     members: tuple[DescribedMember, ...] = ()
+    error_message: str | None = None  # v6+ (KIP-1043)
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +331,92 @@ class OffsetDeleteResponse:
     topics: tuple[OffsetDeleteTopicResponse, ...] = ()
 
 
+# --- ConsumerGroupHeartbeat / ConsumerGroupDescribe (KIP-848) -----------------------
+
+# Partitions by topic id, as the consumer-group APIs carry them.
+TopicIdPartitions = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupHeartbeatRequest:
+    """Fields a member leaves unchanged since its last heartbeat are None (or -1)."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None  # v1+
+    server_assignor: str | None = None
+    owned: TopicIdPartitions | None = None
+    client_id: str = ""
+    client_host: str = ""
+    # v1+ (KIP-1082): the member generates its own id; an empty one is refused.
+    member_id_required: bool = True
+    # With an authorizer: the topics this member may DESCRIBE, which is all a regex it
+    # makes the coordinator resolve may match (None: every topic).
+    describable_topics: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupHeartbeatResponse:
+    error_code: int
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = -1
+    heartbeat_interval_ms: int = 0
+    assignment: TopicIdPartitions | None = None  # None: unchanged since the last one
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescribeRequest:
+    group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedTopicPartitions:
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConsumerMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: tuple[DescribedTopicPartitions, ...]
+    target_assignment: tuple[DescribedTopicPartitions, ...]
+    member_type: int  # v1+: 0 classic protocol, 1 consumer protocol
+    # Odradek's own detail (CLI): where the member is in its reconciliation.
+    state: str = "stable"
+    pending_revocation: tuple[DescribedTopicPartitions, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConsumerGroup:
+    error_code: int
+    group_id: str
+    error_message: str | None = None
+    state: str = ""
+    group_epoch: int = -1
+    assignment_epoch: int = -1
+    assignor_name: str = ""
+    members: tuple[DescribedConsumerMember, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescribeResponse:
+    groups: tuple[DescribedConsumerGroup, ...]
+
+
 Request = (
     JoinGroupRequest
     | SyncGroupRequest
@@ -332,6 +428,8 @@ Request = (
     | ListGroupsRequest
     | DeleteGroupsRequest
     | OffsetDeleteRequest
+    | ConsumerGroupHeartbeatRequest
+    | ConsumerGroupDescribeRequest
 )
 
 Response = (
@@ -345,6 +443,8 @@ Response = (
     | ListGroupsResponse
     | DeleteGroupsResponse
     | OffsetDeleteResponse
+    | ConsumerGroupHeartbeatResponse
+    | ConsumerGroupDescribeResponse
 )
 
 

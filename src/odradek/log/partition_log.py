@@ -415,26 +415,42 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ append
 
+    def validate(self, data: bytes | bytearray | memoryview) -> list[Any]:
+        """A client's batches checked as ``append`` checks them (headers, CRCs, records,
+        decompressed within the bound), without touching the log: callable from any
+        thread, so a caller can inflate compressed batches off its event loop and pass
+        the result to ``append(validated=...)``."""
+        return validate_batches_raw(data, max_decompressed_bytes=self.config.max_decompressed_bytes)
+
     def append(
-        self, data: bytes | bytearray | memoryview, *, from_client: bool = True
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        from_client: bool = True,
+        validated: list[Any] | None = None,
     ) -> AppendInfo:
         """Validate, assign offsets, stamp, and write one or more batches.
 
         ``from_client=False`` (coordinator-written data) allows control batches
         and skips sequence and record checks, like Kafka's COORDINATOR append
-        origin. Header fields are handled as plain tuples here: this is the hot path.
+        origin. ``validated``: what ``validate(data)`` returned for these very
+        (immutable) bytes. Header fields are handled as plain tuples here: this is
+        the hot path.
         """
         self._check_open()
         view = memoryview(data)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         cfg = self.config
-        raws = validate_batches_raw(
-            view,
-            allow_control=not from_client,
-            check_records=from_client,
-            max_decompressed_bytes=cfg.max_decompressed_bytes,
-        )
+        if validated is not None and from_client and isinstance(data, bytes):
+            raws = validated
+        else:
+            raws = validate_batches_raw(
+                view,
+                allow_control=not from_client,
+                check_records=from_client,
+                max_decompressed_bytes=cfg.max_decompressed_bytes,
+            )
         max_size = cfg.max_message_bytes
         count = 0
         records = 0

@@ -4,6 +4,7 @@ from odradek.broker.apis import (  # noqa: F401
     acls,
     admin_configs,
     api_versions,
+    consumer_groups,
     delete_records,
     describe_cluster,
     describe_log_dirs,

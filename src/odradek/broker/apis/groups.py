@@ -389,7 +389,11 @@ def _fetched_topics(
 
 
 async def _fetch_one_group(
-    ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
+    ctx: RequestContext,
+    group_id: str,
+    topics: Any,
+    require_stable: bool,
+    member: tuple[str | None, int] = (None, -1),
 ) -> core.OffsetFetchResponse:
     """Offsets the principal may see: DESCRIBE on the group (else the group error), and
     on each topic (named ones answer TOPIC_AUTHORIZATION_FAILED, "all" leaves them out)."""
@@ -418,7 +422,7 @@ async def _fetch_one_group(
                 )
         wanted = tuple(allowed)
     response = await ctx.broker.groups.call(
-        group_id, core.OffsetFetchRequest(group_id, wanted, require_stable)
+        group_id, core.OffsetFetchRequest(group_id, wanted, require_stable, *member)
     )
     assert isinstance(response, core.OffsetFetchResponse)
     if response.error_code:
@@ -437,7 +441,11 @@ async def offset_fetch(ctx: RequestContext, request: Any) -> Any:
     if ctx.version >= 8:
         groups = []
         for group in request.groups:
-            response = await _fetch_one_group(ctx, group.group_id, group.topics, require_stable)
+            # v9+ (KIP-848): a consumer-group member says who it is.
+            member = (getattr(group, "member_id", None), int(getattr(group, "member_epoch", -1)))
+            response = await _fetch_one_group(
+                ctx, group.group_id, group.topics, require_stable, member
+            )
             groups.append(
                 {
                     "group_id": group.group_id,
@@ -516,7 +524,7 @@ def _group_refused(group_id: str) -> core.DescribedGroup:
     return core.DescribedGroup(GROUP_AUTHORIZATION_FAILED, group_id, "", "", "", ())
 
 
-@handles(ApiKey.DESCRIBE_GROUPS, 0, 5)
+@handles(ApiKey.DESCRIBE_GROUPS, 0, 6)
 async def describe_groups(ctx: RequestContext, request: Any) -> Any:
     described: dict[str, core.DescribedGroup] = {}
     allowed = []
@@ -527,7 +535,9 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Any:
             described[gid] = _group_refused(gid)
     with_operations = bool(getattr(request, "include_authorized_operations", False))
     for gids in _by_shard(ctx, allowed).values():
-        response = await ctx.broker.groups.call(gids[0], core.DescribeGroupsRequest(tuple(gids)))
+        response = await ctx.broker.groups.call(
+            gids[0], core.DescribeGroupsRequest(tuple(gids), not_found_error=ctx.version >= 6)
+        )
         assert isinstance(response, core.DescribeGroupsResponse)
         described.update({g.group_id: g for g in response.groups})
     return respond(
@@ -537,6 +547,7 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Any:
             "groups": [
                 {
                     "error_code": g.error_code,
+                    "error_message": g.error_message,
                     "group_id": g.group_id,
                     "group_state": g.state,
                     "protocol_type": g.protocol_type,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from concurrent.futures import Future
 from typing import Any
 
@@ -40,6 +41,9 @@ from odradek.protocol.records import (
 )
 
 log = logging.getLogger("odradek.produce")
+
+_LENGTH = struct.Struct(">i")
+_ATTRS = struct.Struct(">h")
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17
@@ -93,7 +97,27 @@ def _partition_result(
     }
 
 
-def _append(
+def _has_compressed_batch(records: bytes) -> bool:
+    """Whether any batch header in `records` names a codec (a cheap walk of the headers;
+    anything malformed counts, so the full check runs where inflating would)."""
+    pos, end = 0, len(records)
+    while pos < end:
+        if end - pos < 23:
+            return True
+        (length,) = _LENGTH.unpack_from(records, pos + 8)
+        (attributes,) = _ATTRS.unpack_from(records, pos + 21)
+        if attributes & 0x07 or length <= 0:
+            return True
+        pos += 12 + length
+    return False
+
+
+def _recompressed(records: bytes, target: tuple[int, int | None], bound: int) -> bytes:
+    validate_batches_raw(records, max_decompressed_bytes=bound)  # no fresh CRC on bad data
+    return recompress_batches(records, *target, max_decompressed_bytes=bound)
+
+
+async def _append(
     ctx: RequestContext,
     topic_name: str,
     index: int,
@@ -116,13 +140,16 @@ def _append(
         return _partition_result(index, INVALID_RECORD, "no record batch in the request")
     plog = topic.partitions[index]
     try:
+        # Inflating is bounded (message.decompressed.max.bytes) but still costs tens of
+        # milliseconds for a large batch: it runs in a worker thread, never on the loop.
+        validated = None
         target = _target_codec(ctx, topic)
         if target is not None:
             bound = plog.config.max_decompressed_bytes
-            # A corrupt or poisoned batch must not get a fresh CRC.
-            validate_batches_raw(records, max_decompressed_bytes=bound)
-            records = recompress_batches(records, *target, max_decompressed_bytes=bound)
-        info = plog.append(records)
+            records = await asyncio.to_thread(_recompressed, records, target, bound)
+        elif _has_compressed_batch(records):
+            validated = await asyncio.to_thread(plog.validate, records)
+        info = plog.append(records, validated=validated)
     except LogError as exc:
         log.debug("append to %s-%d refused: %s", topic_name, index, exc)
         return _partition_result(
@@ -238,7 +265,9 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             elif not may_write:
                 results.append(_partition_result(part.index, TOPIC_AUTHORIZATION_FAILED))
             else:
-                results.append(_append(ctx, name, part.index, part.records, auto_created, flushes))
+                results.append(
+                    await _append(ctx, name, part.index, part.records, auto_created, flushes)
+                )
         responses.append(
             {
                 "name": name,
