@@ -24,7 +24,7 @@ from typing import Any, overload
 
 from odradek.client.errors import CorruptRecordError, KafkaError
 from odradek.client.structs import ConsumerRecord, TopicPartition
-from odradek.protocol.columns import BatchColumns, decode_columns_raw
+from odradek.protocol.columns import BatchColumns, build_records, decode_columns_raw
 from odradek.protocol.records import (
     BATCH_OVERHEAD,
     LOG_OVERHEAD,
@@ -167,42 +167,20 @@ def _records_of(
     partition: int,
     kd: Deserializer,
     vd: Deserializer,
-) -> Iterator[ConsumerRecord]:
-    """Records ``lo:hi`` of a batch, built as they are read."""
-    buf = cols.buffer
-    offsets, timestamps = cols.offsets, cols.timestamps
-    key_starts, key_lengths = cols.key_starts, cols.key_lengths
-    value_starts, value_lengths = cols.value_starts, cols.value_lengths
-    header_index = cols.header_index
-    ts_type = cols.timestamp_type
-    new = tuple.__new__
-    no_headers = header_index[lo] == header_index[hi]
-    for i in range(lo, hi):
-        length = key_lengths[i]
-        if length < 0:
-            key = None
-        else:
-            start = key_starts[i]
-            key = bytes(buf[start : start + length])
-        length = value_lengths[i]
-        if length < 0:
-            value = None
-        else:
-            start = value_starts[i]
-            value = bytes(buf[start : start + length])
-        yield new(
-            ConsumerRecord,
-            (
-                topic,
-                partition,
-                offsets[i],
-                kd(key) if kd is not None else key,
-                vd(value) if vd is not None else value,
-                timestamps[i],
-                [] if no_headers else cols.headers(i),
-                ts_type,
-            ),
-        )
+) -> list[ConsumerRecord]:
+    """Records ``lo:hi`` of a batch (built by the compiled codec when there is one)."""
+    return build_records(  # type: ignore[no-any-return]
+        ConsumerRecord,
+        cols.buffer,
+        cols.raw_arrays,
+        lo,
+        hi,
+        topic,
+        partition,
+        cols.timestamp_type,
+        kd,
+        vd,
+    )
 
 
 class RecordList(Sequence[ConsumerRecord]):
@@ -252,17 +230,15 @@ class RecordList(Sequence[ConsumerRecord]):
         topic, partition = self._tp
         for cols, lo, hi in self._runs:
             if index < hi - lo:
-                return next(
-                    _records_of(
-                        cols,
-                        lo + index,
-                        lo + index + 1,
-                        topic,
-                        partition,
-                        self._key_deserializer,
-                        self._value_deserializer,
-                    )
-                )
+                return _records_of(
+                    cols,
+                    lo + index,
+                    lo + index + 1,
+                    topic,
+                    partition,
+                    self._key_deserializer,
+                    self._value_deserializer,
+                )[0]
             index -= hi - lo
         raise IndexError("record index out of range")  # unreachable: counts agree
 

@@ -47,6 +47,7 @@ __all__ = [
     "NATIVE",
     "BatchColumns",
     "batch_from_body",
+    "build_records",
     "decode_batch_columns",
     "decode_columns_raw",
     "decompress_section",
@@ -78,6 +79,7 @@ NATIVE: bool = _impl is not _codec_py
 implementation: str = "native" if NATIVE else "python"
 
 decode_records = _impl.decode_records
+build_records = _impl.build_records
 gather = _impl.gather
 encode_record = _impl.encode_record
 encode_columns = _impl.encode_columns
