@@ -101,7 +101,7 @@ from odradek.log.compaction import (
 )
 from odradek.log.config import LogConfig
 from odradek.log.errors import CorruptSegmentError, MessageTooLargeError, OffsetOutOfRangeError
-from odradek.log.files import FileCache, shared_file_cache
+from odradek.log.files import FileCache, FileRegion, shared_file_cache
 from odradek.log.index import write_file_atomic
 from odradek.log.producer_state import ProducerStateManager
 from odradek.log.segment import Segment, segment_name
@@ -657,12 +657,16 @@ class PartitionLog:
                 return seg, found[0], found[1]
         return None
 
-    def read(self, offset: int, max_bytes: int) -> bytes | bytearray:
+    def read(
+        self, offset: int, max_bytes: int, *, region_from: int | None = None
+    ) -> bytes | bytearray | FileRegion:
         """Whole batches from the batch containing ``offset``, at least one if any exist.
 
         Reads stay within one segment, as Kafka's do; the caller fetches again.
         Raises CorruptSegmentError (CORRUPT_MESSAGE) for an offset in a
-        quarantined range.
+        quarantined range. With ``region_from``, a read of more than that many
+        bytes may answer a ``FileRegion`` (``Segment.read_from``), which the
+        caller must release.
         """
         with self._lock:
             self._check_open()
@@ -673,7 +677,7 @@ class PartitionLog:
             if loc is None:
                 return b""
             seg, pos, base = loc
-            return seg.read_from(pos, max_bytes, base)
+            return seg.read_from(pos, max_bytes, base, region_from=region_from)
 
     def iter_batches_from(self, offset: int) -> Iterator[bytes | bytearray]:
         """Every readable batch from the one containing ``offset`` (coordinator replay).
