@@ -2,8 +2,10 @@
 
 Per value size (100 B and 1 KiB) and per client: produce N records (acks=1, linger 5 ms,
 16 KiB batches, no compression) into a fresh 4-partition topic, then consume them back
-from offset 0 (assigned partitions, no group), and a group consume with ``subscribe``
-for Odradek's client (join + fetch). The broker is an Odradek broker started on a
+from offset 0: assigned partitions (no group), and as a new group with ``subscribe``
+(join + fetch). Consumers count the records they get; with ``--read-values`` each client
+also consumes once more reading every record's value, as an application touching
+every record would. The broker is an Odradek broker started on a
 temporary directory (or ``--bootstrap``). Then the assignor timings of
 ``bench/assignors.py`` (imported, not duplicated): Odradek's assignors against
 kafka-python's ``StickyPartitionAssignor``.
@@ -13,6 +15,7 @@ kafka-python's ``StickyPartitionAssignor``.
     python bench/client.py --assign-members 1000 --assign-partitions 10000   # the big case
     python bench/client.py --skip-assignors --json out.json
     python bench/client.py --skip-assignors --repeat 3       # medians of 3 runs
+    python bench/client.py --skip-assignors --skip-send-cost --read-values
 """
 
 from __future__ import annotations
@@ -62,35 +65,56 @@ def odradek_produce(bootstrap: str, topic: str, n: int, value: bytes) -> None:
         p.flush(120)
 
 
-def odradek_consume(bootstrap: str, topic: str, n: int) -> None:
+def group_name() -> str:
+    return "bench-" + uuid.uuid4().hex[:8]
+
+
+class Tally:
+    """Counts consumed records; with ``read_values`` every record's value is read too
+    (an application that touches each record), else only the batches are counted."""
+
+    def __init__(self, n: int, name: str, read_values: bool) -> None:
+        self.n = n
+        self.name = name
+        self.read_values = read_values
+        self.got = 0
+        self.value_bytes = 0
+        self.deadline = time.monotonic() + 300
+
+    @property
+    def running(self) -> bool:
+        return self.got < self.n and time.monotonic() < self.deadline
+
+    def add(self, records: Any) -> None:
+        if self.read_values:
+            for record in records:
+                self.got += 1
+                self.value_bytes += len(record.value)
+        else:
+            self.got += len(records)
+
+    def check(self) -> None:
+        if self.got < self.n:
+            raise RuntimeError(f"{self.name} consumed {self.got} of {self.n}")
+
+
+def odradek_consume(
+    bootstrap: str, topic: str, n: int, *, group: bool = False, read_values: bool = False
+) -> None:
     from odradek.client import Consumer, TopicPartition
 
-    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as c:
-        c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
-        got = 0
-        deadline = time.monotonic() + 300
-        while got < n and time.monotonic() < deadline:
-            got += len(c.poll(1.0))
-        if got < n:
-            raise RuntimeError(f"odradek consumed {got} of {n}")
-
-
-def odradek_group_consume(bootstrap: str, topic: str, n: int) -> None:
-    from odradek.client import Consumer
-
-    with Consumer(
-        bootstrap_servers=bootstrap,
-        group_id="bench-" + uuid.uuid4().hex[:8],
-        auto_offset_reset="earliest",
-        enable_auto_commit=True,
-    ) as c:
-        c.subscribe([topic])
-        got = 0
-        deadline = time.monotonic() + 300
-        while got < n and time.monotonic() < deadline:
-            got += len(c.poll(1.0))
-        if got < n:
-            raise RuntimeError(f"odradek (group) consumed {got} of {n}")
+    settings: dict[str, Any] = {"bootstrap_servers": bootstrap, "auto_offset_reset": "earliest"}
+    if group:
+        settings.update(group_id=group_name(), enable_auto_commit=True)
+    tally = Tally(n, "odradek", read_values)
+    with Consumer(**settings) as c:
+        if group:
+            c.subscribe([topic])
+        else:
+            c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        while tally.running:
+            tally.add(c.poll(1.0))
+    tally.check()
 
 
 # ------------------------------------------------------------------------ kafka-python
@@ -109,24 +133,33 @@ def kafka_python_produce(bootstrap: str, topic: str, n: int, value: bytes) -> No
         p.close()
 
 
-def kafka_python_consume(bootstrap: str, topic: str, n: int) -> None:
+def kafka_python_consume(
+    bootstrap: str, topic: str, n: int, *, group: bool = False, read_values: bool = False
+) -> None:
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KTP
 
-    c = KafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
-    )
-    try:
+    if group:
+        c = KafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            group_id=group_name(),
+            enable_auto_commit=True,
+            auto_offset_reset="earliest",
+        )
+    else:
+        c = KafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        )
         c.assign([KTP(topic, p) for p in range(PARTITIONS)])
-        got = 0
-        deadline = time.monotonic() + 300
-        while got < n and time.monotonic() < deadline:
+    tally = Tally(n, "kafka-python", read_values)
+    try:
+        while tally.running:
             for records in c.poll(timeout_ms=1000, max_records=500).values():
-                got += len(records)
-        if got < n:
-            raise RuntimeError(f"kafka-python consumed {got} of {n}")
+                tally.add(records)
     finally:
         c.close()
+    tally.check()
 
 
 # ------------------------------------------------------------------------ aiokafka
@@ -158,29 +191,41 @@ def aiokafka_produce(bootstrap: str, topic: str, n: int, value: bytes) -> None:
     asyncio.run(go())
 
 
-def aiokafka_consume(bootstrap: str, topic: str, n: int) -> None:
+def aiokafka_consume(
+    bootstrap: str, topic: str, n: int, *, group: bool = False, read_values: bool = False
+) -> None:
     from aiokafka import AIOKafkaConsumer
     from aiokafka import TopicPartition as ATP
 
+    tally = Tally(n, "aiokafka", read_values)
+
     async def go() -> None:
-        c = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
-        )
-        await c.start()
-        try:
+        if group:
+            c = AIOKafkaConsumer(
+                topic,
+                bootstrap_servers=bootstrap,
+                group_id=group_name(),
+                enable_auto_commit=True,
+                auto_offset_reset="earliest",
+            )
+            await c.start()
+        else:
+            c = AIOKafkaConsumer(
+                bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+            )
+            await c.start()
             c.assign([ATP(topic, p) for p in range(PARTITIONS)])
             await c.seek_to_beginning()
-            got = 0
-            deadline = time.monotonic() + 300
-            while got < n and time.monotonic() < deadline:
+        try:
+            while tally.running:
                 batch = await c.getmany(timeout_ms=1000, max_records=500)
-                got += sum(len(v) for v in batch.values())
-            if got < n:
-                raise RuntimeError(f"aiokafka consumed {got} of {n}")
+                for records in batch.values():
+                    tally.add(records)
         finally:
             await c.stop()
 
     asyncio.run(go())
+    tally.check()
 
 
 # ------------------------------------------------------------------------ confluent-kafka
@@ -210,7 +255,30 @@ def confluent_produce(bootstrap: str, topic: str, n: int, value: bytes) -> None:
         raise RuntimeError("confluent-kafka did not deliver every record")
 
 
-def confluent_consume(bootstrap: str, topic: str, n: int) -> None:
+class ConfluentValues:
+    """confluent-kafka's messages seen as records with a ``value`` attribute."""
+
+    def __init__(self, messages: list[Any]) -> None:
+        self.messages = messages
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def __iter__(self) -> Any:
+        for m in self.messages:
+            yield _ConfluentRecord(m.value())
+
+
+class _ConfluentRecord:
+    __slots__ = ("value",)
+
+    def __init__(self, value: bytes) -> None:
+        self.value = value
+
+
+def confluent_consume(
+    bootstrap: str, topic: str, n: int, *, group: bool = False, read_values: bool = False
+) -> None:
     from confluent_kafka import OFFSET_BEGINNING
     from confluent_kafka import Consumer as CConsumer
     from confluent_kafka import TopicPartition as CTP
@@ -218,21 +286,22 @@ def confluent_consume(bootstrap: str, topic: str, n: int) -> None:
     c = CConsumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": "bench-unused",
-            "enable.auto.commit": False,
+            "group.id": group_name() if group else "bench-unused",
+            "enable.auto.commit": group,
             "auto.offset.reset": "earliest",
         }
     )
+    tally = Tally(n, "confluent-kafka", read_values)
     try:
-        c.assign([CTP(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        got = 0
-        deadline = time.monotonic() + 300
-        while got < n and time.monotonic() < deadline:
-            got += len(c.consume(num_messages=500, timeout=1.0))
-        if got < n:
-            raise RuntimeError(f"confluent-kafka consumed {got} of {n}")
+        if group:
+            c.subscribe([topic])
+        else:
+            c.assign([CTP(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        while tally.running:
+            tally.add(ConfluentValues(c.consume(num_messages=500, timeout=1.0)))
     finally:
         c.close()
+    tally.check()
 
 
 CLIENTS: dict[str, tuple[Callable[..., None], Callable[..., None]]] = {
@@ -249,8 +318,20 @@ def timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
-def run_throughput(bootstrap: str, counts: dict[str, int], clients: list[str]) -> list[dict]:
+# (row key, table label, group?, values read?) of every consume measured per client
+CONSUME_MODES = (
+    ("consume_s", "", False, False),
+    ("group_consume_s", " (group)", True, False),
+    ("consume_read_s", " (values read)", False, True),
+    ("group_consume_read_s", " (group, values read)", True, True),
+)
+
+
+def run_throughput(
+    bootstrap: str, counts: dict[str, int], clients: list[str], read_values: bool
+) -> list[dict]:
     rows = []
+    modes = [m for m in CONSUME_MODES if read_values or not m[3]]
     for size_name, size in SIZES.items():
         n = counts[size_name]
         value = b"x" * size
@@ -263,22 +344,25 @@ def run_throughput(bootstrap: str, counts: dict[str, int], clients: list[str]) -
                     bootstrap, topic, n, value
                 )
             )
-            c_s = timed(lambda consume=consume, topic=topic, n=n: consume(bootstrap, topic, n))
-            row = {
+            row: dict[str, Any] = {
                 "size": size_name,
                 "client": name,
                 "messages": n,
                 "produce_s": p_s,
-                "consume_s": c_s,
             }
-            if name == "odradek":
-                row["group_consume_s"] = timed(
-                    lambda topic=topic, n=n: odradek_group_consume(bootstrap, topic, n)
+            for key, _label, group, read in modes:
+                row[key] = timed(
+                    lambda consume=consume, topic=topic, n=n, group=group, read=read: consume(
+                        bootstrap, topic, n, group=group, read_values=read
+                    )
                 )
             rows.append(row)
             print(
-                f"  {size_name:>5} {name:<13} produce {n / p_s:>9,.0f} msg/s   "
-                f"consume {n / c_s:>9,.0f} msg/s",
+                f"  {size_name:>5} {name:<15} produce {n / p_s:>9,.0f} msg/s   consume "
+                + "  ".join(
+                    f"{label.strip() or 'assign'} {n / row[key]:,.0f}" for key, label, *_ in modes
+                )
+                + " msg/s",
                 file=sys.stderr,
                 flush=True,
             )
@@ -290,7 +374,7 @@ def median_rows(runs: list[list[dict]]) -> list[dict]:
     out = []
     for rows in zip(*runs, strict=True):
         merged = dict(rows[0])
-        for key in ("produce_s", "consume_s", "group_consume_s"):
+        for key in ("produce_s", *(m[0] for m in CONSUME_MODES)):
             if key in merged:
                 merged[key] = statistics.median(r[key] for r in rows)
         merged["runs"] = len(rows)
@@ -310,13 +394,13 @@ def throughput_table(rows: list[dict]) -> str:
         size = SIZES[r["size"]]
         n = r["messages"]
         ref = base.get(r["size"])
-        for label, key in (("", "consume_s"), (" (group)", "group_consume_s")):
+        for key, label, _group, _read in CONSUME_MODES:
             if key not in r:
                 continue
             produce = "" if label else f"{n / r['produce_s']:,.0f}"
             produce_mb = "" if label else f"{n * size / r['produce_s'] / 1e6:.1f}"
             p_ratio = "" if label or ref is None else f"{ref['produce_s'] / r['produce_s']:.2f}x"
-            c_ratio = "" if ref is None else f"{ref['consume_s'] / r[key]:.2f}x"
+            c_ratio = "" if ref is None else f"{ref[key] / r[key]:.2f}x"
             out.append(
                 f"| {r['size']} | {r['client']}{label} | {produce} | {produce_mb} | "
                 f"{n / r[key]:,.0f} | {n * size / r[key] / 1e6:.1f} | {p_ratio} | {c_ratio} |"
@@ -526,6 +610,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs; tables show medians")
     ap.add_argument("--clients", default=",".join(CLIENTS))
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument(
+        "--read-values",
+        action="store_true",
+        help="also consume reading every record's value (not only counting records)",
+    )
     ap.add_argument("--skip-assignors", action="store_true")
     ap.add_argument("--skip-send-cost", action="store_true")
     ap.add_argument("--send-cost-messages", type=int, default=100_000)
@@ -561,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
             counts = {"100B": args.messages_100b, "1KiB": args.messages_1k}
             rows = median_rows(
                 [
-                    run_throughput(bootstrap, counts, args.clients.split(","))
+                    run_throughput(bootstrap, counts, args.clients.split(","), args.read_values)
                     for _ in range(args.repeat)
                 ]
             )

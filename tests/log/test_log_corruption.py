@@ -3,6 +3,9 @@
 Before: a corrupted batch length in the middle of a segment whose indexes were
 intact made reads stop quietly at the damage, and the next read jumped to the
 next segment: the rest of the segment vanished without an error.
+
+Every test reads both ways: into memory, and as the file regions Fetch sends
+with sendfile (checked from the batch headers alone, ``Segment.read_from``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from odradek.log import CorruptSegmentError, LogConfig, PartitionLog
+from odradek.log.files import FileRegion
 from odradek.protocol.records import (
     DecodedRecord,
     build_batch,
@@ -47,8 +51,26 @@ def written_log(path: Path, batches: int = 120) -> dict[int, DecodedRecord]:
     return records
 
 
+@pytest.fixture(params=["bytes", "region"])
+def region_from(request: pytest.FixtureRequest) -> int | None:
+    """None: reads into memory; 0: every read is a file region (sendfile's path)."""
+    return None if request.param == "bytes" else 0
+
+
+def read(log: PartitionLog, offset: int, max_bytes: int, region_from: int | None) -> bytes:
+    """A read's bytes; a region is read back and released, as the sender would."""
+    data = log.read(offset, max_bytes, region_from=region_from)
+    if isinstance(data, FileRegion):
+        try:
+            assert region_from is not None
+            return data.read()
+        finally:
+            data.release()
+    return bytes(data)
+
+
 def read_everything(
-    log: PartitionLog, damaged: range = range(0)
+    log: PartitionLog, damaged: range = range(0), region_from: int | None = None
 ) -> tuple[dict[int, DecodedRecord], set[int]]:
     """Read the log front to back as a consumer would, stepping past each error.
 
@@ -61,7 +83,7 @@ def read_everything(
     offset = log.start_offset
     while offset < log.end_offset:
         try:
-            data = log.read(offset, 700)
+            data = read(log, offset, 700, region_from)
         except CorruptSegmentError as exc:
             failed.update(range(offset, exc.resume_offset))
             offset = exc.resume_offset
@@ -79,7 +101,7 @@ def read_everything(
 
 
 def test_a_corrupted_length_mid_segment_fails_loud_and_the_rest_stays_readable(
-    tmp_path: Path,
+    tmp_path: Path, region_from: int | None
 ) -> None:
     d = tmp_path / "p"
     original = written_log(d)
@@ -91,14 +113,14 @@ def test_a_corrupted_length_mid_segment_fails_loud_and_the_rest_stays_readable(
         f.seek(pos + 8)
         f.write(struct.pack(">i", victim.batch_length + 37))
     log = PartitionLog.open(d, CFG, now_ms=now)  # clean shutdown: no scan at open
-    got, failed = read_everything(log)
+    got, failed = read_everything(log, region_from=region_from)
     lost = set(range(victim.base_offset, victim.next_offset))
     assert failed == lost
     assert set(got) == set(original) - lost
     assert all(got[o] == original[o] for o in got)
     assert log.quarantined == [(int(seg.stem), victim.base_offset, victim.next_offset)]
     with pytest.raises(CorruptSegmentError) as err:
-        log.read(victim.base_offset, 1 << 20)
+        log.read(victim.base_offset, 1 << 20, region_from=region_from)
     assert err.value.error_code == 2  # CORRUPT_MESSAGE reaches the consumer
     assert (d / (seg.stem + ".corrupt")).exists()
     assert seg.read_bytes()[:pos] == data[:pos]  # nothing truncated
@@ -106,7 +128,7 @@ def test_a_corrupted_length_mid_segment_fails_loud_and_the_rest_stays_readable(
     log.close()
 
 
-def test_reads_check_every_batch_they_return(tmp_path: Path) -> None:
+def test_reads_check_every_batch_they_return(tmp_path: Path, region_from: int | None) -> None:
     """One big read across a damaged header returns the data before it, not garbage."""
     d = tmp_path / "p"
     written_log(d, 30)
@@ -117,7 +139,7 @@ def test_reads_check_every_batch_they_return(tmp_path: Path) -> None:
         f.seek(pos + 16)
         f.write(b"\x07")  # magic
     log = PartitionLog.open(d, CFG, now_ms=now)
-    data = log.read(0, 1 << 30)
+    data = read(log, 0, 1 << 30, region_from)
     assert len(data) == pos
     assert decode_records(data)[-1].offset == victim.base_offset - 1
     log.close()
@@ -126,9 +148,20 @@ def test_reads_check_every_batch_they_return(tmp_path: Path) -> None:
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(at=st.integers(0, 10**9), bit=st.integers(0, 7), clean=st.booleans(), index=st.booleans())
+@given(
+    at=st.integers(0, 10**9),
+    bit=st.integers(0, 7),
+    clean=st.booleans(),
+    index=st.booleans(),
+    as_regions=st.booleans(),
+)
 def test_one_flipped_bit_loses_at_most_its_own_batch(
-    tmp_path_factory: pytest.TempPathFactory, at: int, bit: int, clean: bool, index: bool
+    tmp_path_factory: pytest.TempPathFactory,
+    at: int,
+    bit: int,
+    clean: bool,
+    index: bool,
+    as_regions: bool,
 ) -> None:
     """Wherever one bit flips, every record outside the batch it hit reads back intact.
 
@@ -161,7 +194,7 @@ def test_one_flipped_bit_loses_at_most_its_own_batch(
         (d / (seg.stem + ".index")).unlink()
     log = PartitionLog.open(d, CFG, now_ms=now)
     own = range(hit.base_offset, hit.next_offset)
-    got, failed = read_everything(log, own)
+    got, failed = read_everything(log, own, 0 if as_regions else None)
     assert failed <= set(own), "only the hit batch may answer with an error"
     for offset, record in original.items():
         if offset not in own:

@@ -149,6 +149,49 @@ def test_gather_of_decoded_columns(buf: bytes) -> None:
         assert nulls == sum(r is None for r in rows)
 
 
+@SETTINGS
+@given(batches(), st.data())
+def test_build_records_alike_and_as_the_columns(buf: bytes, data: st.DataObject) -> None:
+    """Consumer records built from columns: the same from both codecs, and the same
+    offsets, timestamps, keys, values and headers as the columns' own records."""
+    from odradek.client.structs import ConsumerRecord
+
+    cols = decode_with(native, buf)
+    lo = data.draw(st.integers(0, cols.count))
+    hi = data.draw(st.integers(lo, cols.count))
+    plain = (ConsumerRecord, cols.buffer, cols.raw_arrays, lo, hi, "t", 3, cols.timestamp_type)
+    status, records = both("build_records", *plain, None, None)
+    assert status == "ok"
+    assert [type(r) for r in records] == [ConsumerRecord] * (hi - lo)
+    assert [(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in records] == [
+        (d.offset, d.timestamp, d.key, d.value, d.headers) for d in cols.records()[lo:hi]
+    ]
+    assert all(
+        (r.topic, r.partition, r.timestamp_type) == ("t", 3, cols.timestamp_type) for r in records
+    )
+    status, described = both("build_records", *plain, repr, repr)
+    assert status == "ok"
+    assert [(r.key, r.value) for r in described] == [(repr(r.key), repr(r.value)) for r in records]
+
+
+def test_build_records_checks_its_arguments_alike() -> None:
+    from odradek.client.structs import ConsumerRecord
+
+    buf = build_batch([(b"k", b"v", [])], timestamp_ms=0)
+    cols = decode_with(native, buf)
+    args = (ConsumerRecord, cols.buffer, cols.raw_arrays)
+    assert both("build_records", *args, 0, 2, "t", 0, 0, None, None)[0] == "error"
+    assert both("build_records", *args, 1, 0, "t", 0, 0, None, None)[0] == "error"
+    bad = (cols.raw_arrays[0], cols.raw_arrays[1], struct.pack("=i", 10**6), *cols.raw_arrays[3:])
+    status, error = both(
+        "build_records", ConsumerRecord, cols.buffer, bad, 0, 1, "t", 0, 0, None, None
+    )
+    assert (status, error) == (
+        "error",
+        ("ValueError", "build_records field points outside its buffer"),
+    )
+
+
 # --------------------------------------------------------------------------- corrupt input
 
 

@@ -3,7 +3,7 @@
 ``test_batch_codec.py`` compares the two implementations function by function in
 this process. Here a child pytest runs with ``ODRADEK_NO_NATIVE=1`` (the compiled
 codec is never imported) over the tests that exercise the codec end to end: the
-producer's batches, the bulk column path, and the Spark source's Arrow path
+producer's batches, the bulk column path, the consumer's records, and the Spark source's Arrow path
 against a broker. A handful of tests, so CI pays seconds for the second way.
 """
 
@@ -25,6 +25,9 @@ ON_THE_FALLBACK = [
     "tests/client/test_client_producer.py::test_round_trip_10000_records[odradek]",
     "tests/client/test_client_producer.py::test_compression_codecs[odradek-lz4]",
     "tests/client/test_client_producer.py::test_send_columns_round_trip",
+    "tests/client/test_fetched_records.py::test_record_lists_are_lazy_sequences_with_deserializers",
+    "tests/client/test_fetched_records.py::test_headers_are_read_with_their_records",
+    "tests/client/test_fetched_records.py::test_a_corrupt_batch_fails_after_the_records_before_it",
     "tests/spark/test_spark_executor.py::test_columns_path_equals_the_record_path",
     "tests/spark/test_spark_executor.py::test_read_range_returns_exactly_the_range",
 ]

@@ -35,3 +35,38 @@ def test_bad_sizes_are_refused(size: int) -> None:
 def test_size_exactly_at_limit_is_accepted() -> None:
     decoder = FrameDecoder(max_frame_bytes=100)
     assert decoder.feed(frame(b"x" * 100)) == [b"x" * 100]
+
+
+@given(
+    st.lists(st.binary(max_size=200_000), max_size=6),
+    st.lists(st.integers(min_value=1, max_value=300_000), min_size=1, max_size=20),
+)
+def test_reading_into_targets_gives_the_same_frames(
+    payloads: list[bytes], reads: list[int]
+) -> None:
+    """recv_into the decoder's targets, in reads of any size, as a socket would deliver."""
+    stream = memoryview(b"".join(frame(p) for p in payloads))
+    decoder = FrameDecoder()
+    out: list[bytes] = []
+    pos = 0
+    i = 0
+    while pos < len(stream):
+        target = decoder.read_target(scratch_bytes=1024)
+        n = min(len(target), reads[i % len(reads)], len(stream) - pos)
+        target[:n] = stream[pos : pos + n]
+        pos += n
+        i += 1
+        out += [bytes(f) for f in decoder.received(n)]
+    assert out == payloads
+    assert decoder.buffered == 0
+
+
+def test_a_large_frame_is_received_into_its_own_buffer() -> None:
+    payload = bytes(range(256)) * 1000
+    decoder = FrameDecoder()
+    assert decoder.feed(frame(payload)[:100]) == []
+    target = decoder.read_target()
+    assert len(target) == len(payload) - 96  # the rest of the frame, not a scratch buffer
+    target[:] = payload[96:]
+    (got,) = decoder.received(len(target))
+    assert got == payload and target.obj is got

@@ -91,8 +91,8 @@ class Acceptor:
         if conn.family in (socket.AF_INET, socket.AF_INET6):
             # Nagle off, as Kafka's SocketServer sets it: asyncio only does so for sockets
             # whose proto is IPPROTO_TCP, and an accepted socket's is 0. With Nagle, a
-            # response written while the previous one is unacknowledged waits for the
-            # client's delayed ACK (40 ms), e.g. librdkafka's pipelined Produce requests.
+            # response written while the previous one is unacknowledged, or sent in parts
+            # (a Fetch's header, then sendfile), waits for the client's delayed ACK (40 ms).
             with contextlib.suppress(OSError):
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         reader = asyncio.StreamReader(limit=READ_AHEAD_BYTES, loop=loop)

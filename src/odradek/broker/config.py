@@ -649,6 +649,15 @@ _SETTINGS = (
         OneOf(MIGRATION_POLICIES),
     ),
     Setting("fetch.max.bytes", INT, 57671680, "Largest Fetch response.", None, at_least(1024)),
+    Setting(
+        "max.incremental.fetch.session.cache.slots",
+        INT,
+        1000,
+        "Fetch sessions (KIP-227) the broker keeps; past this, new ones evict idle or"
+        " smaller ones, or are not opened.",
+        None,
+        at_least(0),
+    ),
     Setting("connections.max.idle.ms", LONG, 600000, "Close connections idle this long.", None),
     # --- security: listeners, TLS, SASL, ACLs (docs/security.md) ---
     Setting(

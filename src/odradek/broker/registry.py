@@ -17,8 +17,11 @@ from odradek.protocol.apikeys import ApiKey
 
 if TYPE_CHECKING:
     from odradek.broker.context import RequestContext
+    from odradek.protocol.codec import RequestHeader
 
 Handler = Callable[["RequestContext", Any], "Any | Awaitable[Any]"]
+Reader = Callable[["RequestHeader", bytes, int], Any]
+"""(header, frame, position after the header's fixed part) -> the request body."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,7 @@ class ApiSpec:
     handler: Handler
     is_async: bool
     parse_from: int
+    reader: Reader | None = None  # a hand-written request reader (else kio's)
 
     def serves(self, version: int) -> bool:
         return self.parse_from <= version <= self.max_version
@@ -38,9 +42,15 @@ REGISTRY: dict[int, ApiSpec] = {}
 
 
 def handles(
-    key: ApiKey, min_version: int, max_version: int, *, parse_from: int | None = None
+    key: ApiKey,
+    min_version: int,
+    max_version: int,
+    *,
+    parse_from: int | None = None,
+    reader: Reader | None = None,
 ) -> Callable[[Handler], Handler]:
-    """Register a handler for `key`, advertised as `min_version..max_version`."""
+    """Register a handler for `key`, advertised as `min_version..max_version`; `reader`
+    reads its requests instead of kio (a hot path's hand-written parser)."""
 
     def register(handler: Handler) -> Handler:
         if key in REGISTRY:
@@ -52,6 +62,7 @@ def handles(
             handler,
             inspect.iscoroutinefunction(handler),
             min_version if parse_from is None else parse_from,
+            reader,
         )
         return handler
 

@@ -31,12 +31,14 @@ from odradek.broker.acceptor import READ_AHEAD_BYTES, Acceptor, start_acceptor
 from odradek.broker.budget import ByteBudget
 from odradek.broker.config import BrokerConfig
 from odradek.broker.context import CloseConnection, RequestContext
+from odradek.broker.fetch_sessions import FetchSessionCache
 from odradek.broker.group_runtime import GroupCoordinatorRuntime
 from odradek.broker.metrics import BrokerMetrics
 from odradek.broker.registry import REGISTRY, advertised
 from odradek.broker.security.listeners import Listener, parse_listeners
 from odradek.broker.security.manager import BrokerSecurity, SecurityError
 from odradek.broker.security.session import Session
+from odradek.broker.sending import ShortRegionError, materialize, response_size, send_response
 from odradek.broker.topics import TopicManager
 from odradek.broker.txn_runtime import TransactionCoordinatorRuntime
 from odradek.broker.waiters import AppendWaiters
@@ -49,6 +51,7 @@ from odradek.protocol.codec import (
     parse_request_header,
     response_type,
 )
+from odradek.protocol.fetch import EncodedResponse
 from odradek.protocol.framing import FrameError, frame_size
 from odradek.ratelog import RateLimitedLog
 
@@ -115,6 +118,9 @@ class Broker:
         self.security = BrokerSecurity(Path(data_dir), self.config, self.listeners)
         self._sessions: dict[int, Session] = {}
         self.waiters = AppendWaiters()
+        self.fetch_sessions = FetchSessionCache(
+            int(self.config["max.incremental.fetch.session.cache.slots"])
+        )
         self.groups = GroupCoordinatorRuntime(self.topics, self.config)
         self.txns = TransactionCoordinatorRuntime(
             self.topics, self.config, self.groups, self.notify_append
@@ -369,15 +375,10 @@ class Broker:
             return False
         if response is None:
             return True
-        response_size = len(response)
-        self.budget.charge(response_size)
+        size = response_size(response)
         try:
-            writer.write(response)
-            del response  # the transport holds the unsent part; the budget counts it
-            if self.metrics is not None:
-                self.metrics.bytes_out.inc(response_size)
             async with asyncio.timeout(send_s):
-                await writer.drain()
+                await send_response(writer, response, self.budget)
         except TimeoutError:
             log.warning(
                 "closing connection %d from %s: it took no response for %.0fs"
@@ -388,8 +389,12 @@ class Broker:
             )
             writer.transport.abort()  # drop the unsent bytes now
             return False
-        finally:
-            self.budget.release(response_size)
+        except ShortRegionError as exc:
+            log.error("closing connection %d from %s: %s", connection_id, client_host, exc)
+            writer.transport.abort()
+            return False
+        if self.metrics is not None:
+            self.metrics.bytes_out.inc(size)
         return True
 
     async def _read_payload(
@@ -428,7 +433,9 @@ class Broker:
             what,
         )
 
-    async def _dispatch(self, connection_id: int, client_host: str, payload: bytes) -> bytes | None:
+    async def _dispatch(
+        self, connection_id: int, client_host: str, payload: bytes
+    ) -> bytes | EncodedResponse | None:
         session = self._sessions.get(connection_id)
         if session is not None and session.raw_tokens:
             return session.raw_token(payload)  # SaslHandshake v0: bare SASL tokens
@@ -445,7 +452,10 @@ class Broker:
             )
         if session is not None:
             session.admit(header.api_key)
-        body = decode_request_body(header, payload, pos)
+        if spec.reader is not None:
+            body = spec.reader(header, payload, pos)
+        else:
+            body = decode_request_body(header, payload, pos)
         ctx = RequestContext(self, header, client_host, connection_id, session)
         started = time.perf_counter()
         try:
@@ -470,7 +480,10 @@ class Broker:
             self._observe(spec.key, time.perf_counter() - started)
         if result is None:  # acks=0 produce: no response
             return None
-        if _entries(result) > LARGE_RESPONSE_ENTRIES:
+        response: bytes | EncodedResponse
+        if isinstance(result, EncodedResponse):  # Fetch: framed by its handler
+            response = result
+        elif _entries(result) > LARGE_RESPONSE_ENTRIES:
             # Metadata for every topic, CreateTopics of hundreds: encoding takes tens of
             # milliseconds of Python; in a thread the loop keeps serving meanwhile.
             response = await asyncio.to_thread(
@@ -481,7 +494,7 @@ class Broker:
                 header.api_key, header.api_version, header.correlation_id, result
             )
         if session is not None and session.close_reason is not None:
-            raise CloseConnection(session.close_reason, final_response=response)
+            raise CloseConnection(session.close_reason, final_response=materialize(response))
         return response
 
     def _observe(self, key: ApiKey, seconds: float) -> None:

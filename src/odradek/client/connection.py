@@ -64,6 +64,7 @@ from odradek.protocol.codec import (
     encode_request,
     request_type,
 )
+from odradek.protocol.fetch import parse_fetch_response
 from odradek.protocol.framing import FrameDecoder, FrameError
 
 log = logging.getLogger(__name__)
@@ -383,7 +384,7 @@ class BrokerConnection:
                     raise KafkaConnectionError(
                         f"{ApiKey(api_key).name} reply with a wrong correlation id"
                     )
-                return frames[0]
+                return bytes(frames[0])
 
     def _negotiate_versions(self, sock: Transport, decoder: FrameDecoder, timeout_s: float) -> None:
         sock.settimeout(timeout_s)
@@ -524,24 +525,19 @@ class BrokerConnection:
                     return
                 if readable:
                     try:
-                        data = receive(sock, _RECV_BYTES)
+                        frames = self._receive(sock, decoder)
                     except (OSError, ValueError) as exc:
                         self._fail(
                             sock, KafkaConnectionError(f"receive from node {self.node_id}: {exc}")
                         )
                         return
-                    if data is None:  # TLS records without application data
-                        self._expire(sock)
-                        continue
-                    if not data:
+                    except FrameError as exc:
+                        self._fail(sock, KafkaConnectionError(f"node {self.node_id}: {exc}"))
+                        return
+                    if frames is None:
                         self._fail(
                             sock, KafkaConnectionError(f"node {self.node_id} closed the connection")
                         )
-                        return
-                    try:
-                        frames = decoder.feed(data)
-                    except FrameError as exc:
-                        self._fail(sock, KafkaConnectionError(f"node {self.node_id}: {exc}"))
                         return
                     for payload in frames:
                         self._complete(sock, payload)
@@ -550,7 +546,21 @@ class BrokerConnection:
             log.exception("reader thread for node %s failed", self.node_id)
             self._fail(sock, KafkaConnectionError(f"node {self.node_id}: reader failed: {exc}"))
 
-    def _complete(self, sock: Transport, payload: bytes) -> None:
+    def _receive(self, sock: Transport, decoder: FrameDecoder) -> list[bytes | bytearray] | None:
+        """One read: the frames it completed; None at the end of the stream.
+
+        A plain socket reads straight into the decoder's target (a large frame's
+        bytes land in its own buffer, which the Fetch parser then slices).
+        """
+        if isinstance(sock, socket.socket):
+            n = sock.recv_into(decoder.read_target(_RECV_BYTES))
+            return decoder.received(n) if n else None
+        data = receive(sock, _RECV_BYTES)
+        if data is None:  # TLS records without application data
+            return []
+        return decoder.feed(data) if data else None
+
+    def _complete(self, sock: Transport, payload: bytes | bytearray) -> None:
         (correlation,) = struct.unpack_from(">i", payload, 0)
         with self._lock:
             entry = self._in_flight.pop(correlation, None)
@@ -560,7 +570,10 @@ class BrokerConnection:
             )
             return
         try:
-            _, body = decode_response(entry.api_key, entry.version, payload)
+            if entry.api_key == ApiKey.FETCH:
+                body = parse_fetch_response(payload, entry.version)  # records: views, no copy
+            else:
+                _, body = decode_response(entry.api_key, entry.version, bytes(payload))
         except Exception as exc:
             error = KafkaConnectionError(
                 f"node {self.node_id}: cannot decode {ApiKey(entry.api_key).name} "
@@ -605,6 +618,8 @@ class BrokerConnection:
             if self.state is not ConnectionState.CLOSED:
                 self.state = ConnectionState.DISCONNECTED
             self.last_error = error
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # wakes the reader's select now, not at its tick
         with contextlib.suppress(OSError):
             sock.close()
         if in_flight:

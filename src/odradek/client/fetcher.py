@@ -6,11 +6,19 @@ Follows the Java client's ``Fetcher`` (seed 004, section 2.3):
   partitions and no fetch already in flight. A partition is fetchable when it
   is assigned, not paused, has a position, and has no undrained data buffered
   here (so a partition that returned more than ``max_poll_records`` is not
-  fetched again until its records are handed out).
-* Responses are completed on the connection's reader thread and only queued
-  (``CompletedFetch``, undecoded); decoding happens on the consumer thread in
-  ``fetched_records``, which hands out at most ``max_records`` records,
-  advancing positions as it goes.
+  fetched again until its records are handed out). Each request carries
+  ``fetch_min_bytes``, ``fetch_max_wait_ms``, ``fetch_max_bytes`` and, per
+  partition, ``max_partition_fetch_bytes``.
+* Fetch sessions (KIP-227, ``fetch_session.py``): per broker, the first fetch
+  is full and opens a session; the next ones list only partitions whose offset
+  changed and those to forget. A broker without sessions (session id 0 in its
+  answers, or Fetch below v7) keeps getting full fetches.
+* Responses are parsed on the connection's reader thread without copying
+  their records (``protocol.fetch``) and only queued (``CompletedFetch``);
+  batches are decoded on the consumer thread, one at a time, as
+  ``fetched_records`` hands out at most ``max_records`` records, advancing
+  positions as it goes; records become objects only when the application
+  reads them (``fetched.py``).
 * Pipelining: the consumer calls ``send_fetches`` again right before
   returning records from ``poll``, so the next fetch is on the wire while the
   application processes the current records.
@@ -20,8 +28,8 @@ Follows the Java client's ``Fetcher`` (seed 004, section 2.3):
 * ``wait_for_fetches`` also ends on ``wakeup()``, which the group coordinator calls
   when a rebalance step can go on.
 
-Batches are decoded with ``records.decode_batch_records`` (every codec Kafka
-has), CRCs checked when ``check_crcs``; control batches are skipped, and
+Batches are decoded by ``protocol.columns`` (every codec Kafka has), CRCs
+checked when ``check_crcs``; control batches are skipped (``_drop_batch``), and
 records before the position (a compressed batch fetched from its middle) are
 dropped.
 """
@@ -35,51 +43,32 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any
 
 from odradek.client.cluster import KafkaClient
 from odradek.client.config import ConsumerConfig
 from odradek.client.errors import (
-    CorruptRecordError,
     KafkaError,
     OffsetOutOfRangeError,
     make_error,
 )
+from odradek.client.fetch_session import FetchRequestData, FetchSessionHandler, PartitionFetch
+from odradek.client.fetched import CompletedFetch, RecordList
 from odradek.client.offsets import list_offsets
-from odradek.client.structs import ConsumerRecord, TopicPartition
+from odradek.client.structs import TopicPartition
 from odradek.client.subscription import (
     NoOffsetForPartitionError,
     OffsetResetStrategy,
     SubscriptionState,
 )
 from odradek.protocol.apikeys import ApiKey
-from odradek.protocol.records import (
-    RecordError,
-    batch_crc,
-    decode_batch_records,
-    iter_batches,
-)
+from odradek.protocol.codec import EncodedBody
+from odradek.protocol.fetch import encode_fetch_request
+from odradek.protocol.records import BatchHeader
 
 log = logging.getLogger(__name__)
 
 _LEADER_ERRORS = {3, 5, 6, 74, 75, 100}  # unknown topic, no leader, not leader, epochs, topic id
-
-
-@dataclass(eq=False)
-class CompletedFetch:
-    tp: TopicPartition
-    fetch_offset: int
-    error_code: int
-    high_watermark: int
-    log_start_offset: int
-    last_stable_offset: int
-    raw: bytes
-    records: deque[ConsumerRecord] | None = None  # decoded lazily
-    next_offset: int = -1  # position after the last record (past trailing control batches)
-    expected_position: int = -1  # the partition's position if nobody sought since
-    consumed: bool = False
-    decode_error: KafkaError | None = field(default=None)
 
 
 class Fetcher:
@@ -93,6 +82,7 @@ class Fetcher:
         self._completed: deque[CompletedFetch] = deque()
         self._next_in_line: CompletedFetch | None = None
         self._nodes_in_flight: set[int] = set()
+        self._sessions: dict[int, FetchSessionHandler] = {}  # by node; used under _cond
         self._woken = False
         self._isolation = 1 if config.isolation_level == "read_committed" else 0
         self._key_deserializer: Callable[[bytes | None], Any] | None = config.key_deserializer
@@ -114,101 +104,125 @@ class Fetcher:
         cluster = self._client.cluster
         by_node: dict[int, list[TopicPartition]] = {}
         unknown_leader = False
+        with self._cond:
+            in_flight = set(self._nodes_in_flight)
         for tp in self._subs.fetchable_partitions(lambda tp: tp in buffered):
             leader = cluster.leader_for(tp)
             if leader < 0:
                 unknown_leader = True
                 continue
-            with self._cond:
-                if leader in self._nodes_in_flight:
-                    continue
-            by_node.setdefault(leader, []).append(tp)
+            if leader not in in_flight:
+                by_node.setdefault(leader, []).append(tp)
         if unknown_leader:
             self._client.request_update()
         sent = 0
+        max_bytes = self.config.max_partition_fetch_bytes
+        busy_nodes = {cluster.leader_for(tp) for tp in buffered}
         for node, tps in by_node.items():
-            positions: dict[TopicPartition, int] = {}
+            wanted: dict[TopicPartition, PartitionFetch] = {}
+            caught_up = True
             for tp in tps:
                 try:
                     pos = self._subs.position(tp)
                 except KafkaError:
                     continue
                 if pos is not None:
-                    positions[tp] = pos
-            if not positions:
+                    wanted[tp] = PartitionFetch(pos, max_bytes)
+                    high_watermark = self._subs.state(tp).high_watermark
+                    caught_up = caught_up and high_watermark is not None and pos >= high_watermark
+            if not wanted or (caught_up and node in busy_nodes):
+                # Only partitions at their log end, while others of this broker still have
+                # records buffered: the broker would park this fetch up to fetch_max_wait_ms,
+                # and the others could not be fetched meanwhile (one fetch per broker).
+                # Send it once they are drained, with them.
                 continue
             with self._cond:
                 self._nodes_in_flight.add(node)
+                session = self._sessions.setdefault(node, FetchSessionHandler())
+            built: list[FetchRequestData] = []
+
+            def body(version: int, session=session, wanted=wanted, built=built) -> EncodedBody:
+                # Built once the connection knows the broker's Fetch version (sessions: v7+).
+                with self._cond:
+                    request = session.build(wanted, version)
+                built.append(request)
+                return self._fetch_body(request, version)
+
             future = self._client.send(
                 node,
                 ApiKey.FETCH,
-                self._fetch_body(positions),
+                body,
                 timeout_ms=self.config.request_timeout_ms + self.config.fetch_max_wait_ms,
             )
-            future.add_done_callback(functools.partial(self._on_response, node, positions))
+            future.add_done_callback(functools.partial(self._on_response, node, built))
             sent += 1
         return sent
 
-    def _fetch_body(self, positions: dict[TopicPartition, int]) -> dict[str, Any]:
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for tp, offset in positions.items():
+    def _fetch_body(self, request: FetchRequestData, version: int) -> EncodedBody:
+        topics: dict[str, list[tuple[int, int, int]]] = {}
+        for tp, want in request.to_send.items():
             topics.setdefault(tp.topic, []).append(
-                {
-                    "partition": tp.partition,
-                    "current_leader_epoch": -1,
-                    "fetch_offset": offset,
-                    "last_fetched_epoch": -1,
-                    "log_start_offset": -1,
-                    "partition_max_bytes": self.config.max_partition_fetch_bytes,
-                }
+                (tp.partition, want.fetch_offset, want.max_bytes)
             )
-        return {
-            "cluster_id": None,
-            "replica_id": -1,
-            "replica_state": {"replica_id": -1, "replica_epoch": -1},
-            "max_wait": self.config.fetch_max_wait_ms,
-            "min_bytes": self.config.fetch_min_bytes,
-            "max_bytes": self.config.fetch_max_bytes,
-            "isolation_level": self._isolation,
-            "session_id": 0,
-            "session_epoch": -1,  # no fetch session: every request is a full fetch
-            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            "forgotten_topics_data": [],
-            "rack_id": self.config.client_rack,
-        }
+        forgotten: dict[str, list[int]] = {}
+        for tp in request.to_forget:
+            forgotten.setdefault(tp.topic, []).append(tp.partition)
+        return encode_fetch_request(
+            version,
+            max_wait_ms=self.config.fetch_max_wait_ms,
+            min_bytes=self.config.fetch_min_bytes,
+            max_bytes=self.config.fetch_max_bytes,
+            isolation_level=self._isolation,
+            session_id=request.session_id,
+            session_epoch=request.epoch,
+            topics=list(topics.items()),
+            forgotten=list(forgotten.items()),
+            rack_id=self.config.client_rack,
+        )
 
-    def _on_response(
-        self, node: int, positions: dict[TopicPartition, int], future: Future[Any]
-    ) -> None:
+    def _on_response(self, node: int, built: list[FetchRequestData], future: Future[Any]) -> None:
         """Reader thread: queue the partition results, nothing more."""
         fetches: list[CompletedFetch] = []
         exc = future.exception()
-        if exc is None:
-            response = future.result()
-            top_error = int(getattr(response, "error_code", 0))
-            if top_error:
-                log.debug("fetch from node %s failed: error %s", node, top_error)
-                if top_error in _LEADER_ERRORS:
-                    self._client.request_update()
+        with self._cond:
+            session = self._sessions.setdefault(node, FetchSessionHandler())
+            if exc is not None or not built:
+                session.handle_error()
+                usable = False
+            else:
+                request = built[0]
+                response = future.result()
+                top_error = int(getattr(response, "error_code", 0))
+                usable = session.handle_response(
+                    request, top_error, int(getattr(response, "session_id", 0))
+                )
+        if exc is not None:
+            log.debug("fetch from node %s failed: %s", node, exc)
+            self._client.request_update()
+        elif not usable:
+            log.debug("fetch from node %s failed: error %s", node, top_error)
+            if top_error in _LEADER_ERRORS:
+                self._client.request_update()
+        else:
+            partitions = request.session_partitions
             for t in response.responses:
                 for p in t.partitions:
                     tp = TopicPartition(t.topic, int(p.partition_index))
-                    if tp not in positions:
+                    want = partitions.get(tp)
+                    if want is None:
                         continue
                     fetches.append(
                         CompletedFetch(
                             tp,
-                            positions[tp],
+                            want.fetch_offset,
                             int(p.error_code),
                             int(p.high_watermark),
-                            int(getattr(p, "log_start_offset", -1)),
-                            int(getattr(p, "last_stable_offset", -1)),
-                            bytes(p.records) if p.records else b"",
+                            int(p.log_start_offset),
+                            int(p.last_stable_offset),
+                            p.records if p.records is not None else b"",
+                            p.aborted_transactions,
                         )
                     )
-        else:
-            log.debug("fetch from node %s failed: %s", node, exc)
-            self._client.request_update()
         with self._cond:
             self._nodes_in_flight.discard(node)
             self._completed.extend(fetches)
@@ -248,9 +262,13 @@ class Fetcher:
             self._woken = True
             self._cond.notify_all()
 
-    def fetched_records(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Hand out up to ``max_records`` buffered records, advancing positions."""
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+    def fetched_records(self, max_records: int) -> dict[TopicPartition, RecordList]:
+        """Hand out up to ``max_records`` buffered records, advancing positions.
+
+        The records are decoded batch by batch as they are handed out, and built
+        as objects only when read (``RecordList``).
+        """
+        out: dict[TopicPartition, RecordList] = {}
         remaining = max_records
         while remaining > 0:
             with self._cond:
@@ -269,15 +287,21 @@ class Fetcher:
                     continue
             taken = self._take(cf, remaining)
             if taken:
-                out.setdefault(cf.tp, []).extend(taken)
-                remaining -= len(taken)
+                runs, count = taken
+                records = out.get(cf.tp)
+                if records is None:
+                    records = out[cf.tp] = RecordList(
+                        cf.tp, self._key_deserializer, self._value_deserializer
+                    )
+                records.extend_runs(runs, count)
+                remaining -= count
         return out
 
     def _initialize(self, cf: CompletedFetch) -> None:
-        """Check a fresh CompletedFetch against the current state; decode its records."""
+        """Check a fresh CompletedFetch against the current state (nothing is decoded yet)."""
         tp = cf.tp
         if not self._subs.is_assigned(tp) or self._subs.is_pending_revocation(tp):
-            cf.consumed = True  # dropped undecoded: decoding a large fetch costs the poll
+            cf.consumed = True  # dropped undecoded
             return
         try:
             position = self._subs.position(tp)
@@ -292,16 +316,9 @@ class Fetcher:
             self._subs.update_high_watermark(
                 tp, cf.high_watermark, cf.log_start_offset, cf.last_stable_offset
             )
-            try:
-                cf.records = deque(self._decode(cf))
-            except KafkaError as exc:
-                cf.consumed = True
-                raise exc
             cf.expected_position = cf.fetch_offset
             if not cf.records:
                 cf.consumed = True
-                if cf.raw and not self._subs.is_paused(tp):
-                    self._maybe_skip_empty(cf)
             return
         cf.consumed = True
         if code in _LEADER_ERRORS:
@@ -320,93 +337,44 @@ class Fetcher:
                 raise error
             log.debug("retriable fetch error for %s: %s", tp, error)
 
-    def _maybe_skip_empty(self, cf: CompletedFetch) -> None:
-        """Batches all below the position (compacted or control-only): move past them."""
-        last_next = -1
-        for _pos, h in iter_batches(cf.raw):
-            last_next = h.next_offset
-        if last_next > cf.fetch_offset:
-            self._subs.seek(cf.tp, last_next)
+    def _drop_batch(self, cf: CompletedFetch, header: BatchHeader) -> bool:
+        """Whether a transactional (non-control) batch is dropped whole, before it is
+        decoded; asked only for batches with the transactional bit.
 
-    def _decode(self, cf: CompletedFetch) -> list[ConsumerRecord]:
-        out: list[ConsumerRecord] = []
-        raw = cf.raw
-        tp = cf.tp
-        position = cf.fetch_offset
-        cf.next_offset = position
-        kd, vd = self._key_deserializer, self._value_deserializer
-        for pos, header in iter_batches(raw):
-            if header.next_offset <= position:
-                continue
-            if self.config.check_crcs and batch_crc(raw, pos, header.size) != header.crc:
-                raise CorruptRecordError(
-                    f"record batch at offset {header.base_offset} of {tp} failed its CRC32C check"
-                )
-            if header.is_control:
-                # Control batches carry no user records; step past them.
-                continue
-            try:
-                records = decode_batch_records(raw, pos, header)
-            except RecordError as exc:
-                raise CorruptRecordError(f"cannot decode a batch of {tp}: {exc}") from exc
-            ts_type = header.timestamp_type
-            for r in records:
-                if r.offset < position:
-                    continue
-                out.append(
-                    ConsumerRecord(
-                        tp.topic,
-                        tp.partition,
-                        r.offset,
-                        kd(r.key) if kd is not None else r.key,
-                        vd(r.value) if vd is not None else r.value,
-                        r.timestamp,
-                        list(r.headers),
-                        ts_type,
-                    )
-                )
-        if out:
-            # Control batches between the last record and the batch end move the
-            # position past them too, once every record is handed out.
-            last_next = out[-1].offset + 1
-            for _pos, header in iter_batches(raw):
-                if header.is_control and header.base_offset >= last_next:
-                    last_next = header.next_offset
-            cf.next_offset = last_next
-        return out
+        Nothing is today. With read_committed, a batch of an aborted transaction
+        (``cf.aborted_transactions``, the batch's producer id and offsets) belongs here.
+        """
+        return False
 
-    def _take(self, cf: CompletedFetch, n: int) -> list[ConsumerRecord]:
+    def _take(self, cf: CompletedFetch, n: int) -> tuple[list[Any], int] | None:
+        """Up to ``n`` records of ``cf`` as runs, the position moved past them; None when
+        nothing was taken."""
         tp = cf.tp
-        records = cf.records
-        if records is None:
-            cf.consumed = True
-            return []
         # Partition revoked, paused, about to be revoked or sought since: give nothing and
         # drop the rest (pause keeps the data in Java; we drop and refetch, which is
         # equivalent).
         if not self._subs.is_fetchable(tp):
             cf.consumed = True
-            return []
+            return None
         try:
             position = self._subs.position(tp)
         except KafkaError:
             cf.consumed = True
-            return []
+            return None
         if position != cf.expected_position:
             cf.consumed = True  # the user sought since these records were fetched
-            return []
-        taken: list[ConsumerRecord] = []
-        while records and len(taken) < n:
-            taken.append(records.popleft())
-        if taken:
-            new_position = taken[-1].offset + 1
-            if not records and cf.next_offset > new_position:
-                new_position = cf.next_offset
+            return None
+        try:
+            runs, count, new_position = cf.take(
+                n, position, self.config.check_crcs, self._drop_batch
+            )
+        except KafkaError:
+            cf.consumed = True
+            raise
+        if new_position != position:
             self._subs.seek(tp, new_position)
             cf.expected_position = new_position
-        if not records:
-            cf.consumed = True
-        return taken
+        return (runs, count) if count else None
 
     # ------------------------------------------------------------------ positions
 

@@ -100,16 +100,15 @@ def ask_leaders(
                 f"{what} for {sorted(map(str, pending))} timed out"
                 + (f" (last error: {last_error})" if last_error else "")
             )
-        by_leader: dict[int, dict[TopicPartition, int]] = {}
-        missing = False
-        for tp, value in pending.items():
-            leader = client.cluster.leader_for(tp)
-            if leader < 0:
-                missing = True
-                continue
-            by_leader.setdefault(leader, {})[tp] = value
+        by_leader, missing = _by_leader(client, pending)
         if missing:
+            # Leaders not known yet (the first request for these topics): wait for the
+            # metadata now rather than a backoff later.
             client.request_update()
+            client.maybe_refresh(timeout_s=remaining)
+            by_leader, missing = _by_leader(client, pending)
+            if missing:
+                client.request_update()
         sent: list[tuple[dict[TopicPartition, int], Future[Any]]] = []
         for leader, parts in by_leader.items():
             api_key, body = request(parts)
@@ -135,6 +134,21 @@ def ask_leaders(
             client.maybe_refresh(timeout_s=max(0.001, deadline - time.monotonic()))
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, client.config.retry_backoff_max_ms / 1000)
+
+
+def _by_leader(
+    client: KafkaClient, pending: Mapping[TopicPartition, int]
+) -> tuple[dict[int, dict[TopicPartition, int]], bool]:
+    """Pending partitions grouped by leader, and whether some leader is unknown."""
+    by_leader: dict[int, dict[TopicPartition, int]] = {}
+    missing = False
+    for tp, value in pending.items():
+        leader = client.cluster.leader_for(tp)
+        if leader < 0:
+            missing = True
+            continue
+        by_leader.setdefault(leader, {})[tp] = value
+    return by_leader, missing
 
 
 def _body(parts: Mapping[TopicPartition, int], isolation_level: int) -> Any:

@@ -254,6 +254,9 @@ class TlsSocket:
     def setsockopt(self, *args: Any) -> None:
         self._sock.setsockopt(*args)
 
+    def shutdown(self, how: int) -> None:
+        self._sock.shutdown(how)
+
     def close(self) -> None:
         self._sock.close()
 

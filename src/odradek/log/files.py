@@ -10,6 +10,12 @@ A descriptor is *pinned* while a caller uses it (``with files.use(f) as fd``),
 so a worker thread never has its descriptor closed, and the number reused, by
 the event loop's eviction or by the segment being deleted. When ``open`` fails
 with EMFILE / ENFILE every idle descriptor is closed and the open retried once.
+
+A ``FileRegion`` (bytes of a segment file a Fetch response sends with
+``sendfile``) holds its own pin from the read until it is released after the
+send: meanwhile the file may be retired (retention, compaction, topic deletion)
+and even unlinked, but its descriptor stays open and its bytes, which an
+append-only log never rewrites, stay what the read checked.
 """
 
 from __future__ import annotations
@@ -18,12 +24,11 @@ import errno
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 __all__ = [
     "DEFAULT_MAX_OPEN_FILES",
     "FileCache",
+    "FileRegion",
     "SegmentFile",
     "set_max_open_files",
     "shared_file_cache",
@@ -63,14 +68,9 @@ class FileCache:
     def open_count(self) -> int:
         return len(self._open)
 
-    @contextmanager
-    def use(self, file: SegmentFile, *, create: bool = False) -> Iterator[int]:
+    def use(self, file: SegmentFile, *, create: bool = False) -> _Use:
         """The file's descriptor, pinned for the ``with`` block (opened, maybe created)."""
-        fd = self._acquire(file, create)
-        try:
-            yield fd
-        finally:
-            self._release(file)
+        return _Use(self, file, create)
 
     def _acquire(self, file: SegmentFile, create: bool) -> int:
         with self._lock:
@@ -131,6 +131,73 @@ class FileCache:
         del self._open[file]
         fd, file.fd = file.fd, -1
         os.close(fd)
+
+
+class _Use:
+    """``FileCache.use``'s context manager (a class: reads take several per fetch, and a
+    generator-based one costs several times as much)."""
+
+    __slots__ = ("_cache", "_create", "_file")
+
+    def __init__(self, cache: FileCache, file: SegmentFile, create: bool) -> None:
+        self._cache = cache
+        self._file = file
+        self._create = create
+
+    def __enter__(self) -> int:
+        return self._cache._acquire(self._file, self._create)
+
+    def __exit__(self, *exc: object) -> None:
+        self._cache._release(self._file)
+
+
+class FileRegion:
+    """Bytes ``[position, position + length)`` of a segment file, pinned until ``release``.
+
+    Made while the caller holds the file in use (so it is open); ``fd`` stays
+    valid until ``release()``, which must be called exactly once the region is
+    sent or dropped (a second call does nothing).
+    """
+
+    __slots__ = ("_cache", "_file", "fd", "length", "position")
+
+    def __init__(self, cache: FileCache, file: SegmentFile, position: int, length: int) -> None:
+        self._cache: FileCache | None = cache
+        self._file = file
+        self.fd = cache._acquire(file, False)
+        self.position = position
+        self.length = length
+
+    @property
+    def released(self) -> bool:
+        return self._cache is None
+
+    def read(self) -> bytes:
+        """The region's bytes (for a transport that cannot sendfile, e.g. TLS)."""
+        return self.read_part(0, self.length)
+
+    def read_part(self, start: int, size: int) -> bytes:
+        """``size`` bytes from ``start`` within the region; short only if the file is."""
+        if self._cache is None:
+            raise ValueError("the region was released")
+        chunks = []
+        pos = self.position + start
+        end = pos + min(size, self.length - start)
+        while pos < end:
+            chunk = os.pread(self.fd, end - pos, pos)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            pos += len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def release(self) -> None:
+        cache, self._cache = self._cache, None
+        if cache is not None:
+            cache._release(self._file)
+
+    def __repr__(self) -> str:
+        return f"FileRegion({self._file.path}, {self.position}+{self.length})"
 
 
 _shared = FileCache()

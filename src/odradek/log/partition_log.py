@@ -101,7 +101,7 @@ from odradek.log.compaction import (
 )
 from odradek.log.config import LogConfig
 from odradek.log.errors import CorruptSegmentError, MessageTooLargeError, OffsetOutOfRangeError
-from odradek.log.files import FileCache, shared_file_cache
+from odradek.log.files import FileCache, FileRegion, shared_file_cache
 from odradek.log.index import write_file_atomic
 from odradek.log.producer_state import CompletedTxn, ProducerStateManager
 from odradek.log.segment import Segment, segment_name
@@ -702,14 +702,21 @@ class PartitionLog:
         return None
 
     def read(
-        self, offset: int, max_bytes: int, *, max_offset: int | None = None
-    ) -> bytes | bytearray:
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        region_from: int | None = None,
+    ) -> bytes | bytearray | FileRegion:
         """Whole batches from the batch containing ``offset``, at least one if any exist.
 
         Reads stay within one segment, as Kafka's do; the caller fetches again.
         ``max_offset``: no batch starting at or after it (read_committed: the last
         stable offset). Raises CorruptSegmentError (CORRUPT_MESSAGE) for an
-        offset in a quarantined range.
+        offset in a quarantined range. With ``region_from``, a read of more than
+        that many bytes may answer a ``FileRegion`` (``Segment.read_from``), which
+        the caller must release.
         """
         with self._lock:
             self._check_open()
@@ -720,7 +727,7 @@ class PartitionLog:
             if loc is None:
                 return b""
             seg, pos, base = loc
-            return seg.read_from(pos, max_bytes, base, max_offset)
+            return seg.read_from(pos, max_bytes, base, max_offset, region_from=region_from)
 
     def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions with data in [fetch_offset, upper_bound) (read_committed).

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from odradek.log.errors import CorruptSegmentError
-from odradek.log.files import FileCache, SegmentFile
+from odradek.log.files import FileCache, FileRegion, SegmentFile
 from odradek.log.index import IndexCorruptError, OffsetIndex, TimeIndex, write_file_atomic
 from odradek.log.txn_index import TxnIndex
 from odradek.protocol.records import (
@@ -353,16 +353,7 @@ class Segment:
                         reason = "a batch header is cut off by the file end"
                     else:
                         t = unpack_header(buf, off)
-                        last = t[0] + t[6]
-                        if not (  # the common case inline; _broken says what is wrong
-                            t[1] >= MIN_BATCH_LENGTH
-                            and t[3] == 2
-                            and pos + t[1] + LOG_OVERHEAD <= size_now
-                            and t[0] >= expected
-                            and t[6] >= 0
-                            and last - base <= _MAX_REL_OFFSET
-                            and (upper is None or last < upper)
-                        ):
+                        if not _fits(t, pos, size_now, expected, upper, base):
                             size = t[1] + LOG_OVERHEAD
                             reason = _broken(t, pos, size, size_now, expected, upper, base)
                 if pending is not None:
@@ -687,8 +678,14 @@ class Segment:
         return None
 
     def read_from(
-        self, pos: int, max_bytes: int, expected: int, stop_offset: int | None = None
-    ) -> bytearray:
+        self,
+        pos: int,
+        max_bytes: int,
+        expected: int,
+        stop_offset: int | None = None,
+        *,
+        region_from: int | None = None,
+    ) -> bytearray | FileRegion:
         """Whole, checked batches starting at ``pos`` up to ``max_bytes``; at least one.
 
         ``stop_offset``: no batch starting at or after it is returned (read_committed
@@ -698,18 +695,116 @@ class Segment:
         neither return garbage nor skip data silently: the read stops before a
         quarantined range (the next fetch asks for its first offset and gets the
         error). ``expected``: the base offset ``find_batch`` gave for ``pos``.
-        One read covers the data and the header after it, which the walk checks.
+
+        Up to ``region_from`` bytes (always, when it is None) one read covers
+        the data and the header after it, which the walk checks. A larger read
+        walks the same chain reading only the batch headers (one ``pread`` of 61
+        bytes each; a batch whose chain does not line up is still read whole for
+        its CRC32C) and answers a ``FileRegion``: the checked bytes, left in the
+        file for ``sendfile``, the descriptor pinned until the region is released.
         """
         limit = pos + max(max_bytes, 0)
+        if region_from is not None and limit - pos > region_from:
+            return self._read_region(pos, limit, expected, region_from, stop_offset)
         # A bytearray, so the answer is this buffer cut short, not a copy of it.
         buf = bytearray(min(max(limit, pos + 1) + BATCH_OVERHEAD, self.size) - pos)
         with self.files.use(self.file) as fd:
             del buf[os.preadv(fd, [buf], pos) :]
         if len(buf) >= BATCH_OVERHEAD:  # the first batch is returned whole, however large
             limit = max(limit, pos + unpack_header(buf)[1] + LOG_OVERHEAD)
+        end = self._checked_end(pos, expected, limit, _SCAN_CHUNK, (buf, pos), stop_offset)
+        if end == pos:
+            return bytearray()
+        n = end - pos
+        if n <= len(buf):
+            del buf[n:]
+        else:  # a first batch larger than the limit
+            buf = bytearray(self.pread(n, pos))
+        return buf
+
+    def _read_region(
+        self, pos: int, limit: int, expected: int, region_from: int, stop_offset: int | None
+    ) -> bytearray | FileRegion:
+        with self.files.use(self.file) as fd:  # open, and pinned while the region is made
+            head = os.pread(fd, BATCH_OVERHEAD, pos)
+            if len(head) == BATCH_OVERHEAD:  # the first batch is returned whole
+                limit = max(limit, pos + unpack_header(head)[1] + LOG_OVERHEAD)
+            # A read_committed read stops at the LSO: the full walk knows where.
+            end = (
+                -1
+                if stop_offset is not None
+                else self._lined_up_end(fd, pos, expected, limit, head)
+            )
+            if end < 0:  # anything out of the ordinary: the full walk decides
+                end = self._checked_end(
+                    pos, expected, limit, BATCH_OVERHEAD, (head, pos), stop_offset
+                )
+            n = end - pos
+            if n == 0:
+                return bytearray()
+            if n <= region_from:  # the segment held less than asked: not worth a region
+                return bytearray(os.pread(fd, n, pos))
+            return FileRegion(self.files, self.file, pos, n)
+
+    def _lined_up_end(self, fd: int, pos: int, expected: int, limit: int, head: bytes) -> int:
+        """``_chain``'s walk for a region when nothing is out of the ordinary, reading only
+        headers: where the whole batches from ``pos`` up to ``limit`` end, or -1.
+
+        -1 when anything would need ``_chain``'s judgement: a quarantined range in the
+        segment, a header that fails the checks, or a batch the next header does not
+        line up with (whose CRC32C ``_chain`` would then read). What it accepts,
+        ``_chain`` would have yielded the same way.
+        """
+        if self.holes or len(head) < BATCH_OVERHEAD:
+            return -1
+        size_now = self.size
+        stop = min(limit, size_now)
+        upper = self._offset_bound()
+        base = self.base_offset
+        start = pos
+        t = unpack_header(head)
+        next_off = -1
+        while True:
+            if not _fits(t, pos, size_now, expected, upper, base):
+                return -1
+            if pos != start and t[0] != expected:
+                return -1  # the previous batch is not lined up: _chain checks its CRC
+            end = pos + t[1] + LOG_OVERHEAD
+            if end > stop:
+                break  # this batch crosses the limit; it lined up the previous one
+            next_off = t[0] + t[6] + 1
+            expected = next_off
+            pos = end
+            if pos == size_now:
+                break  # the file's end lines up the last batch
+            head = os.pread(fd, BATCH_OVERHEAD, pos)
+            if len(head) < BATCH_OVERHEAD:
+                return -1
+            t = unpack_header(head)
+        if pos == start:
+            return -1
+        self._hint_offset = next_off
+        self._hint_pos = pos
+        return pos
+
+    def _checked_end(
+        self,
+        pos: int,
+        expected: int,
+        limit: int,
+        chunk: int,
+        prefetch: tuple[bytes | bytearray, int],
+        stop_offset: int | None = None,
+    ) -> int:
+        """Where the whole, checked batches from ``pos`` up to ``limit`` end (none
+        starting at or after ``stop_offset``).
+
+        Raises CorruptSegmentError when the batch at ``pos`` itself is quarantined.
+        Remembers where the next read of this segment will start.
+        """
         end = pos
         next_off = -1
-        for p, t in self._chain(pos, expected, limit, _SCAN_CHUNK, prefetch=(buf, pos)):
+        for p, t in self._chain(pos, expected, limit, chunk, prefetch=prefetch):
             if p != end:
                 break  # a quarantined range lies between: stop before it
             if stop_offset is not None and t[0] >= stop_offset:
@@ -719,16 +814,10 @@ class Segment:
         if end == pos:
             if stop_offset is None or expected < stop_offset:
                 self.check_readable(expected)  # the batch at ``pos`` was just quarantined
-            return bytearray()
-        n = end - pos
-        if n <= len(buf):
-            del buf[n:]
-        else:  # a first batch larger than the limit
-            buf = bytearray(self.pread(n, pos))
-        if len(buf) == n:
-            self._hint_offset = next_off
-            self._hint_pos = end
-        return buf
+            return pos
+        self._hint_offset = next_off
+        self._hint_pos = end
+        return end
 
     def read_batch_at(self, pos: int, size: int) -> bytes:
         return self.pread(size, pos)
@@ -758,6 +847,22 @@ class Segment:
     def drop_read_hint(self) -> None:
         self._hint_offset = -1
         self._hint_pos = -1
+
+
+def _fits(
+    t: RawHeader, pos: int, file_size: int, expected: int, upper: int | None, segment_base: int
+) -> bool:
+    """The common case of the chain's checks (``_broken`` says what is wrong otherwise)."""
+    last = t[0] + t[6]
+    return (
+        t[1] >= MIN_BATCH_LENGTH
+        and t[3] == 2
+        and pos + t[1] + LOG_OVERHEAD <= file_size
+        and t[0] >= expected
+        and t[6] >= 0
+        and last - segment_base <= _MAX_REL_OFFSET
+        and (upper is None or last < upper)
+    )
 
 
 def _broken(

@@ -887,11 +887,140 @@ static PyObject *codec_murmur2_partitions(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ------------------------------------------------------------------ build_records */
+
+/* One key/value/header field of the buffer as bytes (None when null). */
+static PyObject *field_bytes(const Py_buffer *buf, int32_t start, int32_t length) {
+    if (length < 0) Py_RETURN_NONE;
+    if (start < 0 || (Py_ssize_t)start + length > buf->len) {
+        PyErr_SetString(PyExc_ValueError, "build_records field points outside its buffer");
+        return NULL;
+    }
+    return PyBytes_FromStringAndSize((const char *)buf->buf + start, length);
+}
+
+/* obj passed through a deserializer when one is given (steals obj). */
+static PyObject *deserialized(PyObject *deserializer, PyObject *obj) {
+    if (obj == NULL || deserializer == Py_None) return obj;
+    PyObject *out = PyObject_CallOneArg(deserializer, obj);
+    Py_DECREF(obj);
+    return out;
+}
+
+static PyObject *codec_build_records(PyObject *self, PyObject *args) {
+    PyTypeObject *cls;
+    PyObject *buffer_obj, *arrays, *topic, *partition, *timestamp_type, *kd, *vd;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "O!OO!nnOOOOO:build_records", &PyType_Type, &cls, &buffer_obj,
+                          &PyTuple_Type, &arrays, &lo, &hi, &topic, &partition, &timestamp_type,
+                          &kd, &vd))
+        return NULL;
+    if (!PyType_IsSubtype(cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "build_records needs a tuple subclass");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(arrays) != 11) {
+        PyErr_SetString(PyExc_ValueError, "build_records needs the eleven column arrays");
+        return NULL;
+    }
+    Py_buffer buf, col[11];
+    int held = 0;
+    PyObject *out = NULL;
+    if (PyObject_GetBuffer(buffer_obj, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    for (; held < 11; held++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, held), &col[held], PyBUF_SIMPLE) < 0)
+            goto done;
+    }
+    Py_ssize_t rows = col[0].len / 8;
+    Py_ssize_t nheaders = col[7].len / 4;
+    if (col[1].len / 8 != rows || col[2].len / 4 != rows || col[3].len / 4 != rows ||
+        col[4].len / 4 != rows || col[5].len / 4 != rows || col[6].len / 4 != rows + 1 ||
+        col[8].len / 4 != nheaders || col[9].len / 4 != nheaders || col[10].len / 4 != nheaders) {
+        PyErr_SetString(PyExc_ValueError, "build_records column arrays disagree in length");
+        goto done;
+    }
+    if (lo < 0 || hi < lo || hi > rows) {
+        PyErr_SetString(PyExc_ValueError, "build_records rows out of range");
+        goto done;
+    }
+    const int64_t *offsets = col[0].buf, *timestamps = col[1].buf;
+    const int32_t *ks = col[2].buf, *kl = col[3].buf, *vs = col[4].buf, *vl = col[5].buf;
+    const int32_t *hindex = col[6].buf, *hks = col[7].buf, *hkl = col[8].buf;
+    const int32_t *hvs = col[9].buf, *hvl = col[10].buf;
+    out = PyList_New(hi - lo);
+    if (out == NULL) goto done;
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        PyObject *record = cls->tp_alloc(cls, 8);
+        if (record == NULL) goto fail;
+        PyList_SET_ITEM(out, i - lo, record);
+        PyObject *key = deserialized(kd, field_bytes(&buf, ks[i], kl[i]));
+        if (key == NULL) goto fail;
+        PyTuple_SET_ITEM(record, 3, key);
+        PyObject *value = deserialized(vd, field_bytes(&buf, vs[i], vl[i]));
+        if (value == NULL) goto fail;
+        PyTuple_SET_ITEM(record, 4, value);
+        int32_t h0 = hindex[i], h1 = hindex[i + 1];
+        if (h0 < 0 || h1 < h0 || h1 > nheaders) {
+            PyErr_SetString(PyExc_ValueError, "build_records header index out of range");
+            goto fail;
+        }
+        PyObject *headers = PyList_New(h1 - h0);
+        if (headers == NULL) goto fail;
+        PyTuple_SET_ITEM(record, 6, headers);
+        for (int32_t h = h0; h < h1; h++) {
+            if (hkl[h] < 0 || hks[h] < 0 || (Py_ssize_t)hks[h] + hkl[h] > buf.len) {
+                PyErr_SetString(PyExc_ValueError,
+                                "build_records field points outside its buffer");
+                goto fail;
+            }
+            PyObject *name =
+                PyUnicode_DecodeUTF8((const char *)buf.buf + hks[h], hkl[h], "strict");
+            if (name == NULL) goto fail;
+            PyObject *hvalue = field_bytes(&buf, hvs[h], hvl[h]);
+            if (hvalue == NULL) {
+                Py_DECREF(name);
+                goto fail;
+            }
+            PyObject *pair = PyTuple_New(2);
+            if (pair == NULL) {
+                Py_DECREF(name);
+                Py_DECREF(hvalue);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(pair, 0, name);
+            PyTuple_SET_ITEM(pair, 1, hvalue);
+            PyList_SET_ITEM(headers, h - h0, pair);
+        }
+        PyObject *offset = PyLong_FromLongLong(offsets[i]);
+        if (offset == NULL) goto fail;
+        PyTuple_SET_ITEM(record, 2, offset);
+        PyObject *timestamp = PyLong_FromLongLong(timestamps[i]);
+        if (timestamp == NULL) goto fail;
+        PyTuple_SET_ITEM(record, 5, timestamp);
+        Py_INCREF(topic);
+        PyTuple_SET_ITEM(record, 0, topic);
+        Py_INCREF(partition);
+        PyTuple_SET_ITEM(record, 1, partition);
+        Py_INCREF(timestamp_type);
+        PyTuple_SET_ITEM(record, 7, timestamp_type);
+    }
+    goto done;
+fail:
+    /* A half-built record holds NULL items: tuple dealloc skips them (Py_XDECREF). */
+    Py_CLEAR(out);
+done:
+    for (int c = 0; c < held; c++) PyBuffer_Release(&col[c]);
+    PyBuffer_Release(&buf);
+    return out;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef codec_methods[] = {
     {"decode_records", codec_decode_records, METH_VARARGS,
      "Decode a records section into columns (see _codec_py.decode_records)."},
+    {"build_records", codec_build_records, METH_VARARGS,
+     "Consumer records from decoded columns (see _codec_py.build_records)."},
     {"gather", codec_gather, METH_O,
      "Copy (start, length) slices into Arrow binary layout (see _codec_py.gather)."},
     {"encode_record", codec_encode_record, METH_VARARGS,

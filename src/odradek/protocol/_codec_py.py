@@ -26,6 +26,7 @@ from typing import Any
 from odradek.protocol.records import CorruptRecordError, _read_varint, _write_varint
 
 __all__ = [
+    "build_records",
     "decode_records",
     "encode_columns",
     "encode_record",
@@ -148,6 +149,67 @@ def decode_records(
         hv_starts.tobytes(),
         hv_lengths.tobytes(),
     )
+
+
+def build_records(
+    cls: type,
+    buffer: Any,
+    arrays: Sequence[bytes],
+    lo: int,
+    hi: int,
+    topic: str,
+    partition: int,
+    timestamp_type: int,
+    key_deserializer: Any,
+    value_deserializer: Any,
+) -> list[Any]:
+    """Records ``lo:hi`` of decoded columns as ``cls`` tuples (a consumer's records).
+
+    ``arrays`` are the eleven arrays ``decode_records`` returns after the count. Each
+    record is ``cls((topic, partition, offset, key, value, timestamp, headers,
+    timestamp_type))`` built with ``tuple.__new__``; keys and values are copied out
+    of ``buffer`` (None when null) and passed through the deserializers when given;
+    ``headers`` is a new list of ``(str, bytes | None)`` pairs.
+    """
+    buf = memoryview(buffer)
+    offsets, timestamps = array("q", arrays[0]), array("q", arrays[1])
+    key_starts, key_lengths = array("i", arrays[2]), array("i", arrays[3])
+    value_starts, value_lengths = array("i", arrays[4]), array("i", arrays[5])
+    index = array("i", arrays[6])
+    hk_starts, hk_lengths = array("i", arrays[7]), array("i", arrays[8])
+    hv_starts, hv_lengths = array("i", arrays[9]), array("i", arrays[10])
+    if not 0 <= lo <= hi <= len(offsets):
+        raise ValueError("build_records rows out of range")
+
+    def field(start: int, length: int) -> bytes | None:
+        if length < 0:
+            return None
+        if start < 0 or start + length > len(buf):
+            raise ValueError("build_records field points outside its buffer")
+        return bytes(buf[start : start + length])
+
+    out = []
+    new = tuple.__new__
+    for i in range(lo, hi):
+        key = field(key_starts[i], key_lengths[i])
+        value = field(value_starts[i], value_lengths[i])
+        headers = []
+        for h in range(index[i], index[i + 1]):
+            name = field(hk_starts[h], hk_lengths[h])
+            headers.append(
+                ("" if name is None else name.decode("utf-8"), field(hv_starts[h], hv_lengths[h]))
+            )
+        if key_deserializer is not None:
+            key = key_deserializer(key)
+        if value_deserializer is not None:
+            value = value_deserializer(value)
+        out.append(
+            new(
+                cls,
+                (topic, partition, offsets[i], key, value, timestamps[i], headers, timestamp_type),
+            )
+        )
+    return out
 
 
 def gather(

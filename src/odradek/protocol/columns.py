@@ -37,6 +37,7 @@ from odradek.protocol.records import (
     READ_MAX_DECOMPRESSED_BYTES,
     BatchHeader,
     DecodedRecord,
+    RawHeader,
     _compress,
     crc32c,
     decompress,
@@ -46,7 +47,9 @@ __all__ = [
     "NATIVE",
     "BatchColumns",
     "batch_from_body",
+    "build_records",
     "decode_batch_columns",
+    "decode_columns_raw",
     "decompress_section",
     "encode_columns",
     "encode_record",
@@ -76,6 +79,7 @@ NATIVE: bool = _impl is not _codec_py
 implementation: str = "native" if NATIVE else "python"
 
 decode_records = _impl.decode_records
+build_records = _impl.build_records
 gather = _impl.gather
 encode_record = _impl.encode_record
 encode_columns = _impl.encode_columns
@@ -160,8 +164,11 @@ class BatchColumns:
         self.raw_arrays: tuple[bytes, ...] = decoded[1:]
         self.timestamp_type = timestamp_type
         self.is_control = is_control
-        for name, _ in _ARRAYS:
-            setattr(self, "_v" + name, None)
+        # The typed views, made on first use (one statement: a batch costs little).
+        self._voffsets = self._vtimestamps = self._vkey_starts = self._vkey_lengths = None
+        self._vvalue_starts = self._vvalue_lengths = self._vheader_index = None
+        self._vheader_key_starts = self._vheader_key_lengths = None
+        self._vheader_value_starts = self._vheader_value_lengths = None
 
     def __len__(self) -> int:
         return self.count
@@ -235,23 +242,40 @@ def decode_batch_columns(
     Raises ``CorruptRecordError`` for a malformed records section, and what
     ``records.decompress`` raises for a bad, unsupported or oversized compression.
     """
+    return decode_columns_raw(buf, pos, _raw(header))
+
+
+def _raw(header: BatchHeader) -> RawHeader:
+    return (
+        header.base_offset,
+        header.batch_length,
+        header.partition_leader_epoch,
+        header.magic,
+        header.crc,
+        header.attributes,
+        header.last_offset_delta,
+        header.base_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.records_count,
+    )
+
+
+def decode_columns_raw(buf: bytes | bytearray | memoryview, pos: int, t: RawHeader) -> BatchColumns:
+    """``decode_batch_columns`` from the raw header tuple (``records.unpack_header``): the
+    form for walks over many batches, which need no ``BatchHeader`` object."""
     start = pos + BATCH_OVERHEAD
-    end = pos + header.batch_length + LOG_OVERHEAD
-    codec = header.attributes & 0x07
+    end = pos + t[1] + LOG_OVERHEAD
+    attributes = t[5]
+    codec = attributes & 0x07
     if codec != COMPRESSION_NONE:
         buf = decompress_section(codec, memoryview(buf)[start:end])
         start, end = 0, len(buf)
-    log_append = (header.attributes >> 3) & 1
-    decoded = decode_records(
-        buf,
-        start,
-        end,
-        header.records_count,
-        header.base_offset,
-        header.base_timestamp,
-        header.max_timestamp if log_append else None,
-    )
-    return BatchColumns(buf, decoded, log_append, bool(header.attributes & _CONTROL_BIT))
+    log_append = (attributes >> 3) & 1
+    decoded = decode_records(buf, start, end, t[12], t[0], t[7], t[8] if log_append else None)
+    return BatchColumns(buf, decoded, log_append, bool(attributes & _CONTROL_BIT))
 
 
 def gather_binary(

@@ -1,12 +1,23 @@
-"""Fetch: long poll for record batches.
+"""Fetch: long poll for record batches, in fetch sessions, sent with sendfile.
 
 Honours max_wait / min_bytes (the request parks until enough bytes are
 available or the wait runs out), max_bytes for the whole response and
 partition_max_bytes per partition; as in Kafka (KIP-74) the first batch of the
 first partition with data is returned whole even when it is larger than both.
-Fetch sessions (KIP-227) are not offered: every response carries session id 0,
-which tells clients to keep sending full fetches. From v13 topics are named by
-topic id (KIP-516); an id this broker does not know gets UNKNOWN_TOPIC_ID.
+From v13 topics are named by topic id (KIP-516); an id this broker does not
+know gets UNKNOWN_TOPIC_ID.
+
+Fetch sessions (KIP-227, v7+): ``broker/fetch_sessions.py`` turns the request
+into the partitions to read (an incremental fetch reads every partition of its
+session) and, once they are read, into the partitions to answer.
+
+Records leave without being copied into Python where they can
+(``broker/sending.py``): on a listener without TLS, a partition's read of more
+than ``SENDFILE_MIN_BYTES`` is a region of its segment file (checked against
+the batch chain from the headers alone, ``Segment.read_from``), written into
+the response by ``protocol/fetch.py`` as a spliced part that the connection
+sends with ``sendfile``. Smaller reads, and every read for a TLS listener, are
+bytes, as before.
 
 ``isolation_level=1`` (read_committed) returns batches only below the last
 stable offset, with the aborted transactions of that range (producer id and
@@ -17,63 +28,133 @@ drops their batches; every response carries the LSO.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
+from collections.abc import Hashable
 from typing import Any
 
-from odradek.broker.context import NO_THROTTLE, RequestContext, respond
+from odradek.broker.context import RequestContext
+from odradek.broker.fetch_sessions import (
+    FetchContext,
+    PartitionKey,
+    PartitionRequest,
+    SessionError,
+)
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.log.errors import LogError
+from odradek.log.files import FileRegion
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.codec import DecodeError, RequestHeader, skip_tagged_fields
+from odradek.protocol.fetch import (
+    FIRST_FLEXIBLE_VERSION,
+    EncodedResponse,
+    FetchDecodeError,
+    FetchRequest,
+    encode_fetch_response,
+    parse_fetch_request,
+)
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
-FETCH_SESSION_ID_NOT_FOUND = 70
 UNKNOWN_TOPIC_ID = 100
 READ_COMMITTED = 1
 TOPIC_AUTHORIZATION_FAILED = 29
 TOPIC_IDS_FROM = 13
+SENDFILE_MIN_BYTES = 64 * 1024  # smaller reads are copied: one pread beats a sendfile call
+
+ReadEntry = tuple[PartitionKey, dict[str, Any], int]
+"""(partition key, response entry, records size) of one partition read."""
 
 
-def _requested_topics(ctx: RequestContext, request: Any) -> list[tuple[Any, str | None]]:
-    """(requested topic, its name or None when its topic id is unknown)."""
-    if ctx.version < TOPIC_IDS_FROM:
-        return [(t, t.topic) for t in request.topics]
-    by_id = ctx.broker.topics.topics_by_id
-    out: list[tuple[Any, str | None]] = []
+def read_request(header: RequestHeader, frame: bytes, pos: int) -> FetchRequest:
+    """The request body, read by hand (``protocol/fetch.py``): kio's reader takes ten
+    times as long, and Fetch is the broker's busiest request."""
+    try:
+        if header.api_version >= FIRST_FLEXIBLE_VERSION:
+            pos = skip_tagged_fields(frame, pos)
+        return parse_fetch_request(frame, pos, header.api_version)
+    except FetchDecodeError as exc:
+        raise DecodeError(f"malformed FETCH v{header.api_version}: {exc}") from exc
+
+
+def _requested(
+    ctx: RequestContext, request: FetchRequest
+) -> tuple[OrderedDict[PartitionKey, PartitionRequest], list[PartitionKey]]:
+    """The partitions this request lists, and those it forgets (v7+), keyed by topic name
+    (by topic id from v13)."""
+    by_id = ctx.version >= TOPIC_IDS_FROM
+    wanted: OrderedDict[PartitionKey, PartitionRequest] = OrderedDict()
     for t in request.topics:
-        found = by_id.get(t.topic_id)
-        out.append((t, found.name if found is not None else None))
-    return out
+        topic: Hashable = t.topic_id if by_id else t.topic
+        for p in t.partitions:
+            wanted[(topic, p.partition)] = PartitionRequest(
+                p.fetch_offset,
+                p.partition_max_bytes,
+                p.log_start_offset,
+                p.current_leader_epoch,
+                p.last_fetched_epoch,
+            )
+    forgotten: list[PartitionKey] = []
+    for t in request.forgotten_topics_data:
+        topic = t.topic_id if by_id else t.topic
+        forgotten.extend((topic, p) for p in t.partitions)
+    return wanted, forgotten
 
 
-def _unreadable(ctx: RequestContext, request: Any) -> set[str]:
+def _names(ctx: RequestContext, keys: Any) -> dict[Hashable, str | None]:
+    """Topic name of each key's topic (None for a topic id this broker does not know)."""
+    if ctx.version < TOPIC_IDS_FROM:
+        return {topic: topic for topic, _ in keys}
+    by_id = ctx.broker.topics.topics_by_id
+    names: dict[Hashable, str | None] = {}
+    for topic, _ in keys:
+        if topic not in names:
+            found = by_id.get(topic)
+            names[topic] = found.name if found is not None else None
+    return names
+
+
+def _unreadable(ctx: RequestContext, request: FetchRequest, names: set[str]) -> set[str]:
     """Topics this request may not read: READ on each topic for consumers; CLUSTER_ACTION
     on the cluster for a follower (replica id >= 0), or nothing is readable."""
-    names = {name for _, name in _requested_topics(ctx, request) if name is not None}
-    if int(getattr(request, "replica_id", -1)) >= 0:
+    if request.replica_id >= 0:
         follower_ok = ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
         return set() if follower_ok else names
     return {n for n in names if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, n)}
 
 
+def _release(entries: list[ReadEntry]) -> None:
+    for _, entry, _ in entries:
+        records = entry["records"]
+        if isinstance(records, FileRegion):
+            records.release()
+            entry["records"] = b""
+
+
 def _read_partitions(
-    ctx: RequestContext, request: Any, unreadable: set[str]
-) -> tuple[list[dict[str, Any]], int, bool]:
-    """One pass over the requested partitions: (topic responses, bytes, any error)."""
+    ctx: RequestContext,
+    request: FetchRequest,
+    partitions: OrderedDict[PartitionKey, PartitionRequest],
+    names: dict[Hashable, str | None],
+    unreadable: set[str],
+) -> tuple[list[ReadEntry], int, bool]:
+    """One pass over the partitions: (entries, bytes, any error). Entries may hold
+    FileRegions: the caller releases them (``_release``) or sends them."""
     topics = ctx.broker.topics
-    remaining = int(request.max_bytes) if ctx.version >= 3 else 2**31 - 1
-    remaining = min(remaining, int(ctx.broker.config["fetch.max.bytes"]))
-    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    remaining = min(request.max_bytes, int(ctx.broker.config["fetch.max.bytes"]))
+    read_committed = request.isolation_level == READ_COMMITTED
     aborted = () if read_committed else None
+    session = ctx.session
+    region_from = None if session is not None and session.listener.uses_tls else SENDFILE_MIN_BYTES
     total = 0
     any_error = False
     first_data = True
-    responses = []
-    for wanted, name in _requested_topics(ctx, request):
-        partitions = []
-        for part in wanted.partitions:
-            plog = topics.partition(name, part.partition) if name is not None else None
+    entries: list[ReadEntry] = []
+    try:
+        for key, wanted in partitions.items():
+            name = names[key[0]]
+            plog = topics.partition(name, key[1]) if name is not None else None
             entry: dict[str, Any] = {
-                "partition_index": part.partition,
+                "partition_index": key[1],
                 "error_code": 0,
                 "high_watermark": -1,
                 "last_stable_offset": -1,
@@ -82,7 +163,8 @@ def _read_partitions(
                 "preferred_read_replica": -1,
                 "records": b"",
             }
-            partitions.append(entry)
+            size = 0
+            entries.append((key, entry, 0))
             if name in unreadable:
                 entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
                 any_error = True
@@ -96,68 +178,106 @@ def _read_partitions(
             entry["high_watermark"] = end
             entry["last_stable_offset"] = lso
             entry["log_start_offset"] = plog.start_offset
-            if part.fetch_offset == end or (remaining <= 0 and not first_data):
+            if wanted.fetch_offset == end or (remaining <= 0 and not first_data):
                 continue
-            offset = int(part.fetch_offset)
+            offset = wanted.fetch_offset
             try:
-                limit = min(int(part.partition_max_bytes), remaining)
-                data = plog.read(offset, max(limit, 1), max_offset=lso if read_committed else None)
-                if read_committed and data:
-                    entry["aborted_transactions"] = [
-                        {"producer_id": a.producer_id, "first_offset": a.first_offset}
-                        for a in plog.aborted_transactions(offset, lso)
-                    ]
+                limit = min(wanted.max_bytes, remaining)
+                data = plog.read(
+                    offset,
+                    max(limit, 1),
+                    region_from=region_from,
+                    max_offset=lso if read_committed else None,
+                )
             except LogError as exc:
                 entry["error_code"] = exc.error_code
                 any_error = True
                 continue
-            if not data:
+            size = data.length if isinstance(data, FileRegion) else len(data)
+            if not size:
                 continue
-            if len(data) > limit and not first_data:
+            if size > limit and not first_data:
+                if isinstance(data, FileRegion):
+                    data.release()
                 continue  # only the very first batch may exceed the limits
             first_data = False
             entry["records"] = data
-            total += len(data)
-            remaining -= len(data)
-        responses.append(
-            {
-                "topic": name,
-                "topic_id": getattr(wanted, "topic_id", None),
-                "partitions": partitions,
-            }
-        )
-    return responses, total, any_error
+            entries[-1] = (key, entry, size)
+            if read_committed:  # after the records are held: _release frees them on errors
+                entry["aborted_transactions"] = [
+                    {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                    for a in plog.aborted_transactions(offset, lso)
+                ]
+            total += size
+            remaining -= size
+    except BaseException:
+        _release(entries)
+        raise
+    return entries, total, any_error
 
 
-def _response(ctx: RequestContext, responses: list[dict[str, Any]], error_code: int = 0) -> Any:
-    return respond(
-        ctx,
-        {
-            "throttle_time": NO_THROTTLE,
-            "error_code": error_code,
-            "session_id": 0,
-            "responses": responses,
-        },
+def _encode(
+    ctx: RequestContext, entries: list[ReadEntry], error_code: int, session_id: int
+) -> EncodedResponse:
+    """The response frame; consecutive partitions of one topic share a topic entry."""
+    by_id = ctx.version >= TOPIC_IDS_FROM
+    topics: list[tuple[str | None, Any, list[dict[str, Any]]]] = []
+    last: Hashable = object()
+    for (topic, _), entry, _ in entries:
+        if topic != last:
+            topics.append((None if by_id else topic, topic if by_id else None, []))
+            last = topic
+        topics[-1][2].append(entry)
+    return encode_fetch_response(
+        ctx.version,
+        ctx.header.correlation_id,
+        throttle_ms=0,
+        error_code=error_code,
+        session_id=session_id,
+        topics=topics,
     )
 
 
-@handles(ApiKey.FETCH, 4, 18)
-async def fetch(ctx: RequestContext, request: Any) -> Any:
-    if ctx.version >= 7 and request.session_id != 0:
-        return _response(ctx, [], FETCH_SESSION_ID_NOT_FOUND)
+@handles(ApiKey.FETCH, 4, 18, reader=read_request)
+async def fetch(ctx: RequestContext, request: FetchRequest) -> EncodedResponse:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + max(request.max_wait.total_seconds(), 0.0)
-    min_bytes = max(int(request.min_bytes), 1)
-    unreadable = _unreadable(ctx, request)
+    deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
+    min_bytes = max(request.min_bytes, 1)
+    wanted, forgotten = _requested(ctx, request)
+    try:
+        context: FetchContext = ctx.broker.fetch_sessions.new_context(
+            ctx.version,
+            request.session_id,
+            request.session_epoch,
+            wanted,
+            forgotten,
+            privileged=request.replica_id >= 0,
+            now_ms=int(loop.time() * 1000),
+        )
+    except SessionError as exc:
+        return _encode(ctx, [], exc.error_code, 0)
+    names = _names(ctx, context.partitions)
+    unreadable = _unreadable(ctx, request, {n for n in names.values() if n is not None})
     keys = [
-        (name, p.partition)
-        for t, name in _requested_topics(ctx, request)
-        if name is not None and name not in unreadable
-        for p in t.partitions
+        (name, partition)
+        for topic, partition in context.partitions
+        if (name := names[topic]) is not None and name not in unreadable
     ]
     while True:
-        responses, total, any_error = _read_partitions(ctx, request, unreadable)
+        entries, total, any_error = _read_partitions(
+            ctx, request, context.partitions, names, unreadable
+        )
         remaining_s = deadline - loop.time()
         if total >= min_bytes or any_error or remaining_s <= 0 or not keys:
-            return _response(ctx, responses)
+            break
+        _release(entries)
         await ctx.broker.waiters.wait(keys, remaining_s)
+    try:
+        error_code, session_id, answered = context.finish(entries, int(loop.time() * 1000))
+        if len(answered) != len(entries):
+            kept = {id(entry) for _, entry, _ in answered}
+            _release([e for e in entries if id(e[1]) not in kept])
+        return _encode(ctx, answered, error_code, session_id)
+    except BaseException:
+        _release(entries)
+        raise
