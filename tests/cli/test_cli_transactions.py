@@ -1,4 +1,4 @@
-"""`odradek transactions list|describe`, and `consume --isolation`."""
+"""`odradek transactions list|describe`, and `consume --isolation read_committed`."""
 
 from __future__ import annotations
 
@@ -44,8 +44,26 @@ def test_describe_an_unknown_id_is_one_line_exit_1(cli, name) -> None:
     assert "transactional" in result.err.lower()
 
 
-def test_consume_read_committed_is_refused_until_the_consumer_filters(cli, name) -> None:
+def test_consume_read_committed_prints_only_committed_records(cli, bootstrap, name) -> None:
     topic = name("topic")
-    result = cli("consume", topic, "--isolation", "read_committed", "-n", "1")
-    assert result.code == 2
-    assert "read_committed" in result.err
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=10)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": name("txn")})
+    producer.init_transactions(30)
+    for value, commit in ((b"kept-1", True), (b"dropped", False), (b"kept-2", True)):
+        producer.begin_transaction()
+        producer.produce(topic, value=value)
+        assert producer.flush(10) == 0  # written before the abort (which purges the unsent)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+    committed = cli(
+        "consume", topic, "--from-beginning", "--isolation", "read_committed", "-n", "2"
+    )
+    assert committed.code == 0, committed.err
+    assert committed.out.splitlines()[:2] == ["kept-1", "kept-2"]
+    everything = cli("consume", topic, "--from-beginning", "-n", "3")
+    assert everything.code == 0, everything.err
+    assert everything.out.splitlines()[:3] == ["kept-1", "dropped", "kept-2"]

@@ -4,7 +4,7 @@ Each client runs a consume-transform-produce loop (KIP-98 / KIP-447): it reads a
 input topic in a consumer group, writes each record upper-cased to an output topic
 of three partitions inside a transaction together with the group's offsets, and
 commits; in between it writes transactions it aborts. A read_committed
-confluent-kafka consumer then sees every input record exactly once in the output,
+consumer (confluent-kafka's, and Odradek's) then sees every input record exactly once in the output,
 and nothing of an aborted transaction; a read_uncommitted one sees the aborted
 records too (they were really written); the group's committed offsets are the
 input's end. confluent-kafka also shows fencing: a second producer with the same
@@ -75,6 +75,31 @@ def read_all(bootstrap: str, topic: str, *, committed: bool, expect: int) -> lis
     return got
 
 
+def read_all_odradek(bootstrap: str, topic: str, *, committed: bool, expect: int) -> list[bytes]:
+    """Every value of ``topic`` as Odradek's own consumer of that isolation sees it."""
+    from odradek.client import Consumer as OdradekConsumer
+    from odradek.client import TopicPartition as OdradekTopicPartition
+
+    got: list[bytes] = []
+    with OdradekConsumer(
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed" if committed else "read_uncommitted",
+    ) as consumer:
+        consumer.assign([OdradekTopicPartition(topic, p) for p in range(OUTPUT_PARTITIONS)])
+        deadline = time.monotonic() + 20
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            records = consumer.poll(0.2)
+            if not records:
+                if len(got) >= expect and time.monotonic() - quiet_since > 1.0:
+                    break
+                continue
+            got.extend(r.value for r in records)
+            quiet_since = time.monotonic()
+    return got
+
+
 def committed_offsets(bootstrap: str, group: str, topic: str) -> list[int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
@@ -90,6 +115,12 @@ def check_output(bootstrap: str, source: str, sink: str, group: str, aborted: in
     assert sorted(committed) == expected, "read_committed must see each input once, no aborts"
     everything = read_all(bootstrap, sink, committed=False, expect=RECORDS + aborted)
     assert sum(v.startswith(b"ABORTED") for v in everything) == aborted
+    # Odradek's consumer reads the same: each committed record once, aborted ones only
+    # at read_uncommitted.
+    ours = read_all_odradek(bootstrap, sink, committed=True, expect=RECORDS)
+    assert sorted(ours) == expected, "Odradek's read_committed consumer saw aborted records"
+    ours_all = read_all_odradek(bootstrap, sink, committed=False, expect=RECORDS + aborted)
+    assert sorted(ours_all) == sorted(everything)
     assert committed_offsets(bootstrap, group, source) == [RECORDS // INPUT_PARTITIONS] * 2
 
 

@@ -27,10 +27,6 @@ from odradek.cli.errors import CliError
 
 FORMATS = ("raw", "kv", "json")
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
-# Set to True once the client's fetcher drops aborted transactions
-# (client/read_committed.py has the filter); until then read_committed is refused here,
-# since the broker's read_committed answers still hold aborted batches for the client to drop.
-CONSUMER_FILTERS_ABORTED = False
 POLL_S = 0.5
 
 
@@ -206,12 +202,6 @@ def run(args: argparse.Namespace) -> int:
     from odradek.client import Consumer, TopicPartition
     from odradek.client.errors import KafkaError, UnknownTopicOrPartitionError
 
-    if args.isolation == "read_committed" and not CONSUMER_FILTERS_ABORTED:
-        raise CliError(
-            "--isolation read_committed needs the client consumer's read_committed "
-            "filtering, which this build does not have yet; read with a Kafka client "
-            "(e.g. confluent-kafka with isolation.level=read_committed)"
-        )
     with admin_client(args) as admin:
         try:
             described = admin.describe_topics([args.topic], include_offsets=False)

@@ -16,8 +16,9 @@ One ``ReadCommittedFilter`` per partition and fetch answer::
         if keep.accept(header, abort_marker=header.is_control and marker_is_abort(records, pos)):
             ...  # decode and return the batch's records
 
-Not wired into ``Fetcher`` yet (the consumer's read path is being reworked);
-the client's Consumer still reads as read_uncommitted.
+The consumer's fetcher gives each read_committed ``CompletedFetch`` one of these
+(``client/fetched.py``), which asks it about every transactional and control batch
+before decoding, so the records of an aborted transaction are never decoded.
 """
 
 from __future__ import annotations
