@@ -8,8 +8,9 @@ to the last commit, and the commit latency (p50 / p99, ms). Run with
 confluent-kafka (librdkafka) and with Odradek's client.
 
 Consume: one topic written in transactions of 1,000 records, one in ten of
-them aborted, read from the start with confluent-kafka at read_uncommitted
-(every record, aborted ones included) and at read_committed (the broker stops
+them aborted, read from the start with confluent-kafka and with Odradek's
+consumer at read_uncommitted (every record, aborted ones included) and at
+read_committed (the broker stops
 at the last stable offset and sends the aborted ranges; the client drops
 them), next to a topic of the same records written without transactions.
 The clock starts at the first record. Each topic is read once before the
@@ -227,6 +228,26 @@ def consume(bootstrap: str, topic: str, isolation: str, expect: int) -> dict[str
     return {"records": got, "seconds": seconds}
 
 
+def consume_odradek(bootstrap: str, topic: str, isolation: str, expect: int) -> dict[str, Any]:
+    """The same read with Odradek's consumer (counting the records each poll hands out)."""
+    from odradek.client import Consumer as OdradekConsumer
+    from odradek.client import TopicPartition as OdradekTopicPartition
+
+    got = 0
+    started = 0.0
+    deadline = time.perf_counter() + 300
+    with OdradekConsumer(
+        bootstrap_servers=bootstrap, auto_offset_reset="earliest", isolation_level=isolation
+    ) as consumer:
+        consumer.assign([OdradekTopicPartition(topic, p) for p in range(PARTITIONS)])
+        while got < expect and time.perf_counter() < deadline:
+            n = len(consumer.poll(0.5))
+            if n and not got:
+                started = time.perf_counter()
+            got += n
+    return {"records": got, "seconds": time.perf_counter() - started}
+
+
 def broker_fetch(bootstrap: str, topic: str, isolation: int) -> dict[str, Any]:
     """The whole topic with raw Fetch requests (Odradek's connection layer, no decoding):
     what the isolation level costs the broker, without a client's record handling."""
@@ -331,7 +352,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(markdown_table(table))
     print()
     plain, txn, committed = write_for_consume(args.bootstrap, args.records)
-    rows = [["topic", "isolation", "records read", "median s", "records/s (median)", "range"]]
+    rows = [
+        ["topic", "isolation", "client", "records read", "median s", "records/s (median)", "range"]
+    ]
     runs: list[tuple[str, str, str, int]] = [
         ("written without transactions", plain, "read_uncommitted", args.records),
         ("written without transactions", plain, "read_committed", args.records),
@@ -345,21 +368,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ]
     for topic in (plain, txn):  # a first read warms what a first read warms (connections,
         consume(args.bootstrap, topic, "read_uncommitted", 1)  # indexes); not measured
+    readers = (("confluent-kafka", consume), ("odradek", consume_odradek))
     for label, topic, isolation, expect in runs:
-        tries = [consume(args.bootstrap, topic, isolation, expect) for _ in range(args.repeat)]
-        rates = sorted(r["records"] / r["seconds"] for r in tries)
-        median = statistics.median(r["seconds"] for r in tries)
-        rows.append(
-            [
-                label,
-                isolation,
-                f"{tries[0]['records']:,}",
-                f"{median:.2f}",
-                fmt_rate(tries[0]["records"], median),
-                f"{rates[0]:,.0f}-{rates[-1]:,.0f}",
-            ]
-        )
-        out["consume"].append({"topic": label, "isolation": isolation, "runs": tries})
+        for client, read in readers:
+            tries = [read(args.bootstrap, topic, isolation, expect) for _ in range(args.repeat)]
+            rates = sorted(r["records"] / r["seconds"] for r in tries)
+            median = statistics.median(r["seconds"] for r in tries)
+            rows.append(
+                [
+                    label,
+                    isolation,
+                    client,
+                    f"{tries[0]['records']:,}",
+                    f"{median:.2f}",
+                    fmt_rate(tries[0]["records"], median),
+                    f"{rates[0]:,.0f}-{rates[-1]:,.0f}",
+                ]
+            )
+            out["consume"].append(
+                {"topic": label, "isolation": isolation, "client": client, "runs": tries}
+            )
     print(markdown_table(rows))
     print()
     wire = [["topic", "isolation", "MB fetched", "Fetch requests", "seconds", "MB/s"]]
