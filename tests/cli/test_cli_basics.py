@@ -32,6 +32,8 @@ COMMANDS = [
     ["users", "list"],
     ["users", "add"],
     ["users", "remove"],
+    ["transactions", "list"],
+    ["transactions", "describe"],
 ]
 
 

@@ -8,6 +8,7 @@ import pytest
 from odradek.client.errors import CorruptRecordError
 from odradek.client.fetch_session import FetchSessionHandler, PartitionFetch
 from odradek.client.fetched import CompletedFetch, RecordList
+from odradek.client.read_committed import ReadCommittedFilter
 from odradek.client.structs import ConsumerRecord, TopicPartition
 from odradek.protocol.codec import RequestHeader, encode_request, parse_request_header
 from odradek.protocol.fetch import encode_fetch_request, parse_fetch_request
@@ -31,15 +32,11 @@ def fetched(data: bytes, fetch_offset: int = 0) -> CompletedFetch:
     return cf
 
 
-def never(cf: CompletedFetch, header: object) -> bool:
-    return False
-
-
-def take_all(cf: CompletedFetch, position: int, n: int, drop=never) -> tuple[list, int]:
+def take_all(cf: CompletedFetch, position: int, n: int) -> tuple[list, int]:
     """Every record of ``cf``, ``n`` at a time, as a consumer takes them: (records, position)."""
     out: list[ConsumerRecord] = []
     while not cf.consumed:
-        runs, count, position = cf.take(n, position, True, drop)
+        runs, count, position = cf.take(n, position, True)
         records = RecordList(TP, None, None)
         records.extend_runs(runs, count)
         assert len(records) == count
@@ -83,19 +80,66 @@ def test_control_batches_are_stepped_over_and_move_the_position() -> None:
     assert position == 5  # past the trailing marker too
 
 
-def test_a_transactional_batch_can_be_dropped_whole_before_it_is_decoded() -> None:
-    txn = batch(2, [b"x", b"y"], producer_id=9, producer_epoch=0, transactional=True)
-    data = batch(0, [b"a", b"b"]) + txn + batch(4, [b"c"])
-    asked: list[tuple[int, int]] = []
+def marker(offset: int, producer_id: int, abort: bool) -> bytes:
+    """A transaction's end marker (control batch): ABORT (type 0) or COMMIT (type 1)."""
+    return build_batch(
+        [Record(0, 0, b"\x00\x00\x00\x00" if abort else b"\x00\x00\x00\x01", b"\x00" * 6)],
+        base_offset=offset,
+        timestamp_ms=5,
+        producer_id=producer_id,
+        producer_epoch=0,
+        transactional=True,
+        control=True,
+    )
 
-    def drop(cf: CompletedFetch, header) -> bool:
-        asked.append((header.producer_id, header.base_offset))
-        return True
 
-    records, position = take_all(fetched(data), 0, 10, drop)
-    assert [r.value for r in records] == [b"a", b"b", b"c"]
-    assert asked == [(9, 2)]  # asked only about the transactional batch
-    assert position == 5
+def txn_batch(offset: int, values: list[bytes], producer_id: int) -> bytes:
+    return batch(offset, values, producer_id=producer_id, producer_epoch=0, transactional=True)
+
+
+def read_committed(
+    data: bytes, aborted: list[tuple[int, int]], fetch_offset: int = 0
+) -> CompletedFetch:
+    """A read_committed fetch of ``data`` with the response's (producer id, first offset)."""
+    cf = fetched(data, fetch_offset)
+    cf.committed = ReadCommittedFilter(aborted)
+    return cf
+
+
+def test_read_committed_drops_the_batches_of_aborted_transactions() -> None:
+    # Producer 9 aborts [2, 3] (marker at 4), producer 8 commits [5] (marker 7), producer 9
+    # then writes [8, 9] in a new, committed transaction (marker 10); plain batches between.
+    data = (
+        batch(0, [b"a", b"b"])
+        + txn_batch(2, [b"x", b"y"], 9)
+        + marker(4, 9, abort=True)
+        + txn_batch(5, [b"c"], 8)
+        + batch(6, [b"d"])
+        + marker(7, 8, abort=False)
+        + txn_batch(8, [b"e", b"f"], 9)
+        + marker(10, 9, abort=False)
+    )
+    records, position = take_all(read_committed(data, [(9, 2)]), 0, 10)
+    assert [r.value for r in records] == [b"a", b"b", b"c", b"d", b"e", b"f"]
+    assert position == 11
+    # read_uncommitted: the aborted records too, never the markers
+    records, _ = take_all(fetched(data), 0, 10)
+    assert [r.value for r in records] == [b"a", b"b", b"x", b"y", b"c", b"d", b"e", b"f"]
+
+
+def test_an_abort_marker_behind_the_position_still_ends_its_transaction() -> None:
+    """Fetched from inside a compressed batch past producer 9's abort marker: its next,
+    committed transaction is read."""
+    data = (
+        txn_batch(0, [b"x"], 9)
+        + marker(1, 9, abort=True)
+        + batch(2, [b"a", b"b"], compression=COMPRESSION_GZIP)
+        + txn_batch(4, [b"e"], 9)
+        + marker(5, 9, abort=False)
+    )
+    records, position = take_all(read_committed(data, [(9, 0)], 3), 3, 10)
+    assert [r.value for r in records] == [b"b", b"e"]
+    assert position == 6
 
 
 def test_records_before_the_position_are_skipped() -> None:
@@ -118,17 +162,17 @@ def test_a_corrupt_batch_fails_after_the_records_before_it() -> None:
     bad = bytearray(batch(2, [b"c", b"d"]))
     bad[-1] ^= 0xFF  # the CRC no longer matches
     cf = fetched(batch(0, [b"a", b"b"]) + bytes(bad))
-    _, count, position = cf.take(10, 0, True, never)
+    _, count, position = cf.take(10, 0, True)
     assert count == 2 and position == 2
     with pytest.raises(CorruptRecordError, match="CRC32C"):
-        cf.take(10, position, True, never)
+        cf.take(10, position, True)
     # The position stays before the bad batch: the next fetch meets it again.
     assert cf.consumed is False
 
 
 def test_record_lists_are_lazy_sequences_with_deserializers() -> None:
     cf = fetched(batch(0, [b"1", b"2", b"3"]) + batch(3, [None, b"5"]))
-    runs, count, _ = cf.take(10, 0, True, never)
+    runs, count, _ = cf.take(10, 0, True)
     records = RecordList(TP, lambda k: k.decode(), lambda v: None if v is None else int(v))
     records.extend_runs(runs, count)
     assert len(records) == 5 and bool(records)

@@ -533,3 +533,21 @@ def test_decoding_an_unknown_compression_is_refused() -> None:
 def test_a_corrupt_section_raises_corrupt_record_error() -> None:
     with pytest.raises(CorruptRecordError):
         columns.decode_records(b"\x7f", 0, 1, 1, 0, 0, None)
+
+
+def test_a_stale_compiled_codec_falls_back_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build older than the checkout (a function missing) is not used half-way."""
+    import sys
+    import types
+
+    stale = types.ModuleType("odradek.protocol._codec")
+    for name in _codec_py.__all__:
+        if name != "build_records":
+            setattr(stale, name, getattr(native, name))
+    monkeypatch.setitem(sys.modules, "odradek.protocol._codec", stale)
+    monkeypatch.setattr(sys.modules["odradek.protocol"], "_codec", stale)
+    monkeypatch.delenv(columns.NO_NATIVE_ENV, raising=False)
+    with pytest.warns(RuntimeWarning, match="lacks build_records"):
+        assert columns._load() is _codec_py
+    stale.build_records = native.build_records
+    assert columns._load() is stale

@@ -25,11 +25,12 @@ from odradek.protocol.records import build_batch
 TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
 CLUSTER_AUTHORIZATION_FAILED = 31
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 AUTHORIZATION_ERRORS = {
     TOPIC_AUTHORIZATION_FAILED,
     GROUP_AUTHORIZATION_FAILED,
     CLUSTER_AUTHORIZATION_FAILED,
-    53,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 }
 pytestmark = [pytest.mark.embedded, pytest.mark.timeout(120)]
 
@@ -79,6 +80,52 @@ def _heartbeat(n: Names, topics: list[str]) -> dict[str, Any]:
 
 def _batch() -> bytes:
     return build_batch([(None, b"x", ())], timestamp_ms=int(time.time() * 1000))
+
+
+def _txn_batch() -> bytes:
+    return build_batch(
+        [(None, b"x", ())],
+        timestamp_ms=int(time.time() * 1000),
+        producer_id=1,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+    )
+
+
+def _txn(n: Names) -> str:
+    """The case's transactional id (unique per case, like its group)."""
+    return f"txn-{n.group}"
+
+
+def _add_partitions_v3(n: Names) -> dict[str, Any]:
+    return {
+        "v3_and_below_transactional_id": _txn(n),
+        "v3_and_below_producer_id": 1,
+        "v3_and_below_producer_epoch": 0,
+        "v3_and_below_topics": [{"name": n.topic, "partitions": [0]}],
+    }
+
+
+def _add_partitions_code(r: Any) -> int:
+    return int(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
+
+
+def _txn_offset_commit(n: Names) -> dict[str, Any]:
+    return {
+        "transactional_id": _txn(n),
+        "group_id": n.group,
+        "producer_id": 1,
+        "producer_epoch": 0,
+        "topics": [
+            {
+                "name": n.topic,
+                "partitions": [
+                    {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}
+                ],
+            }
+        ],
+    }
 
 
 CASES = [
@@ -279,6 +326,151 @@ CASES = [
         lambda r: int(r.error_code),
         lambda n: (Res.CLUSTER, CLUSTER_NAME, Op.IDEMPOTENT_WRITE),
         CLUSTER_AUTHORIZATION_FAILED,
+    ),
+    # --- transactions ---
+    Case(
+        ApiKey.INIT_PRODUCER_ID,
+        4,
+        lambda n: {"transactional_id": _txn(n), "transaction_timeout": 60_000},
+        lambda r: int(r.error_code),
+        lambda n: (Res.TRANSACTIONAL_ID, _txn(n), Op.WRITE),
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        ApiKey.FIND_COORDINATOR,
+        4,
+        lambda n: {"key_type": 1, "coordinator_keys": [_txn(n)]},
+        lambda r: int(r.coordinators[0].error_code),
+        lambda n: (Res.TRANSACTIONAL_ID, _txn(n), Op.DESCRIBE),
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        ApiKey.PRODUCE,
+        9,
+        lambda n: {
+            "transactional_id": _txn(n),
+            "acks": -1,
+            "timeout": 10_000,
+            "topic_data": [
+                {"name": n.topic, "partition_data": [{"index": 0, "records": _txn_batch()}]}
+            ],
+        },
+        lambda r: int(r.responses[0].partition_responses[0].error_code),
+        lambda n: (Res.TRANSACTIONAL_ID, _txn(n), Op.WRITE),
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        lambda n: [(Res.TOPIC, n.topic, Op.WRITE)],
+    ),
+    Case(
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        3,
+        _add_partitions_v3,
+        _add_partitions_code,
+        lambda n: (Res.TRANSACTIONAL_ID, _txn(n), Op.WRITE),
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        lambda n: [(Res.TOPIC, n.topic, Op.WRITE)],
+    ),
+    Case(
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        2,
+        _add_partitions_v3,
+        _add_partitions_code,
+        lambda n: (Res.TOPIC, n.topic, Op.WRITE),
+        TOPIC_AUTHORIZATION_FAILED,
+        lambda n: [(Res.TRANSACTIONAL_ID, _txn(n), Op.WRITE)],
+    ),
+    Case(
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        4,
+        lambda n: {
+            "transactions": [
+                {
+                    "transactional_id": _txn(n),
+                    "producer_id": 1,
+                    "producer_epoch": 0,
+                    "verify_only": True,
+                    "topics": [{"name": n.topic, "partitions": [0]}],
+                }
+            ]
+        },
+        lambda r: int(r.error_code),
+        lambda n: (Res.CLUSTER, CLUSTER_NAME, Op.CLUSTER_ACTION),
+        CLUSTER_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        ApiKey.ADD_OFFSETS_TO_TXN,
+        3,
+        lambda n: {
+            "transactional_id": _txn(n),
+            "producer_id": 1,
+            "producer_epoch": 0,
+            "group_id": n.group,
+        },
+        lambda r: int(r.error_code),
+        lambda n: (Res.TRANSACTIONAL_ID, _txn(n), Op.WRITE),
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        lambda n: [(Res.GROUP, n.group, Op.READ)],
+    ),
+    Case(
+        ApiKey.ADD_OFFSETS_TO_TXN,
+        2,
+        lambda n: {
+            "transactional_id": _txn(n),
+            "producer_id": 1,
+            "producer_epoch": 0,
+            "group_id": n.group,
+        },
+        lambda r: int(r.error_code),
+        lambda n: (Res.GROUP, n.group, Op.READ),
+        GROUP_AUTHORIZATION_FAILED,
+        lambda n: [(Res.TRANSACTIONAL_ID, _txn(n), Op.WRITE)],
+    ),
+    Case(
+        ApiKey.END_TXN,
+        3,
+        lambda n: {
+            "transactional_id": _txn(n),
+            "producer_id": 1,
+            "producer_epoch": 0,
+            "committed": True,
+        },
+        lambda r: int(r.error_code),
+        lambda n: (Res.TRANSACTIONAL_ID, _txn(n), Op.WRITE),
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ),
+    Case(
+        ApiKey.TXN_OFFSET_COMMIT,
+        3,
+        _txn_offset_commit,
+        lambda r: _partition_code(r, "topics"),
+        lambda n: (Res.TRANSACTIONAL_ID, _txn(n), Op.WRITE),
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        lambda n: [(Res.GROUP, n.group, Op.READ), (Res.TOPIC, n.topic, Op.READ)],
+    ),
+    Case(
+        ApiKey.TXN_OFFSET_COMMIT,
+        2,
+        _txn_offset_commit,
+        lambda r: _partition_code(r, "topics"),
+        lambda n: (Res.GROUP, n.group, Op.READ),
+        GROUP_AUTHORIZATION_FAILED,
+        lambda n: [(Res.TRANSACTIONAL_ID, _txn(n), Op.WRITE), (Res.TOPIC, n.topic, Op.READ)],
+    ),
+    Case(
+        ApiKey.TXN_OFFSET_COMMIT,
+        1,
+        _txn_offset_commit,
+        lambda r: _partition_code(r, "topics"),
+        lambda n: (Res.TOPIC, n.topic, Op.READ),
+        TOPIC_AUTHORIZATION_FAILED,
+        lambda n: [(Res.TRANSACTIONAL_ID, _txn(n), Op.WRITE), (Res.GROUP, n.group, Op.READ)],
+    ),
+    Case(
+        ApiKey.DESCRIBE_TRANSACTIONS,
+        0,
+        lambda n: {"transactional_ids": [_txn(n)]},
+        lambda r: int(r.transaction_states[0].error_code),
+        lambda n: (Res.TRANSACTIONAL_ID, _txn(n), Op.DESCRIBE),
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     ),
     Case(
         ApiKey.FIND_COORDINATOR,

@@ -1,9 +1,10 @@
 """A streaming job for test_spark_kill.py, run as its own process so it can be SIGKILLed.
 
-    python kill_driver_job.py BOOTSTRAP SOURCE_TOPIC SINK_TOPIC CHECKPOINT MODE
+    python kill_driver_job.py BOOTSTRAP SOURCE_TOPIC SINK_TOPIC CHECKPOINT MODE [DELIVERY]
 
 MODE ``live``: processingTime trigger, slow batches (a UDF sleeps per row), runs until
 killed. MODE ``finish``: Trigger.AvailableNow from the same checkpoint, then exits.
+DELIVERY: the sink's deliveryMode (default staged).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 def main() -> None:
     bootstrap, source, sink, checkpoint, mode = sys.argv[1:6]
+    delivery = sys.argv[6] if len(sys.argv) > 6 else "staged"
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -53,6 +55,7 @@ def main() -> None:
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", sink)
         .option("checkpointLocation", checkpoint)
+        .option("deliveryMode", delivery)
     )
     if mode == "live":
         q = writer.trigger(processingTime="100 milliseconds").start()

@@ -137,6 +137,35 @@ def test_read_range_returns_exactly_the_range(bootstrap: str, topic: str) -> Non
     assert table.column("timestamp")[0].value == 1_000_000_000
 
 
+def test_read_committed_ranges_leave_out_aborted_transactions(bootstrap: str, topic: str) -> None:
+    """kafka.isolation.level=read_committed: a task's rows hold no record of an aborted
+    transaction (the Fetch answer's aborted transactions drop their batches)."""
+    from confluent_kafka import Producer
+
+    create_topic(bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-txn"})
+    producer.init_transactions(30)
+    for i, commit in enumerate([True, False, True, False, True]):
+        producer.begin_transaction()
+        for j in range(3):
+            producer.produce(topic, value=b"%s-%d-%d" % (b"ok" if commit else b"no", i, j))
+        assert producer.flush(10) == 0  # written, so an abort leaves aborted batches
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    # 5 transactions of 3 records and 5 markers: offsets 0..19.
+    whole = OffsetRange(topic, 0, 0, 20)
+
+    def values(settings: dict[str, str]) -> list[bytes]:
+        options = {"include_headers": False, "fail_on_data_loss": True, "poll_timeout_s": 20.0}
+        batches = list(read_range(whole, bootstrap, settings, **options))
+        table = pa.Table.from_batches(batches, schema=arrow_schema(False))
+        return table.column("value").to_pylist()
+
+    committed = values({"isolation.level": "read_committed"})
+    assert committed == [b"ok-%d-%d" % (i, j) for i in (0, 2, 4) for j in range(3)]
+    everything = values({})
+    assert len(everything) == 15 and set(committed) < set(everything)
+
+
 def test_tasks_in_one_worker_share_one_client(bootstrap: str, topic: str) -> None:
     create_topic(bootstrap, topic, 2)
     produce(bootstrap, topic, 40, partitions=2)

@@ -25,16 +25,24 @@ JOB = Path(__file__).with_name("kill_driver_job.py")
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_driver_sigkill_mid_batch_then_restart_is_exactly_once(bootstrap, topic, tmp_path):
+@pytest.mark.parametrize("delivery", ["staged", "transactional"])
+def test_driver_sigkill_mid_batch_then_restart_is_exactly_once(
+    bootstrap, topic, tmp_path, delivery
+):
     create_topic(bootstrap, topic, 3)
     sink = create_topic(bootstrap, topic + "-out", 2)
     produce(bootstrap, topic, 1800, partitions=3)
     ck = tmp_path / "ck"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     args = [sys.executable, str(JOB), bootstrap, topic, sink, str(ck)]
+    tail = [delivery]
     log = open(tmp_path / "live.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        [*args, "live"], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        [*args, "live", *tail],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
     )
     try:
         # Kill when batch 2 is planned (offsets/2 written) but not committed (no commits/2).
@@ -49,9 +57,18 @@ def test_driver_sigkill_mid_batch_then_restart_is_exactly_once(bootstrap, topic,
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
         log.close()
-    published = len(consume_all(bootstrap, sink))
+    if delivery == "transactional":
+        from .test_spark_transactional_sink import read_committed
+
+        def visible() -> Counter:
+            return read_committed(bootstrap, sink, 2)
+    else:
+
+        def visible() -> Counter:
+            return Counter(r.value for r in consume_all(bootstrap, sink))
+
+    published = sum(visible().values())
     assert published in (300, 600)  # batches 0 and 1 (batch 1's commit may not be marked)
-    done = subprocess.run([*args, "finish"], capture_output=True, env=env, timeout=240)
+    done = subprocess.run([*args, "finish", *tail], capture_output=True, env=env, timeout=240)
     assert done.returncode == 0, done.stdout.decode()[-3000:] + done.stderr.decode()[-3000:]
-    values = Counter(r.value for r in consume_all(bootstrap, sink))
-    assert values == Counter(f"value-{i}".encode() for i in range(1800))
+    assert visible() == Counter(f"value-{i}".encode() for i in range(1800))

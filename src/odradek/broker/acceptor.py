@@ -88,12 +88,13 @@ class Acceptor:
 
     async def _connection(self, conn: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        # Nagle off, as Kafka's broker has it: asyncio sets TCP_NODELAY only on sockets
-        # whose proto is IPPROTO_TCP, and accepted sockets of create_server say 0. With
-        # Nagle on, a response sent in parts (a Fetch's header, then sendfile) waits for
-        # the client's delayed ACK, 40 ms.
-        with contextlib.suppress(OSError):
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if conn.family in (socket.AF_INET, socket.AF_INET6):
+            # Nagle off, as Kafka's SocketServer sets it: asyncio only does so for sockets
+            # whose proto is IPPROTO_TCP, and an accepted socket's is 0. With Nagle, a
+            # response written while the previous one is unacknowledged, or sent in parts
+            # (a Fetch's header, then sendfile), waits for the client's delayed ACK (40 ms).
+            with contextlib.suppress(OSError):
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         reader = asyncio.StreamReader(limit=READ_AHEAD_BYTES, loop=loop)
         try:
             transport, protocol = await loop.connect_accepted_socket(

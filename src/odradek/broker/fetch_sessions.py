@@ -97,6 +97,7 @@ class CachedPartition:
     request: PartitionRequest
     high_watermark: int = -1
     log_start_offset: int = -1
+    last_stable_offset: int = -1
 
     def must_respond(self, entry: dict[str, Any], records_size: int, update: bool) -> bool:
         """Whether an incremental response must hold this partition (updating the cache)."""
@@ -109,6 +110,11 @@ class CachedPartition:
             respond = True
             if update:
                 self.log_start_offset = entry["log_start_offset"]
+        # A moved LSO lets a read_committed consumer read on (Kafka answers it too).
+        if self.last_stable_offset != entry.get("last_stable_offset", -1):
+            respond = True
+            if update:
+                self.last_stable_offset = entry.get("last_stable_offset", -1)
         if entry.get("preferred_read_replica", -1) >= 0:
             respond = True
         if entry["error_code"]:
@@ -185,7 +191,10 @@ class FetchContext:
             cached: OrderedDict[PartitionKey, CachedPartition] = OrderedDict()
             for key, entry, _size in entries:
                 cached[key] = CachedPartition(
-                    self.partitions[key], entry["high_watermark"], entry["log_start_offset"]
+                    self.partitions[key],
+                    entry["high_watermark"],
+                    entry["log_start_offset"],
+                    entry.get("last_stable_offset", -1),
                 )
             new_id = cache.maybe_create(now_ms, self._privileged, self._uses_topic_ids, cached)
             return 0, new_id, entries

@@ -53,6 +53,7 @@ from odradek.coordinator import (
 from odradek.coordinator.events import log_events
 from odradek.coordinator.metadata import EMPTY_IMAGE, TopicImage, TopicsImage
 from odradek.coordinator.timer import IdGenerator
+from odradek.coordinator.txn_offsets import TxnOffsetCommitRequest
 from odradek.coordinator.types import (
     CoordinatorEvent,
     OffsetCommitRequest,
@@ -62,7 +63,13 @@ from odradek.coordinator.types import (
 )
 from odradek.log import PartitionLog
 from odradek.log.errors import LogError, MessageTooLargeError
-from odradek.protocol.records import build_batch, decode_batch_records, iter_batches
+from odradek.protocol.records import (
+    build_batch,
+    build_end_txn_marker,
+    decode_batch_records,
+    iter_batches,
+    marker_is_abort,
+)
 
 log = logging.getLogger("odradek.coordinator.runtime")
 
@@ -151,12 +158,17 @@ class _Pending:
     future: asyncio.Future[Response]
 
 
+# A transactional write's producer: (producer id, epoch), or None for a plain one.
+Transaction = tuple[int, int] | None
+
+
 class AppendRefused(Exception):
     """The log refused a call's records before writing any of them."""
 
-    def __init__(self, reason: str, *, too_large: bool) -> None:
+    def __init__(self, reason: str, *, too_large: bool, error_code: int = -1) -> None:
         super().__init__(reason)
         self.too_large = too_large  # over max.message.bytes (else: any other refusal)
+        self.error_code = error_code  # the log's Kafka error code (-1: unknown)
 
 
 class LogAndMemoryDiverged(Exception):
@@ -258,11 +270,19 @@ class ShardRunner:
         for batch in self.plog.iter_batches_from(self.plog.start_offset):
             for pos, header in iter_batches(batch):
                 if header.is_control:
+                    if header.producer_id >= 0:  # a transaction marker (TxnOffsetCommit)
+                        commit = not marker_is_abort(batch, pos)
+                        shard.replay_end_transaction(header.producer_id, commit)
                     continue
+                producer_id = header.producer_id if header.is_transactional else -1
                 for record in decode_batch_records(batch, pos, header):
                     if record.key is None:
                         continue
-                    shard.replay(CoordinatorRecord(record.key, record.value))
+                    shard.replay(
+                        CoordinatorRecord(record.key, record.value),
+                        producer_id=producer_id,
+                        offset=record.offset,
+                    )
                     count += 1
                     if count % REPLAY_YIELD_EVERY == 0:
                         await asyncio.sleep(0)
@@ -301,6 +321,15 @@ class ShardRunner:
         await self._queue.put(("request", (request, future)))
         return await future
 
+    async def complete_transaction(
+        self, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        """Write a transaction's COMMIT or ABORT marker here and apply it (the transaction
+        coordinator's marker for this partition). Raises if the marker could not be written."""
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        await self._queue.put(("marker", (producer_id, producer_epoch, commit, future)))
+        await future
+
     def _enqueue_timer(self, key: str, seq: int) -> None:
         try:
             self._queue.put_nowait(("timer", (key, seq)))
@@ -317,6 +346,8 @@ class ShardRunner:
             try:
                 if kind == "request":
                     self._serve(*item)
+                elif kind == "marker":
+                    self._write_marker(*item)
                 else:
                     key, seq = item
                     if self.timer.take_fired(key, seq):
@@ -346,9 +377,31 @@ class ShardRunner:
             )
             self._answer(token, error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR))
             return
-        refused = self._commit(result, type(request).__name__)
+        txn = None
+        if isinstance(request, TxnOffsetCommitRequest):
+            txn = (request.producer_id, request.producer_epoch)
+        refused = self._commit(result, type(request).__name__, txn)
         if refused is not None:
             self._answer(token, error_response(request, _refused_error(request, refused)))
+
+    def _write_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, future: asyncio.Future[Response]
+    ) -> None:
+        if future.cancelled():
+            return
+        marker = build_end_txn_marker(
+            producer_id, producer_epoch, commit=commit, timestamp_ms=self.wall_ms()
+        )
+        try:
+            self.plog.append(marker, from_client=False)
+        except Exception as exc:
+            future.set_exception(exc)
+            return
+        future.set_result(None)  # durable: a failed replay below reloads from the log
+        try:
+            self.shard.replay_end_transaction(producer_id, commit)
+        except Exception as exc:
+            raise LogAndMemoryDiverged("replay of a transaction marker failed") from exc
 
     def _expire(self, key: str) -> None:
         try:
@@ -372,7 +425,7 @@ class ShardRunner:
         self.shard.timer.schedule(key, self.mono_ms() + backoff)
         log.warning("%s-%d: timer %s retried in %d ms", OFFSETS_TOPIC, self.partition, key, backoff)
 
-    def _commit(self, result: Result, what: str) -> AppendRefused | None:
+    def _commit(self, result: Result, what: str, txn: Transaction = None) -> AppendRefused | None:
         """Append, replay, then answer: the order that keeps responses truthful.
 
         Returns why, if the log refused the records before writing any: the
@@ -381,7 +434,7 @@ class ShardRunner:
         only a reload can tell what is durable.
         """
         try:
-            self._append_and_replay(result)
+            self._append_and_replay(result, txn)
         except AppendRefused as refused:
             self.shard.abort()
             self.operation_failures += 1
@@ -390,35 +443,54 @@ class ShardRunner:
         self._deliver(result)
         return None
 
-    def _append_and_replay(self, result: Result) -> None:
+    def _append_and_replay(self, result: Result, txn: Transaction = None) -> None:
         if not result.records:
             return
-        batches = self._batches(result)
-        for index, batch in enumerate(batches):
+        batches = self._batches(result, txn)
+        offsets: list[int] = []
+        for index, (batch, count) in enumerate(batches):
             try:
-                self.plog.append(batch, from_client=False)
+                info = self.plog.append(batch, from_client=False)
             except LogError as exc:
                 if index == 0:  # validated before anything was written
                     too_large = isinstance(exc, MessageTooLargeError)
-                    raise AppendRefused(str(exc), too_large=too_large) from exc
+                    raise AppendRefused(
+                        str(exc), too_large=too_large, error_code=exc.error_code
+                    ) from exc
                 raise LogAndMemoryDiverged(f"append of batch {index + 1}") from exc
             except Exception as exc:
                 raise LogAndMemoryDiverged("append failed") from exc
+            offsets.extend(range(info.base_offset, info.base_offset + count))
+        producer_id = txn[0] if txn is not None else -1
         try:
-            for record in result.records:
-                self.shard.replay(record)
+            for record, offset in zip(result.records, offsets, strict=True):
+                self.shard.replay(record, producer_id=producer_id, offset=offset)
         except Exception as exc:
             raise LogAndMemoryDiverged("replay of appended records failed") from exc
 
-    def _batches(self, result: Result) -> list[bytes]:
-        """One batch for an atomic result; as many as needed for the others."""
+    def _batches(self, result: Result, txn: Transaction = None) -> list[tuple[bytes, int]]:
+        """(batch, records in it): one batch for an atomic result; as many as needed for
+        the others. A transactional write (TxnOffsetCommit) is one transactional batch of
+        its producer."""
         limit = self.plog.config.max_message_bytes
         now = self.wall_ms()
+        producer = {}
+        if txn is not None:
+            producer = {
+                "producer_id": txn[0],
+                "producer_epoch": txn[1],
+                "base_sequence": 0,
+                "transactional": True,
+            }
 
-        def encode(records: list[CoordinatorRecord]) -> list[bytes]:
-            batch = build_batch([(r.key, r.value, ()) for r in records], timestamp_ms=now)
+        def encode(records: list[CoordinatorRecord]) -> list[tuple[bytes, int]]:
+            batch = build_batch(
+                [(r.key, r.value, ()) for r in records],
+                timestamp_ms=now,
+                **producer,  # type: ignore[arg-type]
+            )
             if len(batch) <= limit:
-                return [batch]
+                return [(batch, len(records))]
             if result.atomic or len(records) == 1:
                 raise AppendRefused(
                     f"{len(records)} records need a {len(batch)}-byte batch; "
@@ -448,10 +520,19 @@ class ShardRunner:
             pending.future.set_result(response)
 
 
-def _refused_error(request: Request, refused: AppendRefused) -> ErrorCode:
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+
+
+def _refused_error(request: Request, refused: AppendRefused) -> ErrorCode | int:
     """What Kafka answers when the log refuses a call's records."""
-    if refused.too_large and isinstance(request, OffsetCommitRequest):
+    if refused.too_large and isinstance(request, OffsetCommitRequest | TxnOffsetCommitRequest):
         return ErrorCode.INVALID_COMMIT_OFFSET_SIZE  # as Kafka's classic coordinator maps it
+    if isinstance(request, TxnOffsetCommitRequest) and refused.error_code in (
+        INVALID_PRODUCER_EPOCH,
+        INVALID_TXN_STATE,
+    ):
+        return refused.error_code  # a fenced producer
     return ErrorCode.UNKNOWN_SERVER_ERROR  # appendGroupMetadataErrorToResponseError
 
 
@@ -550,6 +631,12 @@ class GroupCoordinatorRuntime:
 
     async def call(self, group_id: str, request: Request) -> Response:
         return await self.runner_for(group_id).call(request)
+
+    async def complete_transaction(
+        self, partition: int, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        """Write a transaction marker to ``__consumer_offsets-<partition>`` and apply it."""
+        await self.runners[partition].complete_transaction(producer_id, producer_epoch, commit)
 
     async def call_all(self, make_request: Callable[[], Request]) -> list[Response]:
         """Send a request to every shard (ListGroups): each answers for its groups."""

@@ -40,6 +40,7 @@ from odradek.broker.security.manager import BrokerSecurity, SecurityError
 from odradek.broker.security.session import Session
 from odradek.broker.sending import ShortRegionError, materialize, response_size, send_response
 from odradek.broker.topics import TopicManager
+from odradek.broker.txn_runtime import TransactionCoordinatorRuntime
 from odradek.broker.waiters import AppendWaiters
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import (
@@ -121,6 +122,9 @@ class Broker:
             int(self.config["max.incremental.fetch.session.cache.slots"])
         )
         self.groups = GroupCoordinatorRuntime(self.topics, self.config)
+        self.txns = TransactionCoordinatorRuntime(
+            self.topics, self.config, self.groups, self.notify_append
+        )
         self.metrics_address = metrics_address
         self.metrics_token = metrics_token
         self.metrics: BrokerMetrics | None = None
@@ -168,6 +172,7 @@ class Broker:
         first = self.listeners[0]
         self.port, self.advertised_port = first.port, first.advertised_port
         self.groups.start()
+        self.txns.start()
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
         for listener in self.listeners:
             log.info(
@@ -190,6 +195,7 @@ class Broker:
         await asyncio.gather(*self._connections, return_exceptions=True)
         if self._housekeeping is not None:
             await asyncio.gather(self._housekeeping, return_exceptions=True)
+        await self.txns.stop()
         await self.groups.stop()
         self.topics.close()
         log.info("odradek broker stopped")

@@ -52,7 +52,7 @@ storage_failures = RateLimitedLog(log)
 
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__odradek_group_events"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__odradek_group_events", "__transaction_state"})
 INVALID_CONFIG = 40
 POLICY_VIOLATION = 44
 # Configs of internal topics a client may change: housekeeping that changes neither what

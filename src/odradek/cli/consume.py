@@ -26,6 +26,7 @@ from odradek.cli.common import (
 from odradek.cli.errors import CliError
 
 FORMATS = ("raw", "kv", "json")
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 POLL_S = 0.5
 
 
@@ -84,6 +85,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="raw",
         help="raw: the value (default); kv: key, separator, value; json: one object per "
         "line with topic, partition, offset, timestamp, key, value and headers",
+    )
+    parser.add_argument(
+        "--isolation",
+        choices=ISOLATION_LEVELS,
+        default="read_uncommitted",
+        help="read_committed: only records of committed transactions, up to the last "
+        "stable offset (default read_uncommitted: everything written)",
     )
     parser.add_argument(
         "--key-separator",
@@ -215,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
         )
     settings = client_settings(args)
     settings["client_id"] = f"odradek-consume-{os.getpid()}"
+    settings["isolation_level"] = args.isolation
     reset = "earliest" if args.from_beginning else "latest"
     if args.group is not None:
         consumer = Consumer(

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from odradek import __version__
-from odradek.cli import acls, consume, groups, produce, serve, topics, users
+from odradek.cli import acls, consume, groups, produce, serve, topics, transactions, users
 from odradek.cli.errors import CliError
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_parser(commands)
     acls.add_parser(commands)
     users.add_parser(commands)
+    transactions.add_parser(commands)
     return parser
 
 

@@ -28,6 +28,7 @@ from odradek.client.admin_security import (
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
+from odradek.client.admin_transactions import TransactionDescription, TransactionListing
 from odradek.client.consumer import Consumer, ConsumerRecords
 from odradek.client.coordinator import (
     CommitFailedError,
@@ -45,6 +46,7 @@ from odradek.client.structs import (
     RecordMetadata,
     TopicPartition,
 )
+from odradek.client.transactions import ConsumerGroupMetadata
 
 __all__ = [
     "AclBinding",
@@ -58,6 +60,7 @@ __all__ = [
     "ConfigResource",
     "ConfigResourceType",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "ConsumerRecords",
@@ -80,6 +83,8 @@ __all__ = [
     "RetriableCommitFailedError",
     "ScramCredentialInfo",
     "TopicPartition",
+    "TransactionDescription",
+    "TransactionListing",
     "UserScramCredentialDeletion",
     "UserScramCredentialUpsertion",
     "murmur2",

@@ -39,6 +39,7 @@ from concurrent.futures import Future
 from typing import Any, NamedTuple
 
 from odradek.client.admin_security import SecurityAdminMixin
+from odradek.client.admin_transactions import TransactionAdminMixin
 from odradek.client.cluster import KafkaClient
 from odradek.client.config import AdminConfig
 from odradek.client.coordinator import OffsetAndMetadata
@@ -253,10 +254,11 @@ def _done(error: BaseException | None) -> Future[None]:
     return future
 
 
-class AdminClient(SecurityAdminMixin):
+class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
     """``AdminClient(bootstrap_servers="host:port")`` or a dict with dotted names.
 
-    ACL and SCRAM user calls come from ``SecurityAdminMixin`` (admin_security.py)."""
+    ACL and SCRAM user calls come from ``SecurityAdminMixin`` (admin_security.py), the
+    transaction calls from ``TransactionAdminMixin`` (admin_transactions.py)."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, **settings: Any) -> None:
         self.config = AdminConfig.from_settings(config, **settings)

@@ -179,6 +179,8 @@ class ProducerConfig(CommonConfig):
     value_serializer: Serializer = None
     send_buffer_bytes: int = 131_072
     receive_buffer_bytes: int = 32_768
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 60_000
 
     kind = "producer"
 
@@ -207,6 +209,17 @@ class ProducerConfig(CommonConfig):
             conflicts.append("max_in_flight_requests_per_connection must be <= 5")
         if self.retries == 0:
             conflicts.append("retries must be > 0")
+        if self.transactional_id is not None:
+            # Transactions need idempotence (Java: a conflicting setting is an error).
+            if not self.transactional_id:
+                raise ConfigError("transactional_id must not be empty")
+            if "enable_idempotence" in self.explicitly_set and not self.enable_idempotence:
+                raise ConfigError("transactional_id needs enable_idempotence=True")
+            if conflicts:
+                raise ConfigError("transactional_id needs " + ", ".join(conflicts))
+            if self.transaction_timeout_ms <= 0:
+                raise ConfigError("transaction_timeout_ms must be positive")
+            self.enable_idempotence = True
         if self.enable_idempotence and conflicts:
             if "enable_idempotence" in self.explicitly_set:
                 raise ConfigError("enable_idempotence=True needs " + ", ".join(conflicts))

@@ -50,6 +50,7 @@ from odradek.client.subscription import (
     OffsetResetStrategy,
     SubscriptionState,
 )
+from odradek.client.transactions import ConsumerGroupMetadata
 
 __all__ = [
     "Consumer",
@@ -264,6 +265,17 @@ class Consumer:
     def generation_id(self) -> int:
         """The group generation this member belongs to (-1 when not a member)."""
         return self._coordinator.generation.generation_id if self._coordinator else -1
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """What a transactional producer's ``send_offsets_to_transaction`` needs (KIP-447):
+        the group, and this member's generation and ids, so the group can refuse the
+        offsets of a consumer that was replaced."""
+        group_id = self.config.group_id
+        if group_id is None:
+            raise IllegalStateError("group_metadata needs a consumer with a group_id")
+        return ConsumerGroupMetadata(
+            group_id, self.generation_id, self.member_id, self.config.group_instance_id
+        )
 
     # ------------------------------------------------------------------ commits
 

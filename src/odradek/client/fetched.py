@@ -11,9 +11,12 @@ position they reach; a ``RecordList`` makes a poll's runs look like a list of
 ``ConsumerRecord`` and builds each record (key, value, headers copied out of
 the frame, deserializers applied) as it is read.
 
-Control batches are stepped over, and a transactional batch can be dropped
-whole before it is decoded (``Fetcher._drop_batch``, asked only for batches
-with the transactional bit: where read_committed skips aborted transactions).
+Control batches are stepped over. A read_committed fetch carries a
+``ReadCommittedFilter`` (``client/read_committed.py``) built from the response's
+aborted transactions: it sees every transactional and control batch in offset
+order (those before the position too, so an ABORT marker there closes its
+transaction) and a batch of an aborted transaction is dropped whole before it is
+decoded.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from odradek.client.errors import CorruptRecordError, KafkaError
+from odradek.client.read_committed import ReadCommittedFilter
 from odradek.client.structs import ConsumerRecord, TopicPartition
 from odradek.protocol.columns import BatchColumns, build_records, decode_columns_raw
 from odradek.protocol.records import (
@@ -32,6 +36,7 @@ from odradek.protocol.records import (
     BatchHeader,
     RecordError,
     crc32c,
+    marker_is_abort,
     unpack_header,
 )
 
@@ -59,6 +64,7 @@ class CompletedFetch:
     last_stable_offset: int
     records: memoryview | bytes  # whole batches (and maybe a partial one at the end)
     aborted_transactions: Any = None  # as the response gave them (read_committed)
+    committed: ReadCommittedFilter | None = None  # read_committed: drops aborted batches
     expected_position: int = -1  # the partition's position if nobody sought since
     consumed: bool = False
     # The cursor: where the next batch header is, the batch being handed out.
@@ -68,13 +74,7 @@ class CompletedFetch:
     _batch_next: int = -1
     _error: KafkaError | None = field(default=None)
 
-    def take(
-        self,
-        n: int,
-        position: int,
-        check_crcs: bool,
-        drop_batch: Callable[[CompletedFetch, BatchHeader], bool],
-    ) -> tuple[list[Run], int, int]:
+    def take(self, n: int, position: int, check_crcs: bool) -> tuple[list[Run], int, int]:
         """Up to ``n`` records from ``position`` on: (runs, count, position after them).
 
         The position moves past every batch walked over (control batches, dropped
@@ -93,7 +93,7 @@ class CompletedFetch:
                     position = max(position, self._batch_next)
                     self._batch = None
                 try:
-                    position = self._next_batch(position, check_crcs, drop_batch)
+                    position = self._next_batch(position, check_crcs)
                 except KafkaError as exc:
                     if count:
                         self._error = exc
@@ -116,7 +116,6 @@ class CompletedFetch:
         self,
         position: int,
         check_crcs: bool,
-        drop_batch: Callable[[CompletedFetch, BatchHeader], bool],
     ) -> int:
         """Decode the next batch with records at or after ``position`` into the cursor
         (none left: ``_batch`` stays None); the position reached past batches skipped."""
@@ -130,7 +129,12 @@ class CompletedFetch:
             if t[1] < MIN_BATCH_LENGTH or pos + size > end:
                 break  # a partial batch at the end (the broker's size cut): fetched again
             next_offset = t[0] + t[6] + 1
+            attributes = t[5]
+            committed = self.committed
             if next_offset <= position:
+                if committed is not None and attributes & _CONTROL_BIT:
+                    # Markers behind the position still close their transactions.
+                    committed.accept(BatchHeader(*t), abort_marker=marker_is_abort(data, pos))
                 pos += size  # all before the position (fetched from inside a batch)
                 continue
             if check_crcs and crc32c(memoryview(data)[pos + _CRC_START : pos + size]) != t[4]:
@@ -138,11 +142,18 @@ class CompletedFetch:
                 raise CorruptRecordError(
                     f"record batch at offset {t[0]} of {tp} failed its CRC32C check"
                 )
-            attributes = t[5]
-            if attributes & _CONTROL_BIT or (
-                attributes & _TRANSACTIONAL_BIT and drop_batch(self, BatchHeader(*t))
-            ):
+            if attributes & _CONTROL_BIT:
+                if committed is not None:
+                    committed.accept(BatchHeader(*t), abort_marker=marker_is_abort(data, pos))
                 pos += size
+                position = max(position, next_offset)
+                continue
+            if (
+                committed is not None
+                and attributes & _TRANSACTIONAL_BIT
+                and not committed.accept(BatchHeader(*t))
+            ):
+                pos += size  # a batch of an aborted transaction
                 position = max(position, next_offset)
                 continue
             try:

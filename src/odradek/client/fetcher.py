@@ -29,9 +29,10 @@ Follows the Java client's ``Fetcher`` (seed 004, section 2.3):
   when a rebalance step can go on.
 
 Batches are decoded by ``protocol.columns`` (every codec Kafka has), CRCs
-checked when ``check_crcs``; control batches are skipped (``_drop_batch``), and
-records before the position (a compressed batch fetched from its middle) are
-dropped.
+checked when ``check_crcs``; control batches are skipped, with read_committed
+the batches of aborted transactions too (``client/read_committed.py``, one
+filter per fetched partition), and records before the position (a compressed
+batch fetched from its middle) are dropped.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from odradek.client.errors import (
 from odradek.client.fetch_session import FetchRequestData, FetchSessionHandler, PartitionFetch
 from odradek.client.fetched import CompletedFetch, RecordList
 from odradek.client.offsets import list_offsets
+from odradek.client.read_committed import ReadCommittedFilter
 from odradek.client.structs import TopicPartition
 from odradek.client.subscription import (
     NoOffsetForPartitionError,
@@ -64,7 +66,6 @@ from odradek.client.subscription import (
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import EncodedBody
 from odradek.protocol.fetch import encode_fetch_request
-from odradek.protocol.records import BatchHeader
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +222,11 @@ class Fetcher:
                             int(p.last_stable_offset),
                             p.records if p.records is not None else b"",
                             p.aborted_transactions,
+                            committed=(
+                                ReadCommittedFilter(p.aborted_transactions)
+                                if self._isolation
+                                else None
+                            ),
                         )
                     )
         with self._cond:
@@ -337,15 +343,6 @@ class Fetcher:
                 raise error
             log.debug("retriable fetch error for %s: %s", tp, error)
 
-    def _drop_batch(self, cf: CompletedFetch, header: BatchHeader) -> bool:
-        """Whether a transactional (non-control) batch is dropped whole, before it is
-        decoded; asked only for batches with the transactional bit.
-
-        Nothing is today. With read_committed, a batch of an aborted transaction
-        (``cf.aborted_transactions``, the batch's producer id and offsets) belongs here.
-        """
-        return False
-
     def _take(self, cf: CompletedFetch, n: int) -> tuple[list[Any], int] | None:
         """Up to ``n`` records of ``cf`` as runs, the position moved past them; None when
         nothing was taken."""
@@ -365,9 +362,7 @@ class Fetcher:
             cf.consumed = True  # the user sought since these records were fetched
             return None
         try:
-            runs, count, new_position = cf.take(
-                n, position, self.config.check_crcs, self._drop_batch
-            )
+            runs, count, new_position = cf.take(n, position, self.config.check_crcs)
         except KafkaError:
             cf.consumed = True
             raise

@@ -42,6 +42,19 @@ If a batch with a sequence fails for good (non-retriable error, retries or
 ``delivery_timeout_ms`` exhausted), later sequences can no longer be accepted,
 so the sender waits for its in-flight requests, gets a fresh producer id and
 restarts every partition's sequence at 0 (Java's "reset producer id").
+
+Transactions (``transactional_id``)
+-----------------------------------
+``init_transactions`` gets the producer id and epoch from the transaction
+coordinator (``client.transactions.TransactionManager``); records may only be
+sent between ``begin_transaction`` and ``commit_transaction`` /
+``abort_transaction``, and every batch is transactional. Before the sender
+sends a partition's first batch of a transaction it adds the partition
+(AddPartitionsToTxn, every new partition of the round in one request).
+``commit_transaction`` flushes, then ends the transaction; a batch that failed
+makes the transaction abortable (commit raises, abort works), being fenced
+makes the producer unusable. ``send_offsets_to_transaction`` puts a consumer
+group's offsets into the transaction (KIP-447).
 """
 
 from __future__ import annotations
@@ -73,6 +86,14 @@ from odradek.client.errors import (
 )
 from odradek.client.partitioner import Partitioner, resolve_partitioner
 from odradek.client.structs import Header, RecordMetadata, TopicPartition
+from odradek.client.transactions import (
+    ConsumerGroupMetadata,
+    TransactionAbortedError,
+    TransactionManager,
+    TxnState,
+    group_metadata_of,
+    offsets_of,
+)
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import EncodedBody
 from odradek.protocol.columns import batch_from_body, encode_columns, encode_record
@@ -265,7 +286,7 @@ class ProducerBatch:
         self._encoded: bytes | None = None
         self._encoded_for: tuple[int, int, int] = (-2, -2, -2)
 
-    def encode(self, compression: int) -> bytes:
+    def encode(self, compression: int, transactional: bool = False) -> bytes:
         """The batch with its header and CRC, for the current producer id and sequence."""
         key = (self.producer_id, self.producer_epoch, self.base_sequence)
         if self._encoded is None or self._encoded_for != key:
@@ -279,6 +300,7 @@ class ProducerBatch:
                 producer_epoch=self.producer_epoch,
                 base_sequence=self.base_sequence,
                 compression=compression,
+                transactional=transactional,
             )
             self._encoded_for = key
         return self._encoded
@@ -523,6 +545,15 @@ class Producer:
         self._idempotent = bool(self.config.enable_idempotence)
         self._acks = -1 if self.config.acks == "all" else int(self.config.acks)
         self._client = KafkaClient(self.config, allow_auto_create_topics=True)
+        self._txn: TransactionManager | None = None
+        if self.config.transactional_id is not None:
+            self._txn = TransactionManager(
+                self._client,
+                self.config.transactional_id,
+                self.config.transaction_timeout_ms,
+                retry_backoff_ms=self.config.retry_backoff_ms,
+                request_timeout_ms=self.config.request_timeout_ms,
+            )
         self._acc = RecordAccumulator(self.config)
         self._topic_cache: dict[str, _TopicInfo] = {}
         self._max_block_s = self.config.max_block_ms / 1000
@@ -569,6 +600,8 @@ class Producer:
         """
         if self._closing:
             raise IllegalStateError("cannot send after the producer is closed")
+        if self._txn is not None:
+            self._txn.check(TxnState.IN_TRANSACTION)
         config = self.config
         if config.key_serializer is not None or (key is not None and type(key) is not bytes):
             key = self._serialize(config.key_serializer, key, "key")
@@ -644,6 +677,8 @@ class Producer:
         """
         if self._closing:
             raise IllegalStateError("cannot send after the producer is closed")
+        if self._txn is not None:
+            self._txn.check(TxnState.IN_TRANSACTION)
         cached = self._topic_cache.get(topic)
         if cached is None or cached.cluster is not self._client.cluster:
             cached = self._refresh_topic(topic)
@@ -710,6 +745,86 @@ class Producer:
         """(producer id, epoch) of an idempotent producer; (-1, -1) before InitProducerId."""
         return self._producer_id, self._producer_epoch
 
+    # ------------------------------------------------------------------ transactions
+
+    def _transactions(self) -> TransactionManager:
+        if self._txn is None:
+            raise IllegalStateError("transactions need a producer with a transactional_id")
+        if self._closing:
+            raise IllegalStateError("the producer is closed")
+        return self._txn
+
+    def _deadline(self, timeout: float | None) -> float:
+        return time.monotonic() + (self._max_block_s if timeout is None else timeout)
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register the transactional id: fences every older producer with it and aborts
+        the transaction it left open. Call once, before the first transaction."""
+        txn = self._transactions()
+        pid, epoch = txn.init(self._deadline(timeout))
+        self._adopt_producer_id(pid, epoch)
+
+    def _adopt_producer_id(self, pid: int, epoch: int) -> None:
+        with self._acc.cond:
+            if (pid, epoch) != (self._producer_id, self._producer_epoch):
+                self._next_seq.clear()  # a new epoch restarts every sequence at 0
+            self._producer_id, self._producer_epoch = pid, epoch
+            self._acc.cond.notify_all()
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: records sent until commit or abort belong to it."""
+        self._transactions().begin()
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[Any, Any] | Iterable[Any],
+        group_metadata: ConsumerGroupMetadata | str,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit a consumer group's offsets with this transaction (KIP-447).
+
+        ``offsets``: {TopicPartition: next offset to read (int or OffsetAndMetadata)};
+        ``group_metadata``: ``consumer.group_metadata()`` (its generation and member
+        id let the group fence a consumer that was replaced), or a group id.
+        """
+        self._transactions().send_offsets(
+            offsets_of(offsets), group_metadata_of(group_metadata), self._deadline(timeout)
+        )
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send everything, then commit: the records and offsets become visible to
+        read_committed consumers together. Raises the error that made the transaction
+        abortable (call ``abort_transaction``) or fatal."""
+        txn = self._transactions()
+        txn.check(TxnState.IN_TRANSACTION)
+        deadline = self._deadline(timeout)
+        self.flush(max(0.0, deadline - time.monotonic()))
+        txn.check(TxnState.IN_TRANSACTION)
+        txn.end(True, deadline)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Drop what was not sent, wait for what is in flight, then abort: nothing of the
+        transaction becomes visible to read_committed consumers."""
+        txn = self._transactions()
+        if not txn.abortable():
+            txn.check(TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
+        deadline = self._deadline(timeout)
+        dropped: list[ProducerBatch] = []
+        with self._acc.cond:
+            for dq in self._acc.batches.values():
+                kept = [b for b in dq if b.in_flight]
+                dropped.extend(b for b in dq if not b.in_flight)
+                dq.clear()
+                dq.extend(kept)
+        aborted = TransactionAbortedError("the transaction was aborted before the record was sent")
+        for batch in dropped:
+            self._finish_batch(batch, aborted)
+        for batch in list(self._acc.incomplete):
+            if not batch.result.wait(max(0.0, deadline - time.monotonic())):
+                raise KafkaTimeoutError("in-flight batches did not complete before the abort")
+        txn.end(False, deadline)
+        self._adopt_producer_id(txn.producer_id, txn.producer_epoch)
+
     # ------------------------------------------------------------------ helpers
 
     @staticmethod
@@ -760,6 +875,8 @@ class Producer:
                 self._acc.cond.wait(max(0.0, timeout))
 
     def _ensure_producer_id(self) -> bool:
+        if self._txn is not None:
+            return self._producer_id >= 0  # from init_transactions, never reset here
         if self._need_pid_reset:
             if any(self._partition_in_flight.values()):
                 return False
@@ -853,6 +970,8 @@ class Producer:
                 by_node.setdefault(leader, []).append(head)
         if unknown_leader:
             self._client.request_update()
+        if self._txn is not None and by_node:
+            self._add_partitions_to_transaction(by_node)
         for node, heads in by_node.items():
             if (
                 self._node_in_flight.get(node, 0)
@@ -865,6 +984,31 @@ class Producer:
             if request_batches:
                 self._send_produce(node, request_batches)
         return max(0.0, next_wake)
+
+    def _add_partitions_to_transaction(self, by_node: dict[int, list[ProducerBatch]]) -> None:
+        """Before a partition's first batch of the transaction: AddPartitionsToTxn (one
+        request for every new partition); if that fails, its batches fail with it."""
+        txn = self._txn
+        assert txn is not None
+        new = {h.tp for heads in by_node.values() for h in heads if h.tp not in txn.partitions}
+        if not new:
+            return
+        with txn._lock:
+            txn.pending.update(new)
+        error = txn.add_pending_partitions(time.monotonic() + self._max_block_s)
+        if error is None:
+            return
+        failed: list[ProducerBatch] = []
+        with self._acc.cond:
+            for tp in new:
+                dq = self._acc.batches.get(tp)
+                if dq:
+                    failed.extend(b for b in dq if not b.in_flight)
+                    dq.clear()
+        for batch in failed:
+            self._finish_batch(batch, error)
+        for node in list(by_node):
+            by_node[node] = [h for h in by_node[node] if h.tp not in new]
 
     def _drain_node(self, heads: list[ProducerBatch]) -> list[ProducerBatch]:
         out: list[ProducerBatch] = []
@@ -904,7 +1048,7 @@ class Producer:
         try:
             for b in batches:
                 topics.setdefault(b.tp.topic, []).append(
-                    (b.tp.partition, b.encode(self._compression))
+                    (b.tp.partition, b.encode(self._compression, self._txn is not None))
                 )
         except Exception as exc:  # compression library missing, etc.
             for b in batches:
@@ -912,10 +1056,11 @@ class Producer:
             return
         topic_data = list(topics.items())
         acks, timeout_ms = self._acks, self.config.request_timeout_ms
+        txn_id = self.config.transactional_id
 
         def body(version: int) -> EncodedBody:
             # The negotiated version is known only inside the connection.
-            return encode_produce_request(version, None, acks, timeout_ms, topic_data)
+            return encode_produce_request(version, txn_id, acks, timeout_ms, topic_data)
 
         self._node_in_flight[node] = self._node_in_flight.get(node, 0) + 1
         future = self._client.send(node, ApiKey.PRODUCE, body, expect_response=self._acks != 0)
@@ -982,6 +1127,11 @@ class Producer:
         if isinstance(error, DuplicateSequenceNumberError):
             self._finish_batch(batch, None, (-1, None))
             return
+        if self._txn is not None and not error.retriable:
+            # In a transaction a failed batch is not retried with a new producer id: the
+            # transaction must abort (fenced: the producer is done).
+            self._finish_batch(batch, error)
+            return
         if (
             isinstance(error, (UnknownProducerIdError, InvalidProducerEpochError))
             and self._idempotent
@@ -1007,7 +1157,7 @@ class Producer:
             batch.retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000
             self._acc.requeue(batch)
             return
-        if self._idempotent and batch.base_sequence >= 0:
+        if self._txn is None and self._idempotent and batch.base_sequence >= 0:
             self._need_pid_reset = True
         self._finish_batch(batch, error)
 
@@ -1035,6 +1185,13 @@ class Producer:
     ) -> None:
         if batch.result.done():
             return
+        if error is not None and self._txn is not None:
+            # A record of the transaction is lost: it can only abort. Its sequences are
+            # left behind, so the abort also bumps the epoch (KIP-360).
+            if batch.base_sequence >= 0:
+                self._txn.epoch_bump_needed = True
+            if not isinstance(error, TransactionAbortedError):
+                self._txn.fail(error)
         if error is None and result is not None:
             base, append_ts = result
         else:

@@ -36,6 +36,7 @@ class CommittedOffset:
     metadata: str
     commit_timestamp: int
     expire_timestamp: int | None
+    record_offset: int = -1  # where its record is in __consumer_offsets (-1: unknown)
 
 
 @dataclass(slots=True)

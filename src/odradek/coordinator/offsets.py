@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from odradek.coordinator import events as ev
 from odradek.coordinator.consumer_group import (
@@ -28,6 +28,7 @@ from odradek.coordinator.types import (
     OffsetCommitPartitionResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetCommitTopic,
     OffsetCommitTopicResponse,
     OffsetDeletePartitionResponse,
     OffsetDeleteRequest,
@@ -45,6 +46,13 @@ E = ErrorCode
 
 
 class OffsetHandlers(ShardBase):
+    # Transactional offsets live in ``txn_offsets.TxnOffsetHandlers`` (a base of the shard).
+    def has_pending_txn_offset(self, group_id: str, topic: str, partition: int) -> bool:
+        raise NotImplementedError
+
+    def has_open_transactions(self, group_id: str) -> bool:
+        raise NotImplementedError
+
     # ================================================================= OffsetCommit
 
     def _offset_commit(self, now: int, token: RequestToken, req: OffsetCommitRequest) -> None:
@@ -130,12 +138,12 @@ class OffsetHandlers(ShardBase):
             return E.UNSUPPORTED_VERSION  # consumer-protocol members commit with v9+
         if req.generation_id == member.member_epoch:
             return None
-        if req.generation_id == member.previous_member_epoch and self._owns_all(member, req):
+        if req.generation_id == member.previous_member_epoch and self._owns_all(member, req.topics):
             return None
         return E.STALE_MEMBER_EPOCH
 
-    def _owns_all(self, member: ConsumerGroupMember, req: OffsetCommitRequest) -> bool:
-        for topic in req.topics:
+    def _owns_all(self, member: ConsumerGroupMember, topics: Iterable[OffsetCommitTopic]) -> bool:
+        for topic in topics:
             image = self.image.by_name.get(topic.name)
             if image is None:
                 return False
@@ -200,10 +208,16 @@ class OffsetHandlers(ShardBase):
             parts = []
             for p in partitions:
                 o = offsets.get((name, p))
-                if o is None:
+                if req.require_stable and self.has_pending_txn_offset(req.group_id, name, p):
+                    # KIP-447: a transactional commit of it awaits its marker.
+                    parts.append(
+                        OffsetFetchPartitionResponse(
+                            p, NO_OFFSET, NO_LEADER_EPOCH, "", int(E.UNSTABLE_OFFSET_COMMIT)
+                        )
+                    )
+                elif o is None:
                     parts.append(OffsetFetchPartitionResponse(p, NO_OFFSET, NO_LEADER_EPOCH, ""))
                 else:
-                    # No transactional offsets exist here, so require_stable never blocks.
                     parts.append(
                         OffsetFetchPartitionResponse(p, o.offset, o.leader_epoch, o.metadata)
                     )
@@ -294,7 +308,11 @@ class OffsetHandlers(ShardBase):
         for group in list(self.groups.values()):
             if group.state is S.DEAD:
                 continue
-            expired = sorted(self._expired_offsets(group, wall))
+            expired = sorted(
+                tp
+                for tp in self._expired_offsets(group, wall)
+                if not self.has_pending_txn_offset(group.group_id, *tp)  # Kafka waits for it
+            )
             if expired:
                 self._event(
                     ev.OFFSETS_EXPIRED,
@@ -302,7 +320,11 @@ class OffsetHandlers(ShardBase):
                     partitions=[f"{t}-{p}" for t, p in expired],
                 )
             empty = group.state in (S.EMPTY, ConsumerGroupState.EMPTY)
-            if empty and len(group.offsets) == len(expired):
+            if (
+                empty
+                and len(group.offsets) == len(expired)
+                and not self.has_open_transactions(group.group_id)
+            ):
                 # Tombstones every offset, the expired ones included.
                 self._delete_group(group, "empty group without offsets")
                 continue

@@ -55,6 +55,7 @@ from odradek.coordinator.timer import (
     parse_timer_key,
     timer_key,
 )
+from odradek.coordinator.txn_offsets import TxnOffsetCommitRequest, TxnOffsetHandlers
 from odradek.coordinator.types import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
@@ -98,7 +99,7 @@ CLEANUP_KEY = timer_key(CLEANUP)
 CONSUMER_TIMERS = frozenset({CG_SESSION, CG_REBALANCE, CG_JOIN, CG_SYNC})
 
 
-class GroupCoordinatorShard(MigrationHandlers, AdminHandlers):
+class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers):
     """Pure group coordinator (classic and consumer groups) for one partition.
 
     See the package docstring."""
@@ -168,6 +169,8 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers):
             self._delete_groups(now_ms, token, request)
         elif isinstance(request, OffsetDeleteRequest):
             self._offset_delete(now_ms, token, request)
+        elif isinstance(request, TxnOffsetCommitRequest):
+            self._txn_offset_commit(now_ms, token, request)
         else:
             raise TypeError(f"unsupported request {type(request).__name__}")
 
@@ -335,9 +338,12 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers):
 
     # ================================================================= replay
 
-    def replay(self, record: CoordinatorRecord) -> None:
+    def replay(self, record: CoordinatorRecord, *, producer_id: int = -1, offset: int = -1) -> None:
         """Apply one ``__consumer_offsets`` record to the hard state.
 
+        ``producer_id``: the record is in a transactional batch of that producer
+        (TxnOffsetCommit): pending until its marker (``replay_end_transaction``).
+        ``offset``: the record's offset in the partition, when known.
         Replaying the records of a call commits it: it can no longer be aborted.
         """
         self._last_journal = None
@@ -349,6 +355,7 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers):
         if isinstance(key, OffsetCommitKey):
             tp = (key.topic, key.partition)
             if record.value is None:
+                self._forget_pending(key.group, key.topic, key.partition)
                 group = self.groups.get(key.group)
                 if group is not None:
                     group.offsets.pop(tp, None)
@@ -357,13 +364,18 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers):
                 return
             v = decode_offset_commit_value(record.value)
             group = self.groups.get(key.group) or self._get_or_create(key.group)
-            group.offsets[tp] = CommittedOffset(
+            committed = CommittedOffset(
                 v.offset,
                 v.leader_epoch,
                 v.metadata,
                 v.commit_timestamp,
                 v.expire_timestamp if v.expire_timestamp >= 0 else None,
+                offset,
             )
+            if producer_id >= 0:
+                self._replay_txn_offset(producer_id, key, committed)
+                return
+            group.offsets[tp] = committed
         elif isinstance(key, GroupMetadataKey):
             group = self.groups.get(key.group)
             if isinstance(group, ConsumerGroup):
@@ -562,6 +574,16 @@ def error_response(
         return DeleteGroupsResponse(tuple(DeleteGroupsResult(g, code) for g in request.group_ids))
     if isinstance(request, OffsetDeleteRequest):
         return OffsetDeleteResponse(code)
+    if isinstance(request, TxnOffsetCommitRequest):
+        return OffsetCommitResponse(
+            tuple(
+                OffsetCommitTopicResponse(
+                    t.name,
+                    tuple(OffsetCommitPartitionResponse(p.partition, code) for p in t.partitions),
+                )
+                for t in request.topics
+            )
+        )
     raise TypeError(f"unsupported request {type(request).__name__}")
 
 

@@ -60,10 +60,20 @@ only to commit each group (``swap_in``); a group whose segments changed
 meanwhile (DeleteRecords) is discarded. Segments holding a quarantined
 (corrupt) range are never rewritten: their bytes stay for the operator.
 
-Not covered: transactions (no transaction index exists yet, so records of
-aborted transactions are treated like committed ones and transaction markers
-are kept forever), ``min.compaction.lag.ms`` / ``max.compaction.lag.ms``,
-and the KIP-534 delete horizon stamped into batches.
+Transactions (Kafka's LogCleaner rules): only segments wholly below the last
+stable offset are cleaned, and the offset map ignores records at or past it, so
+an open transaction can neither be cleaned nor shadow a committed record it
+may yet abort. Records of aborted transactions (known from the segments'
+aborted-transaction indexes) never enter the map and are removed; the batch
+keeps Kafka's RETAIN_EMPTY rule. A COMMIT or ABORT marker stays as long as any
+batch of its transaction remains, and past that until its segment is older
+than ``delete.retention.ms`` (as tombstones); a segment with a quarantined
+range keeps every later marker, since what it holds is unknown. The merged
+segment's aborted-transaction index is the union of its parts' (written before
+their files go, and merged again by ``recover_leftovers`` after a crash).
+
+Not covered: ``min.compaction.lag.ms`` / ``max.compaction.lag.ms``, and the
+KIP-534 delete horizon stamped into batches.
 """
 
 from __future__ import annotations
@@ -79,6 +89,7 @@ from odradek.log.config import LogConfig
 from odradek.log.files import FileCache
 from odradek.log.index import write_file_atomic
 from odradek.log.segment import Segment, segment_name
+from odradek.log.txn_index import AbortedTxn, read_txn_index, write_txn_index
 from odradek.protocol.records import (
     BATCH_OVERHEAD,
     COMPRESSION_NONE,
@@ -149,6 +160,8 @@ class CompactionStats:
     null_keys_removed: int = 0
     empty_batches_retained: int = 0
     batches_copied_undecoded: int = 0
+    aborted_batches_removed: int = 0
+    markers_removed: int = 0
 
     @classmethod
     def skipped_for(cls, reason: str) -> CompactionStats:
@@ -168,6 +181,8 @@ class _Counters:
     null_keys_removed: int = 0
     empty_batches_retained: int = 0
     batches_copied_undecoded: int = 0
+    aborted_batches_removed: int = 0
+    markers_removed: int = 0
 
 
 # --------------------------------------------------------------------------- checkpoint
@@ -226,8 +241,12 @@ def _base_of(name: str, suffix: str) -> int | None:
 
 
 def _unlink_segment_files(directory: Path, base: int, *, keep_log: bool = False) -> None:
+    """A segment's files; ``keep_log``: its ``.log`` and ``.txnindex`` stay (the swapped-in
+    segment at the same base offset owns them)."""
     name = segment_name(base)
-    suffixes = (".index", ".timeindex") if keep_log else (".log", ".index", ".timeindex")
+    suffixes = (
+        (".index", ".timeindex") if keep_log else (".log", ".index", ".timeindex", ".txnindex")
+    )
     for suffix in suffixes:
         with contextlib.suppress(FileNotFoundError):
             (directory / f"{name}{suffix}").unlink()
@@ -269,15 +288,30 @@ def recover_leftovers(directory: Path) -> list[str]:
             actions.append(f"deleted stray {swap.name}")
             continue
         end = _next_offset_of(swap, base)
-        for p in directory.glob("*.log"):
-            b = _base_of(p.name, ".log")
-            if b is not None and (b == base or base < b < end):
-                _unlink_segment_files(directory, b, keep_log=b == base)
+        replaced = sorted(
+            b
+            for p in directory.glob("*.log")
+            if (b := _base_of(p.name, ".log")) is not None and (b == base or base < b < end)
+        )
+        _merge_txn_indexes(directory, base, replaced)
+        for b in replaced:
+            _unlink_segment_files(directory, b, keep_log=b == base)
         os.replace(swap, directory / f"{segment_name(base)}.log")
         actions.append(f"completed swap of segment {base} (offsets {base}..{end})")
     if actions:
         _fsync_dir(directory)
     return actions
+
+
+def _merge_txn_indexes(directory: Path, base: int, bases: list[int]) -> None:
+    """Give the segment at ``base`` the aborted-transaction entries of all of ``bases``."""
+    merged: list[AbortedTxn] = []
+    for b in bases:
+        merged.extend(read_txn_index(directory / f"{segment_name(b)}.txnindex"))
+    merged = sorted(set(merged), key=lambda e: e.last_offset)
+    own = directory / f"{segment_name(base)}.txnindex"
+    if merged != read_txn_index(own):
+        write_txn_index(own, merged, fsync=True)
 
 
 # --------------------------------------------------------------------------- batch I/O
@@ -461,6 +495,39 @@ def _rebuild(
     return out
 
 
+# --------------------------------------------------------------------------- transactions
+
+
+class _Transactions:
+    """What the cleaner knows of transactions: the aborted ranges of each producer, and,
+    during the filter pass, whether the transaction a producer has open in the
+    output so far kept any batch (its marker must then stay)."""
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self.aborted: dict[int, list[tuple[int, int]]] = {}
+        for e in aborted:
+            self.aborted.setdefault(e.producer_id, []).append((e.first_offset, e.last_offset))
+        self.kept_batches: dict[int, bool] = {}
+        self.uncertain = False  # a skipped (quarantined) segment: keep every later marker
+
+    def is_aborted(self, h: BatchHeader) -> bool:
+        if not h.is_transactional or h.producer_id < 0:
+            return False
+        ranges = self.aborted.get(h.producer_id)
+        if not ranges:
+            return False
+        offset = h.base_offset
+        return any(first <= offset <= last for first, last in ranges)
+
+    def batch_kept(self, h: BatchHeader) -> None:
+        if h.is_transactional and h.producer_id >= 0:
+            self.kept_batches[h.producer_id] = True
+
+    def marker_needed(self, h: BatchHeader) -> bool:
+        """A marker was read: whether its transaction still has a batch before it."""
+        return self.kept_batches.pop(h.producer_id, False) or self.uncertain
+
+
 # --------------------------------------------------------------------------- the pass
 
 
@@ -468,6 +535,8 @@ def _build_offset_map(
     segments: list[Segment],
     active_end: int,
     first_dirty: int,
+    lso: int,
+    txns: _Transactions,
     max_decompressed: int,
     c: _Counters,
     should_stop: Callable[[], bool],
@@ -476,7 +545,8 @@ def _build_offset_map(
 
     The active segment is read only up to ``active_end`` (its size when the pass
     began): appends may go on meanwhile, and records newer than that simply do
-    not shadow anything in this pass.
+    not shadow anything in this pass. Records at or past the last stable offset
+    ``lso`` and records of aborted transactions shadow nothing either.
     """
     latest: dict[bytes, int] = {}
     last = segments[-1]
@@ -487,7 +557,9 @@ def _build_offset_map(
         for h, raw in seg.iter_raw_batches(stop):
             if should_stop():
                 raise _Stopped
-            if h.is_control or h.records_count <= 0:
+            if h.is_control or h.records_count <= 0 or h.base_offset >= lso:
+                continue
+            if txns.is_aborted(h):
                 continue
             try:
                 recs, _ = _scan(h, raw, max_decompressed)
@@ -530,6 +602,7 @@ def _filter_group(
     now_ms: int,
     config: LogConfig,
     producer_last_offsets: dict[int, int],
+    txns: _Transactions,
     c: _Counters,
     should_stop: Callable[[], bool],
 ) -> bool:
@@ -542,13 +615,29 @@ def _filter_group(
                 raise _Stopped
             c.batches_read += 1
             if h.is_control:
-                writer.add(raw, h)
+                if h.producer_id < 0 or txns.marker_needed(h) or not tombstones_expire:
+                    writer.add(raw, h)
+                else:
+                    c.markers_removed += 1
+                    changed = True
+                continue
+            if txns.is_aborted(h):
+                # Every record goes; Kafka's RETAIN_EMPTY keeps the producer's last batch.
+                c.records_read += h.records_count
+                c.aborted_batches_removed += 1
+                changed = True
+                if h.producer_id >= 0 and producer_last_offsets.get(h.producer_id) == h.last_offset:
+                    c.empty_batches_retained += 1
+                    out = _pack(h, h.max_timestamp, h.max_timestamp, 0, b"")
+                    writer.add(out, parse_header(out))
+                    txns.batch_kept(h)
                 continue
             try:
                 recs, decoded = _scan(h, raw, config.max_decompressed_bytes)
             except RecordError:
                 c.batches_copied_undecoded += 1
                 writer.add(raw, h)
+                txns.batch_kept(h)
                 continue
             c.records_read += len(recs)
             kept: list[_Rec] = []
@@ -565,6 +654,7 @@ def _filter_group(
             c.records_kept += len(kept)
             if kept and len(kept) == len(recs):
                 writer.add(raw, h)
+                txns.batch_kept(h)
                 continue
             # Kafka's RETAIN_EMPTY: the batch holding a live producer's last offset
             # stays (possibly empty) so its epoch and sequence survive a replay.
@@ -574,6 +664,7 @@ def _filter_group(
             if not recs and producer_last:  # already an empty batch, still needed
                 c.empty_batches_retained += 1
                 writer.add(raw, h)
+                txns.batch_kept(h)
                 continue
             changed = True
             if not kept:
@@ -582,6 +673,7 @@ def _filter_group(
                 c.empty_batches_retained += 1
             out = _rebuild(h, raw, kept, decoded)
             writer.add(out, parse_header(out))
+            txns.batch_kept(h)
     return changed
 
 
@@ -599,6 +691,9 @@ def swap_in(
     os.replace(writer.path, swap)
     _fsync_dir(directory)  # commit point: recovery now completes the swap
     interval = group[0].index_interval
+    merged = sorted({e for s in group for e in s.txn_index.entries}, key=lambda e: e.last_offset)
+    if merged != group[0].txn_index.entries:
+        write_txn_index(group[0].txnindex_path, merged, fsync=True)
     for s in group:
         s.close()
     for s in group[1:]:
@@ -624,25 +719,32 @@ def compact_segments(
     producer_last_offsets: dict[int, int],
     commit: Callable[[list[Segment], _SegmentWriter], Segment | None],
     *,
+    lso: int | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     force: bool = False,
 ) -> CompactionStats:
     """One compaction pass over ``segments`` (the last one is active and left alone).
+
+    ``lso``: the last stable offset; only segments wholly below it are cleaned
+    (None: no transaction is open).
 
     ``commit(old_group, writer)`` swaps each finished group in (``swap_in``, under
     the log's lock) and returns the new segment, or None when the group changed
     meanwhile and the cleaned file must be dropped. ``should_stop`` is polled
     between batches: when it turns true the pass ends, committing nothing more.
     """
-    cleanable = segments[:-1]
     active = segments[-1]
+    if lso is None:
+        lso = 2**63 - 1
+    cleanable = [s for s in segments[:-1] if s.next_offset <= lso]
+    unstable = segments[len(cleanable) : -1]  # hold an open transaction: not cleaned
     saved = read_checkpoint(directory)
     first_dirty = segments[0].base_offset if saved is None else saved
     first_dirty = min(max(first_dirty, segments[0].base_offset), active.base_offset)
     dirty, total = dirty_bytes(cleanable, first_dirty)
     ratio = dirty / total if total else 0.0
     seg_before = len(segments)
-    bytes_before = sum(s.size for s in cleanable) + active_end
+    bytes_before = sum(s.size for s in segments[:-1]) + active_end
 
     def skipped(reason: str) -> CompactionStats:
         return CompactionStats(
@@ -669,17 +771,22 @@ def compact_segments(
 
     c = _Counters()
     limit = config.max_decompressed_bytes
+    txns = _Transactions([e for s in segments for e in s.txn_index.entries])
     try:
-        latest = _build_offset_map(segments, active_end, first_dirty, limit, c, should_stop)
+        latest = _build_offset_map(
+            segments, active_end, first_dirty, lso, txns, limit, c, should_stop
+        )
     except _Stopped:
         return skipped("stopped: the log is closing")
-    after: list[Segment] = [s for s in cleanable if s.holes]
+    after: list[Segment] = [s for s in cleanable if s.holes] + unstable
     for group in _group(cleanable, config.segment_bytes):
+        if any(s.holes for s in cleanable if s.base_offset < group[0].base_offset):
+            txns.uncertain = True
         cleaned = directory / f"{segment_name(group[0].base_offset)}{_CLEANED}"
         writer = _SegmentWriter(cleaned)
         try:
             changed = _filter_group(
-                group, writer, latest, now_ms, config, producer_last_offsets, c, should_stop
+                group, writer, latest, now_ms, config, producer_last_offsets, txns, c, should_stop
             )
             if changed and not any(s.holes for s in group):  # no damage found on the way
                 writer.finish(max(s.mtime_ns() for s in group))
@@ -699,7 +806,7 @@ def compact_segments(
         new.write_index_files(fsync=False)
         after.append(new)
         c.groups_rewritten += 1
-    next_dirty = active.base_offset
+    next_dirty = unstable[0].base_offset if unstable else active.base_offset
     write_checkpoint(directory, next_dirty)
     return CompactionStats(
         True,
@@ -721,4 +828,6 @@ def compact_segments(
         c.null_keys_removed,
         c.empty_batches_retained,
         c.batches_copied_undecoded,
+        c.aborted_batches_removed,
+        c.markers_removed,
     )

@@ -19,6 +19,7 @@ __all__ = [
     "InvalidProducerEpochError",
     "InvalidRecordError",
     "InvalidTimestampError",
+    "InvalidTxnStateError",
     "LogError",
     "MessageTooLargeError",
     "OffsetOutOfRangeError",
@@ -79,3 +80,11 @@ class UnknownProducerIdError(LogError):
     """UNKNOWN_PRODUCER_ID (59): kept for completeness; modern Kafka no longer returns it."""
 
     error_code: ClassVar[int] = 59
+
+
+class InvalidTxnStateError(LogError):
+    """INVALID_TXN_STATE (48): a producer's write does not fit its transaction state (a
+    non-transactional batch inside an open transaction, or a transactional batch for a
+    partition its coordinator never added to the transaction)."""
+
+    error_code: ClassVar[int] = 48

@@ -103,14 +103,16 @@ from odradek.log.config import LogConfig
 from odradek.log.errors import CorruptSegmentError, MessageTooLargeError, OffsetOutOfRangeError
 from odradek.log.files import FileCache, FileRegion, shared_file_cache
 from odradek.log.index import write_file_atomic
-from odradek.log.producer_state import ProducerStateManager
+from odradek.log.producer_state import CompletedTxn, ProducerStateManager
 from odradek.log.segment import Segment, segment_name
+from odradek.log.txn_index import AbortedTxn
 from odradek.protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
     RecordError,
     decode_batch_records,
     iter_batches,
+    marker_is_abort,
     parse_header,
     set_log_append_time,
     validate_batches_raw,
@@ -232,6 +234,11 @@ class PartitionLog:
         self._modified = True
         # The clean-shutdown record is still on disk: remove it before the first change.
         self._clean_record_on_disk = False
+        # Whether a transaction may be open while the producer state is not loaded yet
+        # (a clean open whose record says one was open at shutdown). Without one, the
+        # last stable offset is the log end until a producer's batch loads the state,
+        # so reads never pay for loading it (a header scan without a snapshot).
+        self._maybe_open_transactions = True
         self.leader_epoch = 0
 
     # ------------------------------------------------------------------ open / recovery
@@ -299,6 +306,8 @@ class PartitionLog:
         inst = cls(directory, config, now_ms, segments, min(start, end), files, None)
         inst._modified = False
         inst._clean_record_on_disk = True
+        # Older records have no such key: those brokers refused transactions.
+        inst._maybe_open_transactions = bool(record.get("open_transactions", False))
         segments[-1].created_ms = now_ms() if active_size else None
         return inst
 
@@ -325,7 +334,7 @@ class PartitionLog:
         live = {segment_name(b) for b in bases}
         for name in names:
             stem, _, suffix = name.partition(".")
-            if suffix in ("index", "timeindex", "corrupt") and stem not in live:
+            if suffix in ("index", "timeindex", "txnindex", "corrupt") and stem not in live:
                 (directory / name).unlink()  # a companion of a deleted segment
         interval = config.index_interval_bytes
         segments: list[Segment] = []
@@ -357,7 +366,12 @@ class PartitionLog:
     def _load_producers(
         directory: Path, segments: list[Segment], start: int, end: int
     ) -> ProducerStateManager:
-        """Snapshot if usable, then replay headers of every batch written after it."""
+        """Snapshot if usable, then replay headers of every batch written after it.
+
+        The replay also rebuilds the aborted-transaction index entries of the
+        markers it passes, so an index the crash left behind (a torn or missing
+        last entry) matches the log again.
+        """
         loaded = ProducerStateManager.read_snapshot(directory / PRODUCER_SNAPSHOT_FILE)
         from_offset = segments[0].base_offset
         producers = ProducerStateManager()
@@ -368,8 +382,15 @@ class PartitionLog:
                 break
             if seg.next_segment_base is not None and seg.next_segment_base <= from_offset:
                 continue  # wholly before the snapshot: not even loaded
-            for _, h in _headers_from(seg, max(from_offset, seg.base_offset)):
-                producers.replay(h)
+            aborted: list[AbortedTxn] = []
+            for pos, h in _headers_from(seg, max(from_offset, seg.base_offset)):
+                if not h.is_control:
+                    producers.replay(h)
+                    continue
+                done = producers.replay(h, abort=marker_is_abort(seg.read_batch_at(pos, h.size)))
+                if done is not None and done.aborted:
+                    aborted.append(_aborted_entry(producers, done))
+            _rebuild_txn_index(seg, from_offset, aborted)
         producers.evict_below(start)
         return producers
 
@@ -390,6 +411,21 @@ class PartitionLog:
     @property
     def end_offset(self) -> int:
         return self._segments[-1].next_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, or the log end (Kafka's LSO).
+
+        read_committed readers get data only below it.
+        """
+        with self._lock:
+            end = self._segments[-1].next_offset
+            if self._producers is None and not self._maybe_open_transactions:
+                return end
+            first = self._producer_state().first_unstable_offset()
+            if first is None:
+                return end
+            return max(min(first, end), self._start_offset)
 
     @property
     def size_bytes(self) -> int:
@@ -502,12 +538,15 @@ class PartitionLog:
                             self._start_offset,
                             duplicate=True,
                         )
-            triples: list[tuple[BatchHeader, int, int]] = []
+            checks: list[tuple[BatchHeader, int, int, bool]] = []
             off = first
+            pos = 0
             for h in headers:
-                triples.append((h, off, append_time if append_time >= 0 else h.max_timestamp))
+                abort = h.is_control and marker_is_abort(view, pos)
+                checks.append((h, off, append_time if append_time >= 0 else h.max_timestamp, abort))
                 off += h.last_offset_delta + 1
-            updates = producers.prepare(triples, check_sequence=from_client)
+                pos += h.size
+            updates = producers.prepare(checks, check_sequence=from_client)
 
         self._begin_change()
         total = len(view)
@@ -542,8 +581,12 @@ class PartitionLog:
         for note in notes:
             seg.note_batch(*note)
         self._dirty_segments.add(seg)
-        if updates:
-            self._producer_state().commit(updates)
+        if updates is not None:
+            producers = self._producer_state()
+            producers.commit(updates)
+            for done in updates.completed:
+                if done.aborted:
+                    seg.txn_index.append(_aborted_entry(producers, done))
 
         self._unflushed_messages += records
         flushed = None
@@ -609,6 +652,7 @@ class PartitionLog:
                 return  # deleted meanwhile (retention, topic deletion): nothing to finish
             try:
                 old.write_index_files(fsync=True)
+                old.txn_index.sync()
                 old.fsync()
                 if snapshot is not None and rolled_at > self._snapshot_written:
                     path = self.directory / PRODUCER_SNAPSHOT_FILE
@@ -658,26 +702,50 @@ class PartitionLog:
         return None
 
     def read(
-        self, offset: int, max_bytes: int, *, region_from: int | None = None
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        region_from: int | None = None,
     ) -> bytes | bytearray | FileRegion:
         """Whole batches from the batch containing ``offset``, at least one if any exist.
 
         Reads stay within one segment, as Kafka's do; the caller fetches again.
-        Raises CorruptSegmentError (CORRUPT_MESSAGE) for an offset in a
-        quarantined range. With ``region_from``, a read of more than that many
-        bytes may answer a ``FileRegion`` (``Segment.read_from``), which the
-        caller must release.
+        ``max_offset``: no batch starting at or after it (read_committed: the last
+        stable offset). Raises CorruptSegmentError (CORRUPT_MESSAGE) for an
+        offset in a quarantined range. With ``region_from``, a read of more than
+        that many bytes may answer a ``FileRegion`` (``Segment.read_from``), which
+        the caller must release.
         """
         with self._lock:
             self._check_open()
             self._check_range(offset)
-            if offset == self.end_offset:
+            if offset == self.end_offset or (max_offset is not None and offset >= max_offset):
                 return b""
             loc = self._locate(offset)
             if loc is None:
                 return b""
             seg, pos, base = loc
-            return seg.read_from(pos, max_bytes, base, region_from=region_from)
+            return seg.read_from(pos, max_bytes, base, max_offset, region_from=region_from)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions with data in [fetch_offset, upper_bound) (read_committed).
+
+        Looks in the transaction index of the segment holding ``fetch_offset``
+        and of later ones (a marker may land segments after its data), stopping
+        as Kafka does once an entry closed at or past ``upper_bound``.
+        """
+        with self._lock:
+            self._check_open()
+            i = max(bisect_right(self._bases, fetch_offset) - 1, 0)
+            found: list[AbortedTxn] = []
+            for seg in self._segments[i:]:
+                entries, complete = seg.txn_index.collect(fetch_offset, upper_bound)
+                found.extend(entries)
+                if complete:
+                    break
+            return found
 
     def iter_batches_from(self, offset: int) -> Iterator[bytes | bytearray]:
         """Every readable batch from the one containing ``offset`` (coordinator replay).
@@ -870,6 +938,7 @@ class PartitionLog:
                     for pid, e in self._producer_state().entries.items()
                     if e.batches
                 }
+                lso = self.last_stable_offset
             try:
                 stats = compact_segments(
                     self.directory,
@@ -879,6 +948,7 @@ class PartitionLog:
                     now_ms,
                     last_offsets,
                     self._commit_compacted,
+                    lso=lso,
                     should_stop=lambda: self._closing,
                     force=force,
                 )
@@ -970,6 +1040,7 @@ class PartitionLog:
         active = self._segments[-1]
         active.ensure_loaded()
         active.finalize_indexes(fsync=True)
+        active.txn_index.sync()
         if self._producers is not None:
             self._producers.write_snapshot(
                 self.directory / PRODUCER_SNAPSHOT_FILE, self.end_offset, fsync=True
@@ -979,6 +1050,11 @@ class PartitionLog:
             "end_offset": self.end_offset,
             "active_base": active.base_offset,
             "active_size": active.size,
+            "open_transactions": (
+                bool(self._producers.ongoing)
+                if self._producers is not None
+                else self._maybe_open_transactions
+            ),
         }
         self._retire_files()
         write_file_atomic(
@@ -1044,3 +1120,19 @@ def _delete_segment_files(segments: list[Segment]) -> None:
     """Worker: unlink detached segments (slow for big files on some filesystems)."""
     for seg in segments:
         seg.delete_files()
+
+
+def _aborted_entry(producers: ProducerStateManager, done: CompletedTxn) -> AbortedTxn:
+    """The index entry of an aborted transaction ``producers`` has just closed; the LSO is
+    the oldest transaction still open, or the offset after the marker (Kafka's rule)."""
+    first = producers.first_unstable_offset()
+    lso = done.last_offset + 1 if first is None else first
+    return AbortedTxn(done.producer_id, done.first_offset, done.last_offset, lso)
+
+
+def _rebuild_txn_index(seg: Segment, from_offset: int, aborted: list[AbortedTxn]) -> None:
+    """Make ``seg``'s index entries from ``from_offset`` on exactly what a replay found."""
+    current = seg.txn_index.entries
+    kept = [e for e in current if e.last_offset < from_offset]
+    if kept + aborted != current:
+        seg.txn_index.replace(kept + aborted)

@@ -32,6 +32,7 @@ from typing import NamedTuple
 from odradek.log.errors import CorruptSegmentError
 from odradek.log.files import FileCache, FileRegion, SegmentFile
 from odradek.log.index import IndexCorruptError, OffsetIndex, TimeIndex, write_file_atomic
+from odradek.log.txn_index import TxnIndex
 from odradek.protocol.records import (
     BATCH_OVERHEAD,
     LOG_OVERHEAD,
@@ -94,6 +95,7 @@ class Segment:
         "size",
         "time_index",
         "truncated",
+        "txn_index",
     )
 
     def __init__(
@@ -122,6 +124,7 @@ class Segment:
         self.truncated = 0
         self._hint_offset = -1
         self._hint_pos = -1
+        self.txn_index = TxnIndex(self.txnindex_path)
 
     # ------------------------------------------------------------------ files
 
@@ -136,6 +139,10 @@ class Segment:
     @property
     def timeindex_path(self) -> Path:
         return self.directory / f"{segment_name(self.base_offset)}.timeindex"
+
+    @property
+    def txnindex_path(self) -> Path:
+        return self.directory / f"{segment_name(self.base_offset)}.txnindex"
 
     @property
     def corrupt_path(self) -> Path:
@@ -173,7 +180,14 @@ class Segment:
 
     def delete_files(self) -> None:
         self.close()
-        for p in (self.log_path, self.index_path, self.timeindex_path, self.corrupt_path):
+        paths = (
+            self.log_path,
+            self.index_path,
+            self.timeindex_path,
+            self.txnindex_path,
+            self.corrupt_path,
+        )
+        for p in paths:
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
 
@@ -664,9 +678,18 @@ class Segment:
         return None
 
     def read_from(
-        self, pos: int, max_bytes: int, expected: int, *, region_from: int | None = None
+        self,
+        pos: int,
+        max_bytes: int,
+        expected: int,
+        stop_offset: int | None = None,
+        *,
+        region_from: int | None = None,
     ) -> bytearray | FileRegion:
         """Whole, checked batches starting at ``pos`` up to ``max_bytes``; at least one.
+
+        ``stop_offset``: no batch starting at or after it is returned (read_committed
+        reads stop at the last stable offset), not even the first.
 
         Every returned batch went through ``_chain``, so a damaged length can
         neither return garbage nor skip data silently: the read stops before a
@@ -682,14 +705,14 @@ class Segment:
         """
         limit = pos + max(max_bytes, 0)
         if region_from is not None and limit - pos > region_from:
-            return self._read_region(pos, limit, expected, region_from)
+            return self._read_region(pos, limit, expected, region_from, stop_offset)
         # A bytearray, so the answer is this buffer cut short, not a copy of it.
         buf = bytearray(min(max(limit, pos + 1) + BATCH_OVERHEAD, self.size) - pos)
         with self.files.use(self.file) as fd:
             del buf[os.preadv(fd, [buf], pos) :]
         if len(buf) >= BATCH_OVERHEAD:  # the first batch is returned whole, however large
             limit = max(limit, pos + unpack_header(buf)[1] + LOG_OVERHEAD)
-        end = self._checked_end(pos, expected, limit, _SCAN_CHUNK, (buf, pos))
+        end = self._checked_end(pos, expected, limit, _SCAN_CHUNK, (buf, pos), stop_offset)
         if end == pos:
             return bytearray()
         n = end - pos
@@ -700,15 +723,22 @@ class Segment:
         return buf
 
     def _read_region(
-        self, pos: int, limit: int, expected: int, region_from: int
+        self, pos: int, limit: int, expected: int, region_from: int, stop_offset: int | None
     ) -> bytearray | FileRegion:
         with self.files.use(self.file) as fd:  # open, and pinned while the region is made
             head = os.pread(fd, BATCH_OVERHEAD, pos)
             if len(head) == BATCH_OVERHEAD:  # the first batch is returned whole
                 limit = max(limit, pos + unpack_header(head)[1] + LOG_OVERHEAD)
-            end = self._lined_up_end(fd, pos, expected, limit, head)
+            # A read_committed read stops at the LSO: the full walk knows where.
+            end = (
+                -1
+                if stop_offset is not None
+                else self._lined_up_end(fd, pos, expected, limit, head)
+            )
             if end < 0:  # anything out of the ordinary: the full walk decides
-                end = self._checked_end(pos, expected, limit, BATCH_OVERHEAD, (head, pos))
+                end = self._checked_end(
+                    pos, expected, limit, BATCH_OVERHEAD, (head, pos), stop_offset
+                )
             n = end - pos
             if n == 0:
                 return bytearray()
@@ -764,8 +794,10 @@ class Segment:
         limit: int,
         chunk: int,
         prefetch: tuple[bytes | bytearray, int],
+        stop_offset: int | None = None,
     ) -> int:
-        """Where the whole, checked batches from ``pos`` up to ``limit`` end.
+        """Where the whole, checked batches from ``pos`` up to ``limit`` end (none
+        starting at or after ``stop_offset``).
 
         Raises CorruptSegmentError when the batch at ``pos`` itself is quarantined.
         Remembers where the next read of this segment will start.
@@ -775,10 +807,13 @@ class Segment:
         for p, t in self._chain(pos, expected, limit, chunk, prefetch=prefetch):
             if p != end:
                 break  # a quarantined range lies between: stop before it
+            if stop_offset is not None and t[0] >= stop_offset:
+                break
             end = p + t[1] + LOG_OVERHEAD
             next_off = t[0] + t[6] + 1
         if end == pos:
-            self.check_readable(expected)  # the batch at ``pos`` was just quarantined
+            if stop_offset is None or expected < stop_offset:
+                self.check_readable(expected)  # the batch at ``pos`` was just quarantined
             return pos
         self._hint_offset = next_off
         self._hint_pos = end

@@ -187,8 +187,22 @@ def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Enti
     pos = 4
     if response_header_is_flexible(api_key, version):
         pos = skip_tagged_fields(frame, pos)
-    body, _size = _reader(response_type(api_key, version))(frame, pos)
+    custom = _CUSTOM_RESPONSE_READERS.get((api_key, version))
+    reader = custom if custom is not None else _reader(response_type(api_key, version))
+    body, _size = reader(frame, pos)
     return correlation_id, body
+
+
+def _describe_transactions_v0(frame: bytes, pos: int) -> tuple[Any, int]:
+    from odradek.protocol.describe_transactions import read_describe_transactions_v0
+
+    return read_describe_transactions_v0(frame, pos)
+
+
+# Responses kio cannot read as Kafka writes them (see each reader's module).
+_CUSTOM_RESPONSE_READERS: dict[tuple[int, int], Callable[[bytes, int], tuple[Any, int]]] = {
+    (65, 0): _describe_transactions_v0,  # DescribeTransactions: start time -1
+}
 
 
 # --- building version-specific entities from plain dicts ---------------------------------

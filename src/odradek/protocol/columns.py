@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import struct
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,6 +69,17 @@ def _load() -> Any:
     try:
         from odradek.protocol import _codec  # type: ignore[attr-defined]
     except ImportError:
+        return _codec_py
+    missing = [name for name in _codec_py.__all__ if not hasattr(_codec, name)]
+    if missing:
+        # A build older than this checkout (pulled without `pip install -e .` again):
+        # the fallback is correct, only slower; rebuilding brings the speed back.
+        warnings.warn(
+            f"odradek.protocol._codec lacks {', '.join(missing)} (a stale build); using the "
+            "pure-Python codec. Run `pip install -e .` again to rebuild it.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return _codec_py
     return _codec
 

@@ -53,6 +53,8 @@ __all__ = [
     "COMPRESSION_NONE",
     "COMPRESSION_SNAPPY",
     "COMPRESSION_ZSTD",
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
     "DEFAULT_MAX_DECOMPRESSED_BYTES",
     "LOG_OVERHEAD",
     "MIN_BATCH_LENGTH",
@@ -68,10 +70,13 @@ __all__ = [
     "UnsupportedCompressionError",
     "batch_crc",
     "build_batch",
+    "build_end_txn_marker",
+    "control_type",
     "decode_batch_records",
     "decode_records",
     "decompress",
     "iter_batches",
+    "marker_is_abort",
     "parse_header",
     "patch_base_offset",
     "patch_partition_leader_epoch",
@@ -350,7 +355,8 @@ def validate_batches_raw(
                 f"record batch at byte {pos}: records_count {count} is inconsistent "
                 f"with last_offset_delta {lod}"
             )
-        if pid >= 0 and seq < 0:
+        if pid >= 0 and seq < 0 and not attrs & _CONTROL_BIT:
+            # Transaction markers carry the producer id and epoch but no sequence.
             raise InvalidRecordError(
                 f"record batch at byte {pos} has producer_id {pid} but invalid base_sequence {seq}"
             )
@@ -1109,3 +1115,64 @@ def decode_records(buf: bytes | bytearray | memoryview) -> list[DecodedRecord]:
     for pos, h in iter_batches(buf):
         out.extend(decode_batch_records(buf, pos, h))
     return out
+
+
+# --------------------------------------------------------------------------- transaction markers
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, control type
+_END_TXN_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+
+
+def build_end_txn_marker(
+    producer_id: int,
+    producer_epoch: int,
+    *,
+    commit: bool,
+    timestamp_ms: int,
+    coordinator_epoch: int = 0,
+) -> bytes:
+    """A COMMIT or ABORT control batch (Kafka's EndTransactionMarker) for one producer.
+
+    Transactional and control bits set, the producer's id and epoch, no sequence;
+    one record whose key is (version 0, type) and value (version 0, coordinator epoch).
+    """
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _END_TXN_VALUE.pack(0, coordinator_epoch)
+    return build_batch(
+        [(key, value, ())],
+        timestamp_ms=timestamp_ms,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=-1,
+        transactional=True,
+        control=True,
+    )
+
+
+def marker_is_abort(buf: bytes | bytearray | memoryview, pos: int = 0) -> bool:
+    """Whether the control batch at ``pos`` is an ABORT marker (reads its first record's key).
+
+    Markers are uncompressed with one record; anything unreadable counts as not
+    an abort (the caller has validated the batch already).
+    """
+    try:
+        _, p = _read_varint(buf, pos + BATCH_OVERHEAD)  # record length
+        p += 1  # record attributes
+        _, p = _read_varint(buf, p)  # timestamp delta
+        _, p = _read_varint(buf, p)  # offset delta
+        key_len, p = _read_varint(buf, p)
+        if key_len < _CONTROL_KEY.size:
+            return False
+        return int(_CONTROL_KEY.unpack_from(buf, p)[1]) == CONTROL_ABORT
+    except (CorruptRecordError, struct.error):
+        return False
+
+
+def control_type(key: bytes | None) -> int:
+    """The type of a control record from its key: CONTROL_ABORT, CONTROL_COMMIT, or another
+    (unknown) type; -1 when the key is too short to say."""
+    if key is None or len(key) < _CONTROL_KEY.size:
+        return -1
+    return int(_CONTROL_KEY.unpack_from(key, 0)[1])

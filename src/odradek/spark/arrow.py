@@ -24,14 +24,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from odradek.client.errors import CorruptRecordError
+from odradek.client.read_committed import ReadCommittedFilter
 from odradek.protocol.columns import decode_records, decompress_section, gather_binary
 from odradek.protocol.records import (
     BATCH_OVERHEAD,
     COMPRESSION_NONE,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
+    BatchHeader,
     RecordError,
     crc32c,
+    marker_is_abort,
 )
 
 SCHEMA_DDL = (
@@ -119,6 +122,7 @@ class BatchBuilder:
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _CONTROL_BIT = 0x20
+_TRANSACTIONAL_BIT = 0x10
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
 
@@ -237,12 +241,21 @@ def _slice(s: _Segment, index: int, width: int) -> bytes:
 
 
 def add_fetched(
-    builder: ColumnsBuilder, blob: bytes, position: int, until: int, check_crcs: bool
+    builder: ColumnsBuilder,
+    blob: bytes,
+    position: int,
+    until: int,
+    check_crcs: bool,
+    committed: ReadCommittedFilter | None = None,
 ) -> int:
     """Add the records of ``blob`` (a Fetch answer's record batches) with offsets in
     ``[position, until)`` to ``builder``; return the position after the last complete batch
     (past control batches; ``position`` when there is none). A torn last batch (the fetch
-    size cut it) is left for the next fetch. Raises ``CorruptRecordError``."""
+    size cut it) is left for the next fetch. Raises ``CorruptRecordError``.
+
+    ``committed`` (read_committed): the answer's aborted transactions; it sees every
+    control and transactional batch in order, and a batch of an aborted transaction
+    adds nothing."""
     view = memoryview(blob)
     end = len(blob)
     pos = 0
@@ -255,6 +268,12 @@ def add_fetched(
         if length < MIN_BATCH_LENGTH or pos + size > end:
             break
         next_offset = base + lod + 1
+        if committed is not None and attrs & _CONTROL_BIT and next_offset <= position:
+            # A marker behind the position still ends its producer's transaction.
+            committed.accept(
+                BatchHeader(*_HEADER.unpack_from(blob, pos)),
+                abort_marker=marker_is_abort(blob, pos),
+            )
         if next_offset > position:
             if magic != 2:
                 raise CorruptRecordError(
@@ -265,7 +284,13 @@ def add_fetched(
                 raise CorruptRecordError(
                     f"record batch at offset {base} of {tp} failed its CRC32C check"
                 )
-            if not attrs & _CONTROL_BIT:  # control batches carry no user records
+            if committed is not None and attrs & (_CONTROL_BIT | _TRANSACTIONAL_BIT):
+                header = BatchHeader(*_HEADER.unpack_from(blob, pos))
+                marker = bool(attrs & _CONTROL_BIT) and marker_is_abort(blob, pos)
+                keep = committed.accept(header, abort_marker=marker)
+            else:
+                keep = True
+            if keep and not attrs & _CONTROL_BIT:  # control batches carry no user records
                 _add_batch(
                     builder,
                     blob,

@@ -30,6 +30,7 @@ from odradek.client.cluster import KafkaClient
 from odradek.client.config import ConsumerConfig
 from odradek.client.errors import KafkaError, make_error
 from odradek.client.offsets import EARLIEST_TIMESTAMP, fetch_request_body, list_offsets
+from odradek.client.read_committed import ReadCommittedFilter
 from odradek.client.structs import TopicPartition
 from odradek.protocol.apikeys import ApiKey
 
@@ -149,8 +150,9 @@ class RangeReader:
         timeout_ms = config.request_timeout_ms + FETCH_MAX_WAIT_MS
         return self.client.send(leader, ApiKey.FETCH, body, timeout_ms=timeout_ms)
 
-    def _answer(self, future: Future[Any] | None) -> tuple[int, int, bytes] | None:
-        """(error code, log end, records) of a fetch; None after a retriable failure."""
+    def _answer(self, future: Future[Any] | None) -> tuple[int, int, bytes, Any] | None:
+        """(error code, log end, records, aborted transactions) of a fetch; None after a
+        retriable failure."""
         if future is None:
             self._back_off()
             return None
@@ -177,7 +179,8 @@ class RangeReader:
                 lso = int(getattr(p, "last_stable_offset", -1))
                 if self.read_committed and lso >= 0:
                     end = lso
-                return int(p.error_code), end, bytes(p.records) if p.records else b""
+                blob = bytes(p.records) if p.records else b""
+                return int(p.error_code), end, blob, getattr(p, "aborted_transactions", None)
         self._back_off()  # the broker left the partition out: ask again
         return None
 
@@ -210,7 +213,7 @@ class RangeReader:
                 self._check_idle(position, last_progress)
                 future = self._send(position)
                 continue
-            code, end, blob = answer
+            code, end, blob, aborted = answer
             if code == _OFFSET_OUT_OF_RANGE:
                 position = self._out_of_range(position)
                 if position < until:
@@ -226,7 +229,8 @@ class RangeReader:
                 continue
             before = position
             rows_before = len(builder)
-            position = add_fetched(builder, blob, position, until, check_crcs)
+            committed = ReadCommittedFilter(aborted) if self.read_committed else None
+            position = add_fetched(builder, blob, position, until, check_crcs, committed)
             # The next fetch goes out before this one's rows are turned into Arrow.
             if position < until:
                 future = self._send(position)

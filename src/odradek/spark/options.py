@@ -27,11 +27,13 @@ _FORBIDDEN_CONSUMER = {
     "key.deserializer": "keys are always returned as binary",
     "value.deserializer": "values are always returned as binary",
     "interceptor.classes": "not supported",
+    "transactional.id": "the sink sets it (deliveryMode=transactional; option transactionalId)",
 }
 _FORBIDDEN_PRODUCER = {
     "key.serializer": "keys are always written as binary",
     "value.serializer": "values are always written as binary",
     "interceptor.classes": "not supported",
+    "transactional.id": "the sink sets it (deliveryMode=transactional; option transactionalId)",
 }
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
 _DURATION_UNITS = {
@@ -321,18 +323,19 @@ class ReadOptions:
         )
 
 
-SINK_MODES = ("staged", "direct")
+SINK_MODES = ("staged", "direct", "transactional")
 
 
 @dataclass(frozen=True)
 class WriteOptions:
     bootstrap: str
     topic: str | None
-    mode: str  # staged (default) | direct
+    mode: str  # staged (default) | direct | transactional
     staging_location: str | None
     checkpoint_location: str | None
     query_name: str | None
     producer_settings: dict[str, Any]
+    transactional_id: str | None = None  # deliveryMode=transactional; default: from the query
 
     @property
     def security(self) -> dict[str, Any]:
@@ -343,7 +346,9 @@ class WriteOptions:
         opts = lower(options)
         mode = opts.get("deliverymode", "staged").strip().lower()
         if mode not in SINK_MODES:
-            raise OptionError(f"option deliveryMode must be staged or direct, not {mode!r}")
+            raise OptionError(
+                f"option deliveryMode must be staged, direct or transactional, not {mode!r}"
+            )
         settings = _coerce(
             ProducerConfig,
             _client_settings(opts, ProducerConfig, _FORBIDDEN_PRODUCER, "producer"),
@@ -356,4 +361,5 @@ class WriteOptions:
             checkpoint_location=opts.get("checkpointlocation") or None,
             query_name=opts.get("queryname") or None,
             producer_settings=settings,
+            transactional_id=opts.get("transactionalid") or None,
         )

@@ -20,6 +20,17 @@ Two delivery modes (option ``deliveryMode``):
     with executors, at-least-once (a retried task or a replayed batch writes
     its rows again).
 
+``transactional``
+    Tasks stage as in ``staged``; the driver's ``commit`` publishes the whole
+    micro-batch in one Kafka transaction, together with the batch id, written
+    as the committed offset of the query's sink group (``send_offsets_to_
+    transaction``). read_committed readers see the batch all at once or not at
+    all. The transactional id is derived from the checkpoint location (or the
+    ``transactionalId`` option), so a restarted driver's ``init_transactions``
+    aborts whatever its predecessor left open, and a replayed commit of a batch
+    whose transaction did commit finds its id in the sink group and publishes
+    nothing (see ``_publish_transactionally``).
+
 Either way rows leave Arrow in bulk: target partitions are computed per batch
 (murmur2 in the compiled codec), rows are grouped by partition with Arrow
 kernels, and ``Producer.send_columns`` encodes them from the Arrow buffers
@@ -61,7 +72,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from odradek.client import Consumer, Producer, ProduceResult, TopicPartition
+from odradek.client import AdminClient, Consumer, Producer, ProduceResult, TopicPartition
+from odradek.client.coordinator import OffsetAndMetadata
 from odradek.protocol.columns import murmur2_partitions
 
 from .arrow import HEADER_TYPE, codec_column
@@ -350,7 +362,7 @@ class _WriterBase:
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         if self.opts.mode == "direct":
             return self._write_direct(iterator)
-        return self._write_staged(iterator)
+        return self._write_staged(iterator)  # staged and transactional
 
     def _write_staged(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         fs, base = _filesystem(self.root)
@@ -489,6 +501,83 @@ class _WriterBase:
         _check_delivered(results, "publishing the batch")
         return sent
 
+    def _publish_transactionally(
+        self, fs: pafs.FileSystem, paths: list[str], txn_id: str, batch_id: int | None
+    ) -> int:
+        """Publish the staged rows in one transaction; for a stream, with the batch id.
+
+        ``init_transactions`` first: it fences any older driver with this
+        transactional id and aborts the transaction it left open (a driver that died
+        mid-publish), or waits for one it had already committed to complete. Then
+        the sink group's committed offset says the last batch id committed (+1): a
+        replayed ``commit`` of a batch at or below it publishes nothing. Otherwise
+        the rows and the new batch id go out in one transaction.
+        """
+        producer = _producer(self.opts, **{"transactional.id": txn_id})
+        try:
+            producer.init_transactions()
+            group = _sink_group(txn_id)
+            if batch_id is not None and self._last_committed_batch(group) >= batch_id:
+                log.info("batch %s was already committed; skipping the repeated commit", batch_id)
+                return 0
+            view = ClusterView(
+                self.opts.bootstrap,
+                client_id="odradek-spark-sink",
+                allow_auto_create_topics=True,
+                security=self.opts.security,
+            )
+            try:
+                topics = sorted(
+                    {t for p in paths for b in _read_staged(fs, p) for t in _topics_of(b)}
+                )
+                counts = view.partition_counts(topics)
+            finally:
+                view.close()
+            producer.begin_transaction()
+            try:
+                results: list[ProduceResult] = []
+                sent = 0
+                for path in paths:
+                    for batch in _read_staged(fs, path):
+                        for topic, rows in _by_topic(batch):
+                            parts = target_partitions(rows, topic, counts[topic], None)
+                            results.extend(send_batch(producer, topic, rows, parts))
+                            sent += rows.num_rows
+                producer.flush()
+                _check_delivered(results, "publishing the batch")
+                if batch_id is not None and topics:
+                    # The batch id rides in the transaction as a committed offset.
+                    marker = {TopicPartition(topics[0], 0): OffsetAndMetadata(batch_id + 1, "")}
+                    producer.send_offsets_to_transaction(marker, group)
+                producer.commit_transaction()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    producer.abort_transaction()
+                raise
+            return sent
+        finally:
+            producer.close()
+
+    def _last_committed_batch(self, group: str) -> int:
+        """The highest batch id the sink group has committed (-1: none yet)."""
+        admin = AdminClient(
+            {**self.opts.security, "bootstrap.servers": self.opts.bootstrap},
+            client_id="odradek-spark-sink",
+        )
+        try:
+            offsets = admin.list_consumer_group_offsets(group)
+        finally:
+            admin.close()
+        return max((o.offset - 1 for o in offsets.values()), default=-1)
+
+    def _transactional_id(self) -> str:
+        if self.opts.transactional_id:
+            return self.opts.transactional_id
+        if self.streaming:
+            digest = hashlib.sha256(self.root.encode()).hexdigest()[:20]
+            return f"odradek-spark-{digest}"
+        return f"odradek-spark-batch-{self.instance}"
+
     def _already_published(
         self, before: Mapping[TopicPartition, int], ends: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, Counter[bytes]]:
@@ -555,6 +644,18 @@ def _skip_published(
     return rows.filter(mask), parts.filter(mask)
 
 
+def _topics_of(batch: pa.RecordBatch) -> list[str]:
+    col = batch.column(0)
+    if col.null_count:
+        raise SinkError("a row has no topic (null topic column, no topic option)")
+    return [str(t) for t in col.unique().to_pylist()]
+
+
+def _sink_group(transactional_id: str) -> str:
+    """The group whose committed offset records the stream's last committed batch id."""
+    return f"{transactional_id}-sink"
+
+
 def _read_staged(fs: pafs.FileSystem, path: str) -> Iterator[pa.RecordBatch]:
     with fs.open_input_stream(path) as f:
         reader = pa.ipc.open_stream(f)
@@ -573,7 +674,9 @@ class OdradekBatchWriter(_WriterBase, DataSourceArrowWriter):
         paths = self._staged_paths(messages)
         fs, _ = _filesystem(self.root)
         try:
-            if paths:
+            if paths and self.opts.mode == "transactional":
+                self._publish_transactionally(fs, paths, self._transactional_id(), None)
+            elif paths:
                 self._publish(fs, paths, None)
         finally:
             self._cleanup(fs, paths)
@@ -601,6 +704,14 @@ class OdradekStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
         if self.opts.mode == "direct":
             return
         paths = self._staged_paths(messages)
+        if self.opts.mode == "transactional":
+            fs, _ = _filesystem(self.root)
+            try:
+                if paths:
+                    self._publish_transactionally(fs, paths, self._transactional_id(), batchId)
+            finally:
+                self._cleanup(fs, paths)
+            return
         fs, markers = self._marker_dir()
         done = f"{markers}/{batchId}.done"
         if fs.get_file_info(done).type == pafs.FileType.File:

@@ -17,4 +17,5 @@ from odradek.broker.apis import (  # noqa: F401
     sasl,
     scram_credentials,
     topic_admin,
+    transactions,
 )

@@ -18,6 +18,11 @@ the batch chain from the headers alone, ``Segment.read_from``), written into
 the response by ``protocol/fetch.py`` as a spliced part that the connection
 sends with ``sendfile``. Smaller reads, and every read for a TLS listener, are
 bytes, as before.
+
+``isolation_level=1`` (read_committed) returns batches only below the last
+stable offset, with the aborted transactions of that range (producer id and
+first offset, from the segments' aborted-transaction indexes) so the client
+drops their batches; every response carries the LSO.
 """
 
 from __future__ import annotations
@@ -136,7 +141,8 @@ def _read_partitions(
     FileRegions: the caller releases them (``_release``) or sends them."""
     topics = ctx.broker.topics
     remaining = min(request.max_bytes, int(ctx.broker.config["fetch.max.bytes"]))
-    aborted = () if request.isolation_level == READ_COMMITTED else None
+    read_committed = request.isolation_level == READ_COMMITTED
+    aborted = () if read_committed else None
     session = ctx.session
     region_from = None if session is not None and session.listener.uses_tls else SENDFILE_MIN_BYTES
     total = 0
@@ -168,13 +174,21 @@ def _read_partitions(
                 any_error = True
                 continue
             end = plog.end_offset
-            entry["high_watermark"] = entry["last_stable_offset"] = end
+            lso = plog.last_stable_offset
+            entry["high_watermark"] = end
+            entry["last_stable_offset"] = lso
             entry["log_start_offset"] = plog.start_offset
             if wanted.fetch_offset == end or (remaining <= 0 and not first_data):
                 continue
+            offset = wanted.fetch_offset
             try:
                 limit = min(wanted.max_bytes, remaining)
-                data = plog.read(wanted.fetch_offset, max(limit, 1), region_from=region_from)
+                data = plog.read(
+                    offset,
+                    max(limit, 1),
+                    region_from=region_from,
+                    max_offset=lso if read_committed else None,
+                )
             except LogError as exc:
                 entry["error_code"] = exc.error_code
                 any_error = True
@@ -189,6 +203,11 @@ def _read_partitions(
             first_data = False
             entry["records"] = data
             entries[-1] = (key, entry, size)
+            if read_committed:  # after the records are held: _release frees them on errors
+                entry["aborted_transactions"] = [
+                    {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                    for a in plog.aborted_transactions(offset, lso)
+                ]
             total += size
             remaining -= size
     except BaseException:

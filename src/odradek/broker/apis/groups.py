@@ -31,7 +31,6 @@ KEY_TYPE_TRANSACTION = 1
 TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-COORDINATOR_NOT_AVAILABLE = 15
 INVALID_REQUEST = 42
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
@@ -80,14 +79,6 @@ def _coordinator_entry(ctx: RequestContext, key: str, key_type: int) -> dict[str
         )
     elif refusal is not None:
         entry.update(node_id=-1, host="", port=-1, error_code=refusal, error_message=None)
-    elif key_type != KEY_TYPE_GROUP:
-        entry.update(
-            node_id=-1,
-            host="",
-            port=-1,
-            error_code=COORDINATOR_NOT_AVAILABLE,
-            error_message="Odradek has no transaction or share coordinator",
-        )
     return entry
 
 

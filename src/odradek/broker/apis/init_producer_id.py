@@ -1,8 +1,10 @@
-"""InitProducerId: producer ids for idempotent producers.
+"""InitProducerId: producer ids for idempotent and transactional producers.
 
 Ids come from blocks persisted in the data directory, so they are unique across
-restarts. A known (id, epoch) pair asking again (KIP-360) gets its epoch bumped.
-Transactional ids are refused until Odradek has a transaction coordinator.
+restarts. An idempotent producer's known (id, epoch) pair asking again (KIP-360)
+gets its epoch bumped. A transactional id goes to its transaction coordinator
+(``odradek.transaction``), which fences older epochs and aborts what the last
+holder of the id left open.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.protocol.apikeys import ApiKey
+from odradek.transaction.types import InitProducerIdRequest, InitProducerIdResponse
 
-INVALID_REQUEST = 42
 CLUSTER_AUTHORIZATION_FAILED = 31
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 MAX_EPOCH = 32767
@@ -32,14 +34,33 @@ def _refused(ctx: RequestContext, error_code: int) -> Any:
     )
 
 
-@handles(ApiKey.INIT_PRODUCER_ID, 0, 4)
-def init_producer_id(ctx: RequestContext, request: Any) -> Any:
+@handles(ApiKey.INIT_PRODUCER_ID, 0, 5)
+async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
         if not ctx.authorize(
             AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
         ):
             return _refused(ctx, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        return _refused(ctx, INVALID_REQUEST)
+        timeout = request.transaction_timeout
+        init = InitProducerIdRequest(
+            request.transactional_id,
+            round(timeout.total_seconds() * 1000)
+            if hasattr(timeout, "total_seconds")
+            else int(timeout),
+            int(getattr(request, "producer_id", -1)),
+            int(getattr(request, "producer_epoch", -1)),
+        )
+        answer = await ctx.broker.txns.call(request.transactional_id, init)
+        assert isinstance(answer, InitProducerIdResponse)
+        return respond(
+            ctx,
+            {
+                "throttle_time": NO_THROTTLE,
+                "error_code": answer.error_code,
+                "producer_id": answer.producer_id,
+                "producer_epoch": answer.producer_epoch,
+            },
+        )
     # Kafka 3+: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679).
     if not ctx.authorize(
         AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME

@@ -1,5 +1,9 @@
 """ListOffsets: earliest, latest (the log end offset), max timestamp, or by time.
 
+With ``isolation_level=1`` (read_committed, v2+) latest is the last stable
+offset and a lookup by time or max timestamp finds only offsets below it, as
+Kafka answers.
+
 v8 adds earliest-local (-4) and v9 latest-tiered (-5) for tiered storage (KIP-405,
 KIP-1005). Odradek has no tiered storage, so it answers as Kafka does for a topic
 without it: the local log start is the log start, and nothing is tiered (-1).
@@ -19,12 +23,18 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
+READ_COMMITTED = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 TOPIC_AUTHORIZATION_FAILED = 29
 
 
 def _lookup(
-    ctx: RequestContext, topic: str, partition: int, timestamp: int, describable: bool
+    ctx: RequestContext,
+    topic: str,
+    partition: int,
+    timestamp: int,
+    describable: bool,
+    read_committed: bool,
 ) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "partition_index": partition,
@@ -43,8 +53,9 @@ def _lookup(
         entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
         entry["leader_epoch"] = -1
         return entry
+    fetchable = plog.last_stable_offset if read_committed else plog.end_offset
     if timestamp == LATEST:
-        entry["offset"] = plog.end_offset
+        entry["offset"] = fetchable
     elif timestamp in (EARLIEST, EARLIEST_LOCAL):
         entry["offset"] = plog.start_offset
     elif timestamp == LATEST_TIERED:
@@ -55,18 +66,19 @@ def _lookup(
             if timestamp == MAX_TIMESTAMP
             else plog.offset_for_timestamp(timestamp)
         )
-        if found is not None:
+        if found is not None and found[0] < fetchable:
             entry["offset"], entry["timestamp"] = found
     return entry
 
 
 @handles(ApiKey.LIST_OFFSETS, 1, 10)
 def list_offsets(ctx: RequestContext, request: Any) -> Any:
+    read_committed = int(getattr(request, "isolation_level", 0)) == READ_COMMITTED
     topics = []
     for t in request.topics:
         describable = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
         partitions = [
-            _lookup(ctx, t.name, p.partition_index, int(p.timestamp), describable)
+            _lookup(ctx, t.name, p.partition_index, int(p.timestamp), describable, read_committed)
             for p in t.partitions
         ]
         topics.append({"name": t.name, "partitions": partitions})

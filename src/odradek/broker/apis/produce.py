@@ -13,6 +13,13 @@ Batches are stored as sent unless the topic's compression.type names a codec
 (anything but `producer`): then, as Kafka does, batches in another codec are
 recompressed to it (with the topic's compression.<codec>.level) after their
 CRC is checked. This is the one case where Produce reads inside a batch.
+
+Transactional batches need WRITE on the request's transactional id. A
+transaction's first write to a partition (its producer has no transaction open
+there yet) is checked with the transaction coordinator first (KIP-890 part 1):
+a partition that is not in the producer's transaction, e.g. a late request of a
+transaction that already ended, would otherwise open a transaction nobody ever
+closes and hold the partition's last stable offset back for good.
 """
 
 from __future__ import annotations
@@ -80,7 +87,55 @@ def _target_codec(ctx: RequestContext, topic: Topic) -> tuple[int, int | None] |
     return codec, _topic_setting(ctx, topic, level_config) if level_config else None
 
 
-TRANSACTIONS_UNSUPPORTED = 42  # INVALID_REQUEST: Odradek has no transaction coordinator yet
+NOT_ENOUGH_REPLICAS = 19
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+TRANSACTION_ABORTABLE = 120
+TXN_ABORTABLE_FROM = 11  # Produce v11+ clients know TRANSACTION_ABORTABLE (KIP-890)
+_ATTRIBUTES = struct.Struct(">h")
+_PRODUCER = struct.Struct(">qh")  # producer id, epoch at bytes 43..53 of a batch header
+_TRANSACTIONAL_BIT = 0x10
+
+
+def _transactional_producer(records: bytes | None) -> tuple[int, int] | None:
+    """(producer id, epoch) when the first batch is transactional (a produce request holds
+    one producer's batches), else None; malformed data is left to validation."""
+    if not records or len(records) < 61:
+        return None
+    if not _ATTRIBUTES.unpack_from(records, 21)[0] & _TRANSACTIONAL_BIT:
+        return None
+    pid, epoch = _PRODUCER.unpack_from(records, 43)
+    return (pid, epoch) if pid >= 0 else None
+
+
+def _has_transactional_records(request: Any) -> bool:
+    return any(
+        _transactional_producer(p.records) is not None
+        for t in request.topic_data
+        for p in t.partition_data
+    )
+
+
+def _unverified(
+    ctx: RequestContext, txn_id: str, topic: str, index: int, producer: tuple[int, int]
+) -> int:
+    """KIP-890: a transaction's first write to a partition must be in the transaction.
+
+    Checked only when the producer has no transaction open in the partition yet
+    (as Kafka's ReplicaManager does); the coordinator's answer becomes the error
+    Kafka gives each Produce version.
+    """
+    plog = ctx.broker.topics.partition(topic, index)
+    if plog is None or plog.producer_state.ongoing.get(producer[0]) is not None:
+        return 0
+    error = int(ctx.broker.txns.verify(txn_id, producer[0], producer[1], (topic, index)))
+    if error == TRANSACTION_ABORTABLE:
+        return TRANSACTION_ABORTABLE if ctx.version >= TXN_ABORTABLE_FROM else INVALID_TXN_STATE
+    if error == 90:  # PRODUCER_FENCED
+        return INVALID_PRODUCER_EPOCH
+    if error in (14, 15, 16, 51):  # coordinator loading / moved, CONCURRENT_TRANSACTIONS
+        return NOT_ENOUGH_REPLICAS  # retriable for every client version
+    return error
 
 
 def _partition_result(
@@ -124,6 +179,7 @@ async def _append(
     records: bytes | None,
     auto_created: dict[str, Topic | TopicError],
     flushes: list[tuple[dict[str, Any], Future[None]]],
+    txn_id: str | None = None,
 ) -> dict[str, Any]:
     broker = ctx.broker
     topic = broker.topics.get(topic_name)
@@ -139,6 +195,7 @@ async def _append(
     if not records:
         return _partition_result(index, INVALID_RECORD, "no record batch in the request")
     plog = topic.partitions[index]
+    producer = _transactional_producer(records)
     try:
         # Inflating is bounded (message.decompressed.max.bytes) but still costs tens of
         # milliseconds for a large batch: it runs in a worker thread, never on the loop.
@@ -149,6 +206,14 @@ async def _append(
             records = await asyncio.to_thread(_recompressed, records, target, bound)
         elif _has_compressed_batch(records):
             validated = await asyncio.to_thread(plog.validate, records)
+        if producer is not None and txn_id is not None:
+            # Verified after the worker thread, with no await before the append: the
+            # transaction may have ended (its markers written) while the batch inflated.
+            unverified = _unverified(ctx, txn_id, topic_name, index, producer)
+            if unverified:
+                return _partition_result(
+                    index, unverified, "the partition is not in the producer's transaction"
+                )
         info = plog.append(records, validated=validated)
     except LogError as exc:
         log.debug("append to %s-%d refused: %s", topic_name, index, exc)
@@ -227,19 +292,14 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             INVALID_REQUIRED_ACKS,
             f"acks must be -1, 0 or 1, got {acks}",
         )
-    elif request.transactional_id is not None:
-        if not ctx.authorize(
+    elif (
+        request.transactional_id is not None
+        and not ctx.authorize(
             AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
-        ):
-            error = (
-                TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                "not authorized for the transactional id",
-            )
-        else:
-            error = (
-                TRANSACTIONS_UNSUPPORTED,
-                "transactional produce is not supported by Odradek yet",
-            )
+        )
+    ) or (request.transactional_id is None and _has_transactional_records(request)):
+        # Kafka: transactional records need WRITE on the request's transactional id.
+        error = (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "not authorized for the transactional id")
     else:
         error = None
     named = [_topic_name(ctx, t) for t in request.topic_data]
@@ -266,7 +326,15 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                 results.append(_partition_result(part.index, TOPIC_AUTHORIZATION_FAILED))
             else:
                 results.append(
-                    await _append(ctx, name, part.index, part.records, auto_created, flushes)
+                    await _append(
+                        ctx,
+                        name,
+                        part.index,
+                        part.records,
+                        auto_created,
+                        flushes,
+                        request.transactional_id,
+                    )
                 )
         responses.append(
             {
