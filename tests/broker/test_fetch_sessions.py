@@ -35,9 +35,16 @@ from .wire import WireClient
 pytestmark = pytest.mark.timeout(120)
 
 
-def cache(slots: int = 10, eviction_ms: int = 120_000) -> FetchSessionCache:
+def cache(
+    slots: int = 10, eviction_ms: int = 120_000, max_partitions: int = 1_000_000
+) -> FetchSessionCache:
     ids = itertools.count(101)
-    return FetchSessionCache(slots, eviction_ms=eviction_ms, rng=lambda lo, hi: next(ids))
+    return FetchSessionCache(
+        slots,
+        max_partitions=max_partitions,
+        eviction_ms=eviction_ms,
+        rng=lambda lo, hi: next(ids),
+    )
 
 
 def wanted(*keys: tuple[str, int], offset: int = 0) -> OrderedDict:
@@ -185,6 +192,40 @@ def test_privileged_sessions_evict_young_consumer_sessions() -> None:
     assert follower != 0 and c.get(consumer) is None
     # A consumer cannot evict a young follower session.
     assert open_session(c, [("t", i) for i in range(9)], now=20) == 0
+
+
+def test_one_client_cannot_grow_a_session_without_bound() -> None:
+    """Each incremental fetch may add partitions (made-up ones too); the partitions all
+    sessions cache stay within max_partitions: past it the session is closed and the
+    fetch answered without one (session id 0), so the client's next fetch is full."""
+    c = cache(max_partitions=10)
+    other = open_session(c, [("t", 0), ("t", 1)])
+    session_id = open_session(c, [("x", 0), ("x", 1)])
+    assert c.partitions_cached == 4
+    grow = wanted(*[("made-up", i) for i in range(6)])
+    context = c.new_context(12, session_id, 1, grow, [], privileged=False, now_ms=1)
+    assert context.incremental and c.partitions_cached == 10  # at the bound: kept
+    context.finish([(k, entry(), 0) for k in context.partitions], 1)
+    more = wanted(("made-up", 6))
+    context = c.new_context(12, session_id, 2, more, [], privileged=False, now_ms=2)
+    assert not context.incremental and c.get(session_id) is None
+    assert list(context.partitions) == [("made-up", 6)]  # what this request lists
+    assert context.finish([(("made-up", 6), entry(), 0)], 2)[:2] == (0, 0)
+    assert c.get(other) is not None and c.partitions_cached == 2
+    # A full fetch of more partitions than fit opens no session.
+    assert open_session(c, [("y", i) for i in range(9)], now=3) == 0
+    assert open_session(c, [("y", i) for i in range(8)], now=3) != 0
+    assert c.partitions_cached == 10
+
+
+def test_a_new_session_evicts_for_room_for_its_partitions() -> None:
+    """Room for partitions follows the slot rules: a stale session goes first."""
+    c = cache(max_partitions=5, eviction_ms=1000)
+    stale = open_session(c, [("t", i) for i in range(4)], now=0)
+    assert open_session(c, [("u", 0), ("u", 1)], now=500) == 0  # nothing evictable yet
+    fresh = open_session(c, [("u", 0), ("u", 1)], now=1500)
+    assert fresh != 0 and c.get(stale) is None and c.partitions_cached == 2
+    assert c.evictions == 1
 
 
 # --------------------------------------------------------------------------- the wire
@@ -339,7 +380,11 @@ def test_an_incremental_fetch_long_polls_on_its_whole_session(
 @pytest.fixture
 def one_slot_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     broker = BrokerProcess(
-        tmp_path / "data", settings={"max.incremental.fetch.session.cache.slots": "1"}
+        tmp_path / "data",
+        settings={
+            "max.incremental.fetch.session.cache.slots": "1",
+            "fetch.session.cache.max.partitions": "3",
+        },
     ).start()
     try:
         yield broker
@@ -360,3 +405,30 @@ def test_a_full_cache_answers_full_fetches_without_a_session(
         two = second.request(ApiKey.FETCH, 11, fetch_body(name, {0: 0}, session_id=0, epoch=0))
         assert one.session_id != 0 and two.session_id == 0  # no room: sessionless
         assert answered(two)[0][2] > 0  # the records still come
+
+
+def test_the_partition_bound_on_the_wire(one_slot_broker: BrokerProcess) -> None:
+    """fetch.session.cache.max.partitions=3: a full fetch of four partitions opens no
+    session; an incremental fetch growing a session to four closes it (session id 0)."""
+    bootstrap = one_slot_broker.bootstrap
+    name = "bounded"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, 4, 1)])[name].result(timeout=10)
+    produce(bootstrap, name, 3, 2)
+    with WireClient(bootstrap) as client:
+        four = {p: 0 for p in range(4)}
+        big = client.request(ApiKey.FETCH, 11, fetch_body(name, four, session_id=0, epoch=0))
+        assert big.error_code == 0 and big.session_id == 0
+        assert answered(big)[3][2] > 0  # the records still come
+        three = {p: 0 for p in range(3)}
+        full = client.request(ApiKey.FETCH, 11, fetch_body(name, three, session_id=0, epoch=0))
+        assert full.session_id != 0
+        grown = client.request(
+            ApiKey.FETCH, 11, fetch_body(name, {3: 0}, session_id=full.session_id, epoch=1)
+        )
+        assert (grown.error_code, grown.session_id) == (0, 0)
+        assert set(answered(grown)) == {3}
+        gone = client.request(
+            ApiKey.FETCH, 11, fetch_body(name, {}, session_id=full.session_id, epoch=2)
+        )
+        assert gone.error_code == FETCH_SESSION_ID_NOT_FOUND

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 from collections.abc import Awaitable, Callable
@@ -131,3 +132,42 @@ def test_materialize_reads_regions(tmp_path: Path) -> None:
     response = EncodedResponse([bytearray(b"ab"), region, b"cd"], 9)
     assert sending.materialize(response) == b"ab23456cd"
     assert region.released
+
+
+def test_a_peer_gone_before_the_response_is_a_connection_error(tmp_path: Path) -> None:
+    """A consumer that reset its connection while its Fetch long-polled: the response's
+    regions meet a closed transport, which is the ordinary ConnectionError the server
+    closes quietly on (not an EBADF OSError logged as a failed connection)."""
+    region, _ = region_of(tmp_path / "early.log", os.urandom(1 << 20), 0, 1 << 20)
+    budget = ByteBudget(1 << 30)
+    response = EncodedResponse([bytearray(b"\x00\x00\x00\x00"), region, b"tail"], 8 + (1 << 20))
+
+    async def run() -> BaseException | None:
+        done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                await reader.read(100)  # sees the reset
+            deadline = asyncio.get_running_loop().time() + 10
+            while not writer.transport.is_closing():
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0)  # the transport's socket is closed now
+            try:
+                await sending.send_response(writer, response, budget)
+                done.set_result(None)
+            except Exception as exc:
+                done.set_result(exc)
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        peer = socket.create_connection(("127.0.0.1", port))
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        peer.close()
+        error = await asyncio.wait_for(done, 30)
+        server.close()
+        return error
+
+    error = asyncio.run(run())
+    assert isinstance(error, ConnectionError), repr(error)
+    assert region.released and budget.used == 0

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
 from odradek.client import Consumer, Producer, TopicPartition
 from odradek.client.errors import IllegalStateError, OffsetOutOfRangeError
+from odradek.testing import BrokerProcess
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -247,3 +249,41 @@ def test_fetch_sessions_across_many_partitions(
     else:
         assert all(s.session_id == 0 for s in sessions)
         assert all(r.full for r in sent_requests)
+
+
+def test_without_fetch_sessions_every_partition_gets_its_turn(tmp_path: Path, make_topic) -> None:  # type: ignore[no-untyped-def]
+    """A broker that keeps no fetch session (as one whose cache is full, or one without
+    sessions) reads a full fetch's partitions in the order listed. When one batch fills
+    fetch.max.bytes, the first partition listed takes every response unless the consumer
+    moves a partition it got records from to the end of its order (as Java's does)."""
+    broker = BrokerProcess(
+        tmp_path / "data", settings={"max.incremental.fetch.session.cache.slots": "0"}
+    ).start()
+    try:
+        bootstrap = broker.bootstrap
+        topic = "turns"
+        make_topic(bootstrap, topic, 2)
+        big = b"x" * 60_000
+        with Producer(bootstrap_servers=bootstrap, linger_ms=0) as p:
+            for partition in (0, 1):
+                for _ in range(8):  # one record per batch
+                    p.send(topic, value=big, partition=partition).result(10)
+        tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        with Consumer(
+            bootstrap_servers=bootstrap,
+            auto_offset_reset="earliest",
+            fetch_max_bytes=100_000,  # one batch per response
+            fetch_max_wait_ms=50,
+        ) as c:
+            c.assign(tps)
+            got: list[int] = []
+            deadline = time.monotonic() + 30
+            while len(got) < 6:
+                assert time.monotonic() < deadline, got
+                got.extend(r.partition for r in c.poll(0.5))
+            assert c._fetcher._sessions and all(
+                s.session_id == 0 for s in c._fetcher._sessions.values()
+            )
+        assert set(got[:6]) == {0, 1}, got
+    finally:
+        broker.stop()

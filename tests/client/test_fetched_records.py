@@ -266,3 +266,14 @@ def test_the_fetch_request_carries_the_consumer_settings_and_the_session() -> No
     assert partition.partition_max_bytes == 4_096
     assert [(t.topic, t.partitions) for t in request.forgotten_topics_data] == [("t", [0, 1])]
     assert request.rack_id == "r1"
+
+
+def test_a_batch_length_below_the_minimum_is_corrupt_not_a_partial_tail() -> None:
+    """Read as a cut-off tail, the consumer would fetch the same bytes forever."""
+    bad = bytearray(batch(2, [b"c"]))
+    bad[8:12] = (20).to_bytes(4, "big")  # batch_length 20 < 49
+    cf = fetched(batch(0, [b"a", b"b"]) + bytes(bad))
+    _, count, position = cf.take(10, 0, True)
+    assert count == 2 and position == 2
+    with pytest.raises(CorruptRecordError, match="below the minimum"):
+        cf.take(10, position, True)

@@ -658,6 +658,15 @@ _SETTINGS = (
         None,
         at_least(0),
     ),
+    Setting(
+        "fetch.session.cache.max.partitions",
+        INT,
+        1000000,
+        "Partitions all fetch sessions together may cache (an Odradek bound; Kafka has"
+        " none): a session that would go past it is not opened, or is closed.",
+        None,
+        at_least(0),
+    ),
     Setting("connections.max.idle.ms", LONG, 600000, "Close connections idle this long.", None),
     # --- security: listeners, TLS, SASL, ACLs (docs/security.md) ---
     Setting(

@@ -33,6 +33,16 @@ least valuable evictable session, ranked (privileged, size, id), if it ranks
 below the new one. A session younger than ``EVICTION_MS`` is only evictable by a
 privileged (follower) session, and only if it is not privileged itself.
 
+The partitions all sessions cache are bounded too, by
+``fetch.session.cache.max.partitions`` (an Odradek setting; Kafka bounds only the
+session count, but each cached partition costs some 400 bytes of Python, and one
+client could otherwise grow a single session by millions of made-up partitions,
+an incremental fetch at a time). A new session that does not fit evicts by the
+rules above until it does, or is not opened; an incremental fetch that would
+grow its session past the bound closes it and is answered without a session
+(session id 0, as when a session's last partition is forgotten), so the client
+goes back to a full fetch.
+
 Pure bookkeeping: the caller passes the clock (milliseconds, monotonic) and the
 handler (``broker/apis/fetch.py``) does the reading.
 """
@@ -46,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "DEFAULT_MAX_PARTITIONS",
     "EVICTION_MS",
     "FINAL_EPOCH",
     "INITIAL_EPOCH",
@@ -61,6 +72,7 @@ INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 INVALID_SESSION_ID = 0
 EVICTION_MS = 120_000  # Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
+DEFAULT_MAX_PARTITIONS = 1_000_000  # fetch.session.cache.max.partitions: ~400 MB at most
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
@@ -218,13 +230,16 @@ class FetchSessionCache:
         self,
         max_slots: int,
         *,
+        max_partitions: int = DEFAULT_MAX_PARTITIONS,
         eviction_ms: int = EVICTION_MS,
         rng: Callable[[int, int], int] | None = None,
     ) -> None:
         self.max_slots = max_slots
+        self.max_partitions = max_partitions
         self.eviction_ms = eviction_ms
         self._randint = rng or random.SystemRandom().randint
         self._sessions: dict[int, FetchSession] = {}
+        self._partitions_cached = 0  # kept as sessions change: bounded by max_partitions
         self.evictions = 0
 
     def __len__(self) -> int:
@@ -232,13 +247,16 @@ class FetchSessionCache:
 
     @property
     def partitions_cached(self) -> int:
-        return sum(len(s.partitions) for s in self._sessions.values())
+        return self._partitions_cached
 
     def get(self, session_id: int) -> FetchSession | None:
         return self._sessions.get(session_id)
 
     def remove(self, session_id: int) -> FetchSession | None:
-        return self._sessions.pop(session_id, None)
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            self._partitions_cached -= len(session.partitions)
+        return session
 
     def new_context(
         self,
@@ -280,6 +298,7 @@ class FetchSessionCache:
                 f"{'with' if session.uses_topic_ids else 'without'} topic ids",
             )
         parts = session.partitions
+        before = len(parts)
         for key, request in requested.items():
             cached = parts.get(key)
             if cached is None:
@@ -288,7 +307,10 @@ class FetchSessionCache:
                 cached.request = request
         for key in forgotten:
             parts.pop(key, None)
-        if not parts:
+        self._partitions_cached += len(parts) - before
+        if not parts or self._partitions_cached > self.max_partitions:
+            # Emptied, or grown past what the cache may hold: closed, and this fetch is
+            # answered without a session (session id 0: the client's next fetch is full).
             self.remove(session_id)
             return FetchContext(self, requested)
         session.last_used_ms = now_ms
@@ -303,11 +325,17 @@ class FetchSessionCache:
         uses_topic_ids: bool,
         partitions: OrderedDict[PartitionKey, CachedPartition],
     ) -> int:
-        """A new session's id, or 0 when there is no room (Kafka's maybeCreateSession)."""
-        if len(self._sessions) >= self.max_slots and not self._try_evict(
-            privileged, len(partitions), now_ms
-        ):
+        """A new session's id, or 0 when there is no room (Kafka's maybeCreateSession;
+        room for its partitions too, see the module docs)."""
+        size = len(partitions)
+        if size > self.max_partitions:
             return INVALID_SESSION_ID
+        while (
+            len(self._sessions) >= self.max_slots
+            or self._partitions_cached + size > self.max_partitions
+        ):
+            if not self._try_evict(privileged, size, now_ms):
+                return INVALID_SESSION_ID
         session_id = self._new_id()
         self._sessions[session_id] = FetchSession(
             session_id,
@@ -318,6 +346,7 @@ class FetchSessionCache:
             next_epoch(INITIAL_EPOCH),
             partitions,
         )
+        self._partitions_cached += size
         return session_id
 
     def _new_id(self) -> int:
@@ -348,5 +377,5 @@ class FetchSessionCache:
         return True
 
     def _evict(self, session: FetchSession) -> None:
-        del self._sessions[session.id]
+        self.remove(session.id)
         self.evictions += 1

@@ -140,6 +140,10 @@ async def send_response(
             if not isinstance(part, FileRegion):
                 writer.write(part)
                 continue
+            if writer.transport.is_closing():
+                # The peer is gone (a reset while its Fetch long-polled): its socket is
+                # closed, and sendfile on it would fail with EBADF, not as a lost peer.
+                raise ConnectionResetError("the connection closed before the response was sent")
             if native:
                 await _sendfile(writer, loop, part, budget)
             else:

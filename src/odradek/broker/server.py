@@ -119,7 +119,8 @@ class Broker:
         self._sessions: dict[int, Session] = {}
         self.waiters = AppendWaiters()
         self.fetch_sessions = FetchSessionCache(
-            int(self.config["max.incremental.fetch.session.cache.slots"])
+            int(self.config["max.incremental.fetch.session.cache.slots"]),
+            max_partitions=int(self.config["fetch.session.cache.max.partitions"]),
         )
         self.groups = GroupCoordinatorRuntime(self.topics, self.config)
         self.txns = TransactionCoordinatorRuntime(

@@ -126,7 +126,15 @@ class CompletedFetch:
         while end - pos >= BATCH_OVERHEAD:
             t = unpack_header(data, pos)
             size = t[1] + LOG_OVERHEAD
-            if t[1] < MIN_BATCH_LENGTH or pos + size > end:
+            if t[1] < MIN_BATCH_LENGTH:
+                # A length no batch can have: fetching again would get the same bytes
+                # forever (Java raises CorruptRecordException here too).
+                self._pos = pos
+                raise CorruptRecordError(
+                    f"record batch at offset {t[0]} of {tp} has length {t[1]}, below the "
+                    f"minimum {MIN_BATCH_LENGTH}"
+                )
+            if pos + size > end:
                 break  # a partial batch at the end (the broker's size cut): fetched again
             next_offset = t[0] + t[6] + 1
             attributes = t[5]

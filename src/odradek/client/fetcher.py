@@ -327,6 +327,7 @@ class Fetcher:
                 cf.consumed = True
             return
         cf.consumed = True
+        self._subs.move_to_end(tp)
         if code in _LEADER_ERRORS:
             self._client.request_update()
         elif code == OffsetOutOfRangeError.code:
@@ -369,6 +370,8 @@ class Fetcher:
         if new_position != position:
             self._subs.seek(tp, new_position)
             cf.expected_position = new_position
+        if count:
+            self._subs.move_to_end(tp)
         return (runs, count) if count else None
 
     # ------------------------------------------------------------------ positions

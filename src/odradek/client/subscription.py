@@ -312,6 +312,16 @@ class SubscriptionState:
                 if st.is_fetchable and (exclude is None or not exclude(tp))
             ]
 
+    def move_to_end(self, tp: TopicPartition) -> None:
+        """Put ``tp`` last in the fetch order (Java's movePartitionToEnd): a broker without
+        a fetch session reads a full fetch's partitions in the order listed, so one that
+        just returned records (or an error) goes after the others, which get their turn
+        when a response's max_bytes is full."""
+        with self._lock:
+            st = self._assignment.pop(tp, None)
+            if st is not None:
+                self._assignment[tp] = st
+
     def is_fetchable(self, tp: TopicPartition) -> bool:
         st = self._assignment.get(tp)
         return st is not None and st.is_fetchable
