@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from odradek.log.index import fsync_dir
+
 log = logging.getLogger("odradek.topics")
 
 SNAPSHOT_FILE = "topic-metadata.snapshot"
@@ -54,14 +56,6 @@ class TopicEntry:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TopicEntry:
         return cls(str(data["id"]), int(data["partitions"]), dict(data.get("configs", {})))
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_json_atomically(path: Path, data: Any) -> None:

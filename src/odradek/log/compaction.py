@@ -87,7 +87,7 @@ from pathlib import Path
 
 from odradek.log.config import LogConfig
 from odradek.log.files import FileCache
-from odradek.log.index import write_file_atomic
+from odradek.log.index import fsync_dir, write_file_atomic
 from odradek.log.segment import Segment, segment_name
 from odradek.log.txn_index import AbortedTxn, read_txn_index, write_txn_index
 from odradek.protocol.records import (
@@ -225,14 +225,6 @@ def dirty_bytes(cleanable: list[Segment], first_dirty: int) -> tuple[int, int]:
 # --------------------------------------------------------------------------- recovery
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _base_of(name: str, suffix: str) -> int | None:
     stem = name[: -len(suffix)] if name.endswith(suffix) else ""
     if len(stem) == 20 and stem.isdigit():
@@ -299,7 +291,7 @@ def recover_leftovers(directory: Path) -> list[str]:
         os.replace(swap, directory / f"{segment_name(base)}.log")
         actions.append(f"completed swap of segment {base} (offsets {base}..{end})")
     if actions:
-        _fsync_dir(directory)
+        fsync_dir(directory)
     return actions
 
 
@@ -689,7 +681,7 @@ def swap_in(
     name = segment_name(base)
     swap = directory / f"{name}{_SWAP}"
     os.replace(writer.path, swap)
-    _fsync_dir(directory)  # commit point: recovery now completes the swap
+    fsync_dir(directory)  # commit point: recovery now completes the swap
     interval = group[0].index_interval
     merged = sorted({e for s in group for e in s.txn_index.entries}, key=lambda e: e.last_offset)
     if merged != group[0].txn_index.entries:
@@ -700,7 +692,7 @@ def swap_in(
         _unlink_segment_files(directory, s.base_offset)
     _unlink_segment_files(directory, base, keep_log=True)
     os.replace(swap, directory / f"{name}.log")
-    _fsync_dir(directory)
+    fsync_dir(directory)
     new = Segment.existing(directory, base, interval, files)
     new.size = writer.pos
     new.loaded = True

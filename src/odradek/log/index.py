@@ -48,6 +48,15 @@ def write_file_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
     os.replace(tmp, path)
 
 
+def fsync_dir(path: Path) -> None:
+    """Make file creations, deletions and renames in directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class OffsetIndex:
     """Relative offset -> file position of a batch start, one entry per index interval."""
 

@@ -102,7 +102,7 @@ from odradek.log.compaction import (
 from odradek.log.config import LogConfig
 from odradek.log.errors import CorruptSegmentError, MessageTooLargeError, OffsetOutOfRangeError
 from odradek.log.files import FileCache, FileRegion, shared_file_cache
-from odradek.log.index import write_file_atomic
+from odradek.log.index import fsync_dir, write_file_atomic
 from odradek.log.producer_state import CompletedTxn, ProducerStateManager
 from odradek.log.segment import Segment, segment_name
 from odradek.log.txn_index import AbortedTxn
@@ -159,15 +159,6 @@ class AppendInfo:
     log_start_offset: int
     duplicate: bool = False
     flushed: Future[None] | None = field(default=None, compare=False)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make file creations / deletions / renames in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _segment_bases(names: list[str]) -> list[int]:
@@ -324,7 +315,7 @@ class PartitionLog:
         marker = directory / CLEAN_SHUTDOWN_FILE
         if marker.exists():  # an old-style or stale marker: gone before anything changes
             marker.unlink()
-            _fsync_dir(directory)
+            fsync_dir(directory)
         for tmp in directory.glob("*.tmp"):
             tmp.unlink()
         for action in recover_leftovers(directory):
@@ -658,7 +649,7 @@ class PartitionLog:
                     path = self.directory / PRODUCER_SNAPSHOT_FILE
                     write_file_atomic(path, snapshot, fsync=True)
                     self._snapshot_written = rolled_at
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
             except (OSError, ValueError):
                 if self._closing or old.file.retired:
                     return
@@ -1009,7 +1000,7 @@ class PartitionLog:
                 if not seg.file.retired:
                     seg.fsync()
             if dir_dirty:
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
         except BaseException:
             with self._lock:
                 self._dirty_segments.update(s for s in dirty if not s.file.retired)
@@ -1060,7 +1051,7 @@ class PartitionLog:
         write_file_atomic(
             self.directory / CLEAN_SHUTDOWN_FILE, json.dumps(record).encode(), fsync=True
         )
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         self._closed = True
 
     def _retire_files(self) -> None:
