@@ -77,3 +77,38 @@ def test_a_transactional_batch_behind_a_plain_one_opens_no_transaction(
         assert _produce(wire, topic, _plain_batch(b"after"), None) == 0
         end = latest(wire, topic, committed=False)
         until(lambda: latest(wire, topic, committed=True) == end, "a stable partition")
+
+
+def test_an_idempotent_init_producer_id_cannot_take_over_a_transactional_producer(
+    odradek_session_broker: Broker, topic: str
+) -> None:
+    """Without a transactional id, InitProducerId always gets a new producer id (Kafka's
+    coordinator ignores the id and epoch sent): bumping whatever id a client names would
+    let it fence a transactional producer out of its partitions."""
+    with WireClient(odradek_session_broker.bootstrap, timeout_s=30) as wire:
+        victim = Txn(wire, unique("victim"), topic)
+        victim.init()
+        taken = wire.request(
+            ApiKey.INIT_PRODUCER_ID,
+            4,
+            {
+                "transactional_id": None,
+                "transaction_timeout": 60_000,
+                "producer_id": victim.pid,
+                "producer_epoch": victim.epoch,
+            },
+        )
+        assert taken.error_code == 0
+        assert (int(taken.producer_id), int(taken.producer_epoch)) != (victim.pid, victim.epoch + 1)
+        assert int(taken.producer_id) != victim.pid
+        hijack = build_batch(
+            [(None, b"hijack", ())],
+            timestamp_ms=int(time.time() * 1000),
+            producer_id=int(taken.producer_id),
+            producer_epoch=int(taken.producer_epoch),
+            base_sequence=0,
+        )
+        assert _produce(wire, topic, hijack, None) == 0
+        assert victim.add(0) == {(topic, 0): 0}
+        assert victim.produce(0, b"mine") == 0
+        assert victim.end(commit=True) == 0
