@@ -165,3 +165,24 @@ def test_an_expired_transaction_is_aborted_and_described(
         producer.close(0)
         admin.close()
     assert read_committed(bootstrap, topic_name, 2, 0) == []
+
+
+def test_a_commit_that_timed_out_can_be_retried(
+    bootstrap: str, topic_name: str, make_topic
+) -> None:
+    """As Java's commitTransaction: a TimeoutException leaves the commit to be retried
+    (EndTxn is idempotent at the coordinator), not a producer that can neither commit
+    nor abort until it is closed."""
+    make_topic(bootstrap, topic_name, 1)
+    with Producer(bootstrap_servers=bootstrap, transactional_id=f"tx-{topic_name}") as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic_name, b"retried").result(10)
+        with pytest.raises(KafkaError) as timed_out:
+            producer.commit_transaction(timeout=0)
+        assert type(timed_out.value).__name__ == "KafkaTimeoutError"
+        producer.commit_transaction()
+        producer.begin_transaction()  # the next transaction starts as usual
+        producer.send(topic_name, b"next").result(10)
+        producer.commit_transaction()
+    assert read_committed(bootstrap, topic_name, 1, 2) == [b"next", b"retried"]

@@ -304,3 +304,36 @@ def test_reads_of_a_clean_log_without_transactions_load_no_producer_state(
     third = open_log(d)  # the record says a transaction is open: the LSO must look
     assert third.last_stable_offset == 50 and third.end_offset == 51
     third.close()
+
+
+def test_an_abort_whose_index_entry_cannot_be_written_still_hides_its_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The marker is in the log once its bytes are written; an index file that cannot be
+    opened then (EMFILE, ENOSPC) must not make the aborted data visible: the entry is kept
+    in memory and written by the next sync (roll, close)."""
+    import errno
+    import os
+
+    from odradek.log import txn_index
+
+    d = tmp_path / "p"
+    log = open_log(d)
+    log.append(txn_batch(9, 0, [(None, b"aborted")]))  # 0
+    real_open = os.open
+
+    def no_descriptors(path: object, *args: object, **kwargs: object) -> int:
+        if str(path).endswith(".txnindex"):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(txn_index.os, "open", no_descriptors)
+    log.append(marker(9, commit=False), from_client=False)  # 1: its bytes are in the log
+    monkeypatch.setattr(txn_index.os, "open", real_open)
+    log.append(plain([(None, b"after")]))
+    assert values_read_committed(log) == [b"after"]
+    log.close()
+    assert read_txn_index(d / "00000000000000000000.txnindex") == [AbortedTxn(9, 0, 1, 2)]
+    again = open_log(d)
+    assert values_read_committed(again) == [b"after"]
+    again.close()

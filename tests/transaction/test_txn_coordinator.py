@@ -131,6 +131,17 @@ def test_timeouts_are_validated() -> None:
     assert ctx.init("app", timeout_ms=10_000).error_code == 0
 
 
+def test_a_transactional_id_too_long_for_a_record_is_an_invalid_request() -> None:
+    """Flexible InitProducerId versions carry ids longer than the record key's int16-length
+    string: a clear INVALID_REQUEST, with no producer id spent, not a failed append."""
+    ctx = TxnCtx()
+    first = ctx.ids.next
+    assert ctx.init("x" * 32768).error_code == E.INVALID_REQUEST
+    assert ctx.init("\u00e9" * 16384).error_code == E.INVALID_REQUEST  # 32768 bytes in UTF-8
+    assert ctx.ids.next == first and not ctx.log
+    assert ctx.init("x" * 32767).error_code == 0
+
+
 def test_expired_transaction_is_aborted_with_a_fencing_epoch() -> None:
     ctx = TxnCtx()
     p = ctx.init("app", timeout_ms=5_000)

@@ -131,14 +131,21 @@ class TxnShardRunner:
         self._worker = asyncio.create_task(self._run(), name=f"txn-coordinator-{self.partition}")
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._worker, *self._marker_tasks) if t is not None]
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+        await self._cancel_marker_jobs()
+        self.timer.cancel_all()
+        self._fail_queued()
+
+    async def _cancel_marker_jobs(self) -> None:
+        tasks = list(self._marker_tasks)
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self.timer.cancel_all()
-        self._fail_queued()
 
     def _fail_queued(self) -> None:
         while not self._queue.empty():
@@ -193,6 +200,11 @@ class TxnShardRunner:
         self.reloads += 1
         self.loaded = False
         log.error("reloading %s-%d from its log", TXN_TOPIC, self.partition)
+        # The load restarts the jobs of every transaction still preparing. An old job left
+        # retrying could write its marker after the transaction completed, into the next
+        # transaction of the same producer id and epoch (Kafka drops such markers by their
+        # coordinator epoch).
+        await self._cancel_marker_jobs()
         self.shard.on_unloaded()
         self.timer.cancel_all()
         self._timer_failures.clear()

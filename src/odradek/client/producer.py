@@ -794,12 +794,13 @@ class Producer:
     def commit_transaction(self, timeout: float | None = None) -> None:
         """Send everything, then commit: the records and offsets become visible to
         read_committed consumers together. Raises the error that made the transaction
-        abortable (call ``abort_transaction``) or fatal."""
+        abortable (call ``abort_transaction``) or fatal. A commit that timed out may be
+        called again (as Java's): EndTxn is idempotent at the coordinator."""
         txn = self._transactions()
-        txn.check(TxnState.IN_TRANSACTION)
+        txn.check(TxnState.IN_TRANSACTION, TxnState.COMMITTING)
         deadline = self._deadline(timeout)
         self.flush(max(0.0, deadline - time.monotonic()))
-        txn.check(TxnState.IN_TRANSACTION)
+        txn.check(TxnState.IN_TRANSACTION, TxnState.COMMITTING)
         txn.end(True, deadline)
 
     def abort_transaction(self, timeout: float | None = None) -> None:

@@ -19,6 +19,7 @@ dropped and rewritten.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import struct
 from collections.abc import Iterable
@@ -28,6 +29,8 @@ from typing import NamedTuple
 from odradek.log.index import write_file_atomic
 
 __all__ = ["AbortedTxn", "TxnIndex", "read_txn_index", "write_txn_index"]
+
+log = logging.getLogger("odradek.log")
 
 _ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = _ENTRY.size  # 34
@@ -69,11 +72,12 @@ def write_txn_index(path: Path, entries: Iterable[AbortedTxn], *, fsync: bool) -
 class TxnIndex:
     """A segment's aborted transactions, loaded on first use."""
 
-    __slots__ = ("_entries", "path")
+    __slots__ = ("_entries", "_unwritten", "path")
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._entries: list[AbortedTxn] | None = None
+        self._unwritten = False  # the file lacks entries memory has: sync() rewrites it
 
     @property
     def entries(self) -> list[AbortedTxn]:
@@ -82,27 +86,44 @@ class TxnIndex:
         return self._entries
 
     def append(self, entry: AbortedTxn) -> None:
-        """Record an aborted transaction (memory and file)."""
+        """Record an aborted transaction: in memory at once (its marker is already in the
+        log, so readers must drop its data from now on), then in the file. A file that
+        cannot be written now (no descriptor, no space) is rewritten by ``sync``."""
         entries = self.entries
         if entries and entries[-1].last_offset >= entry.last_offset:
             raise ValueError(
                 f"aborted transaction ending at {entry.last_offset} after one ending at "
                 f"{entries[-1].last_offset}"
             )
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        try:
-            size = os.fstat(fd).st_size
-            if size % ENTRY_SIZE:  # a torn entry from a crash: cut it before appending
-                os.ftruncate(fd, size - size % ENTRY_SIZE)
-            os.write(fd, _ENTRY.pack(0, *entry))
-        finally:
-            os.close(fd)
         entries.append(entry)
+        if self._unwritten:
+            self._rewrite()
+            return
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                if size % ENTRY_SIZE:  # a torn entry from a crash: cut it before appending
+                    os.ftruncate(fd, size - size % ENTRY_SIZE)
+                os.write(fd, _ENTRY.pack(0, *entry))
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self._unwritten = True
+            log.error("%s: entry kept in memory, file rewritten later: %s", self.path, exc)
+
+    def _rewrite(self) -> None:
+        """Best effort now; ``sync`` insists."""
+        try:
+            self.replace(self.entries)
+        except OSError as exc:
+            log.error("%s: rewrite failed, retried at the next sync: %s", self.path, exc)
 
     def replace(self, entries: list[AbortedTxn]) -> None:
         """Rewrite the index with ``entries`` (recovery, compaction)."""
         write_txn_index(self.path, entries, fsync=False)
         self._entries = list(entries)
+        self._unwritten = False
 
     def collect(self, fetch_offset: int, upper_bound: int) -> tuple[list[AbortedTxn], bool]:
         """Entries overlapping [fetch_offset, upper_bound), and whether later segments
@@ -116,7 +137,13 @@ class TxnIndex:
         return found, False
 
     def sync(self) -> None:
-        """fsync the file, if there is one (segment roll and shutdown)."""
+        """fsync the file, if there is one (segment roll and shutdown); first write the
+        entries an earlier append could not (raising if it still cannot: a clean
+        shutdown must not vouch for an index that lacks them)."""
+        if self._unwritten:
+            write_txn_index(self.path, self.entries, fsync=True)
+            self._unwritten = False
+            return
         with contextlib.suppress(FileNotFoundError):
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
             try:

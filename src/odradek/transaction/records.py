@@ -36,6 +36,14 @@ class RecordFormatError(ValueError):
     """A key or value that cannot be decoded."""
 
 
+MAX_STRING_BYTES = 32767  # an int16-length string: the longest transactional id a key holds
+
+
+def fits_record(value: str) -> bool:
+    """Whether ``value`` fits a record's int16-length string."""
+    return len(value) * 4 <= MAX_STRING_BYTES or len(value.encode("utf-8")) <= MAX_STRING_BYTES
+
+
 class _Writer:
     def __init__(self) -> None:
         self.parts: list[bytes] = []
@@ -45,7 +53,7 @@ class _Writer:
 
     def string(self, value: str) -> None:
         data = value.encode("utf-8")
-        if len(data) > 32767:
+        if len(data) > MAX_STRING_BYTES:
             raise RecordFormatError(f"a string of {len(data)} bytes does not fit a record")
         self.pack(">h", len(data))
         self.parts.append(data)

@@ -26,6 +26,7 @@ from odradek.transaction.records import (
     decode_txn_value,
     encode_txn_key,
     encode_txn_value,
+    fits_record,
 )
 from odradek.transaction.state import TxnState, check_transition
 from odradek.transaction.types import (
@@ -322,7 +323,7 @@ class TransactionCoordinatorShard:
 
     def _init_producer_id(self, req: InitProducerIdRequest) -> InitProducerIdResponse | None:
         txn_id = req.transactional_id
-        if not txn_id:
+        if not txn_id or not fits_record(txn_id):  # its records could never be written
             return InitProducerIdResponse(int(E.INVALID_REQUEST))
         if not 0 < req.timeout_ms <= self.config.max_timeout_ms:
             return InitProducerIdResponse(int(E.INVALID_TRANSACTION_TIMEOUT))

@@ -1,8 +1,10 @@
 """InitProducerId: producer ids for idempotent and transactional producers.
 
 Ids come from blocks persisted in the data directory, so they are unique across
-restarts. An idempotent producer's known (id, epoch) pair asking again (KIP-360)
-gets its epoch bumped. A transactional id goes to its transaction coordinator
+restarts. An idempotent producer always gets a new id at epoch 0, whatever id and
+epoch it sends (KIP-360 bumps: Kafka's coordinator does the same; bumping the id a
+request names would let any client fence another producer, a transactional one
+included). A transactional id goes to its transaction coordinator
 (``odradek.transaction``), which fences older epochs and aborts what the last
 holder of the id left open.
 """
@@ -19,7 +21,6 @@ from odradek.transaction.types import InitProducerIdRequest, InitProducerIdRespo
 
 CLUSTER_AUTHORIZATION_FAILED = 31
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-MAX_EPOCH = 32767
 
 
 def _refused(ctx: RequestContext, error_code: int) -> Any:
@@ -66,18 +67,12 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
         AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
     ) and not ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC):
         return _refused(ctx, CLUSTER_AUTHORIZATION_FAILED)
-    producer_id = int(getattr(request, "producer_id", -1))
-    epoch = int(getattr(request, "producer_epoch", -1))
-    if producer_id >= 0 and 0 <= epoch < MAX_EPOCH - 1:
-        new_id, new_epoch = producer_id, epoch + 1
-    else:
-        new_id, new_epoch = ctx.broker.topics.allocate_producer_id(), 0
     return respond(
         ctx,
         {
             "throttle_time": NO_THROTTLE,
             "error_code": 0,
-            "producer_id": new_id,
-            "producer_epoch": new_epoch,
+            "producer_id": ctx.broker.topics.allocate_producer_id(),
+            "producer_epoch": 0,
         },
     )

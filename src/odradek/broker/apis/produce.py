@@ -43,6 +43,7 @@ from odradek.protocol.records import (
     COMPRESSION_NONE,
     COMPRESSION_SNAPPY,
     COMPRESSION_ZSTD,
+    InvalidRecordError,
     recompress_batches,
     validate_batches_raw,
 )
@@ -98,22 +99,42 @@ _TRANSACTIONAL_BIT = 0x10
 
 
 def _transactional_producer(records: bytes | None) -> tuple[int, int] | None:
-    """(producer id, epoch) when the first batch is transactional (a produce request holds
-    one producer's batches), else None; malformed data is left to validation."""
-    if not records or len(records) < 61:
-        return None
-    if not _ATTRIBUTES.unpack_from(records, 21)[0] & _TRANSACTIONAL_BIT:
-        return None
-    pid, epoch = _PRODUCER.unpack_from(records, 43)
-    return (pid, epoch) if pid >= 0 else None
+    """(producer id, epoch) when the batches are transactional, else None; malformed data
+    is left to validation.
+
+    Every batch header is read, not just the first: a transactional batch behind a
+    plain one (or another producer's) would escape verification and open a
+    transaction no coordinator knows, holding the last stable offset back for good.
+    Kafka takes one batch per partition; mixing is refused with INVALID_RECORD.
+    """
+    found: tuple[int, int] | None = None
+    plain = False
+    pos, end = 0, len(records) if records else 0
+    while records and end - pos >= 61:
+        (length,) = _LENGTH.unpack_from(records, pos + 8)
+        if length <= 0:
+            break
+        if _ATTRIBUTES.unpack_from(records, pos + 21)[0] & _TRANSACTIONAL_BIT:
+            producer = _PRODUCER.unpack_from(records, pos + 43)
+            if found is not None and producer != found:
+                raise InvalidRecordError("a produce request's batches are of several producers")
+            found = producer
+        else:
+            plain = True
+        pos += 12 + length
+    if found is not None and plain:
+        raise InvalidRecordError("transactional and plain batches in one produce request")
+    return found if found is not None and found[0] >= 0 else None
 
 
 def _has_transactional_records(request: Any) -> bool:
-    return any(
-        _transactional_producer(p.records) is not None
-        for t in request.topic_data
-        for p in t.partition_data
-    )
+    def transactional(records: bytes | None) -> bool:
+        try:
+            return _transactional_producer(records) is not None
+        except InvalidRecordError:
+            return True
+
+    return any(transactional(p.records) for t in request.topic_data for p in t.partition_data)
 
 
 def _unverified(
@@ -195,8 +216,8 @@ async def _append(
     if not records:
         return _partition_result(index, INVALID_RECORD, "no record batch in the request")
     plog = topic.partitions[index]
-    producer = _transactional_producer(records)
     try:
+        producer = _transactional_producer(records)
         # Inflating is bounded (message.decompressed.max.bytes) but still costs tens of
         # milliseconds for a large batch: it runs in a worker thread, never on the loop.
         validated = None
