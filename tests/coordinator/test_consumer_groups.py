@@ -129,6 +129,9 @@ def test_a_fenced_member_rejoining_with_its_id_starts_over(ctx) -> None:  # type
         ({"member_epoch": -3}, E.INVALID_REQUEST),
         ({"server_assignor": "sticky"}, E.UNSUPPORTED_ASSIGNOR),
         ({"subscribed_topic_regex": "foo("}, E.INVALID_REGULAR_EXPRESSION),
+        # RE2 syntax, as Kafka's RE2/J: no lookaround, no backreferences
+        ({"subscribed_topic_regex": "(?<=a)b"}, E.INVALID_REGULAR_EXPRESSION),
+        ({"subscribed_topic_regex": "(a)\\1"}, E.INVALID_REGULAR_EXPRESSION),
     ],
 )
 def test_invalid_joins_are_refused_and_change_nothing(ctx, change, error) -> None:  # type: ignore[no-untyped-def]
@@ -366,3 +369,19 @@ def test_reload_keeps_members_and_timers(ctx) -> None:  # type: ignore[no-untype
         ctx.sleep(1000)
         a.heartbeat()
     assert list(ctx.shard.groups["g"].members) == ["a"]
+
+
+def test_a_catastrophic_regex_resolves_in_linear_time() -> None:
+    """`(a|a)*b` against a 40-character topic name: hours for a backtracking engine (and
+    the broker's loop stopped meanwhile), microseconds for RE2."""
+    import time
+    import uuid
+
+    from odradek.coordinator.metadata import TopicImage, TopicsImage
+    from odradek.coordinator.target_assignment import resolve_regex
+
+    name = "a" * 40
+    image = TopicsImage.of(1, [TopicImage(n, uuid.uuid4(), 1) for n in (name, name + "b")])
+    started = time.perf_counter()
+    assert resolve_regex("(a|a)*b", image) == (name + "b",)
+    assert time.perf_counter() - started < 5  # generous on a loaded machine: re takes hours

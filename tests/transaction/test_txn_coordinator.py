@@ -260,6 +260,10 @@ def test_describe_and_list() -> None:
     assert listed(duration_ms=4_000) == [("a", "Ongoing"), ("b", "Empty")]
     assert listed(duration_ms=6_000) == [("b", "Empty")]  # Empty: start -1, "running" forever
     assert listed(id_pattern="a.*") == [("a", "Ongoing")]
+    assert listed(id_pattern="(a|a)*b") == [("b", "Empty")]  # RE2: linear, never backtracks
+    for bad in ("a(", "(?=a)"):  # not a pattern; lookaround is not RE2 (nor Kafka's RE2/J)
+        r = ctx.call(ListTransactionsRequest(id_pattern=bad))
+        assert isinstance(r, ListTransactionsResponse) and r.error_code == E.INVALID_REQUEST
     r = ctx.call(ListTransactionsRequest(states=("Nope",)))
     assert isinstance(r, ListTransactionsResponse) and r.unknown_state_filters == ("Nope",)
 

@@ -10,9 +10,9 @@ heartbeat at a time (``reconciliation``).
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from odradek.coordinator.consumer_group import ConsumerGroupMember
 from odradek.coordinator.consumer_records import (
@@ -27,16 +27,18 @@ from odradek.coordinator.consumer_records import (
 from odradek.coordinator.metadata import EMPTY_ASSIGNMENT, Assignment, TopicsImage
 from odradek.coordinator.server_assignors import MemberSpec, get_server_assignor
 from odradek.coordinator.types import CoordinatorRecord
+from odradek.linear_regex import RegexError, compile_linear
 
 
 class InvalidRegex(ValueError):
     """A subscribed topic regex that does not compile."""
 
 
-def compile_regex(regex: str) -> re.Pattern[str]:
+def compile_regex(regex: str) -> Any:
+    """The subscription regex, compiled by RE2 (linear time, Kafka's RE2/J syntax)."""
     try:
-        return re.compile(regex)
-    except re.error as exc:
+        return compile_linear(regex)
+    except RegexError as exc:
         raise InvalidRegex(
             f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}"
         ) from exc

@@ -14,12 +14,12 @@ transactional ids use the wall clock.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from odradek.coordinator.timer import Timer
+from odradek.linear_regex import RegexError, compile_linear
 from odradek.transaction.records import (
     TxnLogValue,
     decode_txn_key,
@@ -561,9 +561,9 @@ class TransactionCoordinatorShard:
                 unknown.append(label)
             else:
                 states.add(state)
-        try:
-            pattern = re.compile(req.id_pattern) if req.id_pattern else None
-        except re.error:
+        try:  # RE2: a client's pattern runs in linear time on the broker's loop
+            pattern = compile_linear(req.id_pattern) if req.id_pattern else None
+        except RegexError:
             return ListTransactionsResponse(int(E.INVALID_REQUEST))
         listed = []
         for meta in self.txns.values():
