@@ -98,7 +98,7 @@ def test_idempotent_retry_after_dropped_connection(
         def chaos() -> None:
             nonlocal drops
             while not stop.is_set():
-                time.sleep(0.005)  # often: produce requests are answered within milliseconds
+                time.sleep(0.001)  # often: produce requests are answered within milliseconds
                 for conn in list(producer._client._conns.values()):
                     if conn.in_flight_count:
                         conn.disconnect("test: connection dropped mid-flight")
@@ -106,8 +106,18 @@ def test_idempotent_retry_after_dropped_connection(
 
         chaos_thread = threading.Thread(target=chaos)
         chaos_thread.start()
-        futures = [producer.send(topic_name, value=b"%d" % i) for i in range(n)]
+        futures = []
+        # At least n records, and more until the chaos has caught requests in flight a few
+        # times (a fast machine answers before a slow check looks): bounded in time.
+        deadline = time.monotonic() + 60
         try:
+            while len(futures) < n or (drops < 3 and time.monotonic() < deadline):
+                start = len(futures)
+                futures += [
+                    producer.send(topic_name, value=b"%d" % i) for i in range(start, start + 500)
+                ]
+                if len(futures) >= n:
+                    producer.flush(90)
             producer.flush(90)
         finally:
             stop.set()
@@ -117,6 +127,7 @@ def test_idempotent_retry_after_dropped_connection(
         assert producer.retry_count > 0
     finally:
         producer.close(10)
+    n = len(futures)
     records = consume_all(bootstrap, topic_name, 1, n + 1)
     values = [r.value for r in records][1:]
     counts = Counter(values)
