@@ -349,6 +349,25 @@ def test_a_session_on_the_wire(odradek_session_broker: Broker, topic: str) -> No
         assert plain.session_id == 0 and set(answered(plain)) == {0, 1}
 
 
+def test_an_offset_out_of_range_is_reported_when_the_response_is_full(
+    odradek_session_broker: Broker, topic: str
+) -> None:
+    """Partition 0's first batch fills max_bytes; partition 1's offset is past its log
+    end: still OFFSET_OUT_OF_RANGE, as Kafka answers (else the consumer never resets)."""
+    bootstrap = odradek_session_broker.bootstrap
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
+    for _ in range(200):
+        producer.produce(topic, b"x" * 500, partition=0)
+    producer.produce(topic, b"y", partition=1)
+    assert producer.flush(10) == 0
+    body = fetch_body(topic, {0: 0, 1: 50}, session_id=0, epoch=-1)
+    body["max_bytes"] = 1_000  # the first batch alone is larger: nothing else fits
+    with WireClient(bootstrap) as client:
+        got = answered(client.request(ApiKey.FETCH, 11, body))
+    assert got[0][0] == 0 and got[0][2] > 1_000  # KIP-74: the first batch whole
+    assert got[1] == (1, 1, 0)  # OFFSET_OUT_OF_RANGE, high watermark 1, no records
+
+
 def test_an_incremental_fetch_long_polls_on_its_whole_session(
     odradek_session_broker: Broker, topic: str
 ) -> None:

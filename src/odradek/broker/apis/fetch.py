@@ -54,6 +54,7 @@ from odradek.protocol.fetch import (
     parse_fetch_request,
 )
 
+OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 UNKNOWN_TOPIC_ID = 100
 READ_COMMITTED = 1
@@ -178,7 +179,14 @@ def _read_partitions(
             entry["high_watermark"] = end
             entry["last_stable_offset"] = lso
             entry["log_start_offset"] = plog.start_offset
-            if wanted.fetch_offset == end or (remaining <= 0 and not first_data):
+            if wanted.fetch_offset == end:
+                continue
+            if remaining <= 0 and not first_data:
+                # No room to read, but an offset outside the log is still reported (Kafka
+                # checks it with a read of zero bytes), or the consumer never learns it.
+                if not plog.start_offset <= wanted.fetch_offset <= end:
+                    entry["error_code"] = OFFSET_OUT_OF_RANGE
+                    any_error = True
                 continue
             offset = wanted.fetch_offset
             try:
