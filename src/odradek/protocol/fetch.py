@@ -335,10 +335,13 @@ class FetchPartition:
 
 
 class FetchTopic:
+    """A topic (by name, or by id from v13) and its partitions, in a Fetch response or
+    request (``FetchRequestTopic``: the request's partitions or forgotten indexes)."""
+
     __slots__ = ("partitions", "topic", "topic_id")
 
     def __init__(
-        self, topic: str | None, topic_id: uuid.UUID | None, partitions: list[FetchPartition]
+        self, topic: str | None, topic_id: uuid.UUID | None, partitions: list[Any]
     ) -> None:
         self.topic = topic
         self.topic_id = topic_id
@@ -517,15 +520,7 @@ class FetchRequestPartition:
         self.partition_max_bytes = partition_max_bytes
 
 
-class FetchRequestTopic:
-    __slots__ = ("partitions", "topic", "topic_id")
-
-    def __init__(
-        self, topic: str | None, topic_id: uuid.UUID | None, partitions: list[Any]
-    ) -> None:
-        self.topic = topic
-        self.topic_id = topic_id
-        self.partitions = partitions
+FetchRequestTopic = FetchTopic
 
 
 class FetchRequest:
