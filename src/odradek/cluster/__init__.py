@@ -1,0 +1,1 @@
+"""Cluster mode (in progress): metadata on etcd. Nothing else imports this yet."""

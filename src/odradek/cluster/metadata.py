@@ -1,0 +1,786 @@
+"""Cluster metadata on etcd: brokers, controller, topics, partition state, watches.
+
+`EtcdMetadataStore` is a typed layer over the etcd v3 API (through the ``aetcd``
+asyncio client). Every value is compact, key-sorted JSON; numbers in keys are
+zero-padded to ten digits so etcd's byte-ordered range reads return them in numeric
+order. With the default prefix ``/odradek/<cluster_name>`` the keys are::
+
+    <p>/brokers/<broker id>              BrokerInfo {id, host, port, rack}; on the
+                                         broker's lease: gone when the lease ends
+    <p>/controller                       ControllerInfo {broker_id, epoch}; on the
+                                         controller's lease
+    <p>/controller_epoch                 last controller epoch (decimal); no lease,
+                                         so the epoch survives controller deaths and
+                                         only ever grows
+    <p>/topics/<name>                    TopicAssignment {topic_id, replicas:
+                                         {partition: [broker ids]}}
+    <p>/topic_configs/<name>             {config name: value}
+    <p>/partitions/<name>/<partition>    PartitionState {leader, leader_epoch, isr,
+                                         partition_epoch}
+
+Rules the store enforces (each one a single etcd transaction):
+
+* A broker id is registered by one live broker at a time (`BrokerIdInUseError`).
+* The controller key is created only when absent, and in the same transaction
+  ``controller_epoch`` goes from the value just read to that value + 1; two
+  candidates racing for one epoch cannot both win, and a deposed controller's
+  epoch is always lower than its successor's.
+* A partition state changes only by compare-and-swap on the key's etcd
+  ``mod_revision`` as the writer read it (`update_partition`); the new state's
+  ``partition_epoch`` is the old one + 1. A writer that read an older state
+  fails and gets the current state back in the same round trip. A controller
+  passes its `ControllerClaim` so the write also fails once it is no longer the
+  controller (its key was deleted or recreated by another broker).
+* A topic is created with its configs and every partition's initial state in one
+  transaction, and only if the name is free.
+
+Watches (`watch_brokers`, `watch_controller`, `watch_partitions`) start at a
+revision, so a reader takes a snapshot (which carries the etcd revision it was
+read at) and watches from ``revision + 1``: no change is missed or seen twice,
+and events arrive in etcd's revision order. A watch ends with
+`MetadataWatchLost` when its stream breaks (etcd restarted, connection lost, the
+start revision was compacted); the reader then takes a new snapshot.
+
+Connection failures surface as ``aetcd.exceptions.ClientError`` subclasses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Generic, Self, TypeVar
+
+import aetcd
+import aetcd.exceptions
+import aetcd.rtypes
+import aetcd.transactions
+import aetcd.utils
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CLUSTER_NAME = "default"
+_NUMBER_WIDTH = 10
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+class MetadataError(Exception):
+    """Base class of the metadata store's own errors."""
+
+
+class BrokerIdInUseError(MetadataError):
+    """Another live broker holds the registration for this broker id."""
+
+
+class TopicExistsError(MetadataError):
+    pass
+
+
+class UnknownTopicError(MetadataError):
+    pass
+
+
+class NotControllerError(MetadataError):
+    """A write fenced by a `ControllerClaim` failed: that claim lost the role."""
+
+
+class MetadataWatchLost(MetadataError):
+    """A watch stream ended (etcd restart, connection loss, compaction): resnapshot."""
+
+
+class LeaseLost(MetadataError):
+    """The lease expired or was revoked; everything attached to it is gone."""
+
+
+# ---------------------------------------------------------------------------
+# Values
+
+
+def _encode(value: Mapping[str, Any]) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _decode(raw: bytes) -> dict[str, Any]:
+    decoded = json.loads(raw)
+    if not isinstance(decoded, dict):
+        raise MetadataError(f"malformed metadata value: {raw!r}")
+    return decoded
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """What a broker publishes about itself while it lives."""
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.broker_id < 0:
+            raise ValueError(f"broker id must be >= 0, got {self.broker_id}")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"port must be in 1..65535, got {self.port}")
+        if not self.host:
+            raise ValueError("host must not be empty")
+
+    def encode(self) -> bytes:
+        return _encode(
+            {"id": self.broker_id, "host": self.host, "port": self.port, "rack": self.rack}
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        d = _decode(raw)
+        return cls(broker_id=d["id"], host=d["host"], port=d["port"], rack=d["rack"])
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerInfo:
+    """The current controller and the epoch it was elected in."""
+
+    broker_id: int
+    epoch: int
+
+    def encode(self) -> bytes:
+        return _encode({"broker_id": self.broker_id, "epoch": self.epoch})
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        d = _decode(raw)
+        return cls(broker_id=d["broker_id"], epoch=d["epoch"])
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerClaim:
+    """Proof of winning an election: fences writes made as controller.
+
+    `create_revision` is the etcd revision at which this broker created the
+    controller key; once the key is deleted (lease gone) or recreated by another
+    broker, no key has that create revision and fenced writes fail.
+    """
+
+    info: ControllerInfo
+    create_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    """A topic's id and, per partition, its replicas (preferred leader first)."""
+
+    name: str
+    topic_id: uuid.UUID
+    replicas: Mapping[int, tuple[int, ...]]
+
+    def __post_init__(self) -> None:
+        validate_topic_name(self.name)
+        if not self.replicas:
+            raise ValueError(f"topic {self.name!r} needs at least one partition")
+        if sorted(self.replicas) != list(range(len(self.replicas))):
+            raise ValueError(f"partitions of {self.name!r} must be 0..n-1")
+        for partition, brokers in self.replicas.items():
+            if not brokers:
+                raise ValueError(f"partition {partition} of {self.name!r} has no replicas")
+            if len(set(brokers)) != len(brokers):
+                raise ValueError(f"partition {partition} of {self.name!r} repeats a replica")
+
+    def encode(self) -> bytes:
+        return _encode(
+            {
+                "topic_id": str(self.topic_id),
+                "replicas": {str(p): list(r) for p, r in sorted(self.replicas.items())},
+            }
+        )
+
+    @classmethod
+    def decode(cls, name: str, raw: bytes) -> Self:
+        d = _decode(raw)
+        replicas = {int(p): tuple(r) for p, r in d["replicas"].items()}
+        return cls(name=name, topic_id=uuid.UUID(d["topic_id"]), replicas=replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """Leadership of one partition. -1 as leader means no leader (offline)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    partition_epoch: int = 0
+
+    def __post_init__(self) -> None:
+        if self.leader_epoch < 0 or self.partition_epoch < 0:
+            raise ValueError("leader_epoch and partition_epoch must be >= 0")
+        if self.leader != -1 and self.leader not in self.isr:
+            raise ValueError(f"leader {self.leader} is not in the ISR {list(self.isr)}")
+
+    def encode(self) -> bytes:
+        return _encode(
+            {
+                "leader": self.leader,
+                "leader_epoch": self.leader_epoch,
+                "isr": list(self.isr),
+                "partition_epoch": self.partition_epoch,
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        d = _decode(raw)
+        return cls(
+            leader=d["leader"],
+            leader_epoch=d["leader_epoch"],
+            isr=tuple(d["isr"]),
+            partition_epoch=d["partition_epoch"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedPartitionState:
+    """A partition state as read, with the etcd revision a CAS compares against."""
+
+    topic: str
+    partition: int
+    state: PartitionState
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionUpdate:
+    """Outcome of `update_partition`: the state now stored (ours if `succeeded`)."""
+
+    succeeded: bool
+    current: VersionedPartitionState | None
+
+
+def validate_topic_name(name: str) -> None:
+    if not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+        raise ValueError(f"invalid topic name {name!r}")
+
+
+# ---------------------------------------------------------------------------
+# Watch events
+
+
+class ChangeKind(Enum):
+    PUT = "put"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerChange:
+    kind: ChangeKind
+    broker_id: int
+    broker: BrokerInfo | None  # None when DELETE
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerChange:
+    kind: ChangeKind
+    controller: ControllerInfo | None  # None when DELETE: an election is due
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChange:
+    kind: ChangeKind
+    topic: str
+    partition: int
+    state: VersionedPartitionState | None  # None when DELETE (topic deleted)
+    revision: int
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot(Generic[T]):
+    """Values read at one etcd revision; watch from ``revision + 1`` to follow them."""
+
+    items: T
+    revision: int
+
+
+# ---------------------------------------------------------------------------
+# Leases
+
+
+class LeaseKeeper:
+    """A granted etcd lease kept alive by a background task until revoked.
+
+    Refreshes every third of the TTL. If a refresh finds the lease gone (the
+    process stalled longer than the TTL), `lost` is set and the task stops: the
+    owner must treat every key on the lease (registration, controller role) as
+    lost. `stop_keepalive` stops refreshing without revoking, which is what a
+    crashed process looks like to etcd (the lease expires after the TTL).
+    """
+
+    def __init__(self, client: aetcd.Client, lease_id: int, ttl_s: int) -> None:
+        self._client = client
+        self.lease_id = lease_id
+        self.ttl_s = ttl_s
+        self.lost = asyncio.Event()
+        self._task: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(
+            self._keep_alive(), name=f"etcd-lease-{lease_id:x}"
+        )
+
+    async def _keep_alive(self) -> None:
+        interval = max(self.ttl_s / 3, 0.1)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                reply = await self._client.refresh_lease(self.lease_id)
+            except aetcd.exceptions.ClientError as exc:
+                # etcd unreachable: keep trying; the lease may still live
+                log.warning("refreshing lease %x failed: %r", self.lease_id, exc)
+                continue
+            if reply is None or reply.TTL <= 0:
+                log.warning("lease %x expired", self.lease_id)
+                self.lost.set()
+                return
+
+    async def stop_keepalive(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def revoke(self) -> None:
+        """Stop refreshing and end the lease now: its keys disappear at once."""
+        await self.stop_keepalive()
+        await self._client.revoke_lease(self.lease_id)
+        self.lost.set()
+
+
+# ---------------------------------------------------------------------------
+# The store
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLayout:
+    """Where each kind of metadata lives under the cluster prefix."""
+
+    prefix: bytes
+    brokers: bytes = field(init=False)
+    controller: bytes = field(init=False)
+    controller_epoch: bytes = field(init=False)
+    topics: bytes = field(init=False)
+    topic_configs: bytes = field(init=False)
+    partitions: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.prefix.startswith(b"/") or self.prefix.endswith(b"/"):
+            raise ValueError(f"prefix must start and not end with '/': {self.prefix!r}")
+        p = self.prefix
+        object.__setattr__(self, "brokers", p + b"/brokers/")
+        object.__setattr__(self, "controller", p + b"/controller")
+        object.__setattr__(self, "controller_epoch", p + b"/controller_epoch")
+        object.__setattr__(self, "topics", p + b"/topics/")
+        object.__setattr__(self, "topic_configs", p + b"/topic_configs/")
+        object.__setattr__(self, "partitions", p + b"/partitions/")
+
+    @classmethod
+    def for_cluster(cls, cluster_name: str) -> Self:
+        if not cluster_name or "/" in cluster_name:
+            raise ValueError(f"invalid cluster name {cluster_name!r}")
+        return cls(prefix=b"/odradek/" + cluster_name.encode())
+
+    def broker(self, broker_id: int) -> bytes:
+        return self.brokers + _number(broker_id)
+
+    def topic(self, name: str) -> bytes:
+        return self.topics + name.encode()
+
+    def topic_config(self, name: str) -> bytes:
+        return self.topic_configs + name.encode()
+
+    def topic_partitions(self, name: str) -> bytes:
+        return self.partitions + name.encode() + b"/"
+
+    def partition(self, name: str, partition: int) -> bytes:
+        return self.topic_partitions(name) + _number(partition)
+
+    def parse_partition(self, key: bytes) -> tuple[str, int]:
+        topic, _, partition = key[len(self.partitions) :].rpartition(b"/")
+        return topic.decode(), int(partition)
+
+
+def _number(n: int) -> bytes:
+    if n < 0:
+        raise ValueError(f"negative id {n}")
+    return str(n).zfill(_NUMBER_WIDTH).encode()
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    return aetcd.utils.prefix_range_end(prefix)
+
+
+class EtcdMetadataStore:
+    """Typed access to one cluster's metadata in etcd. Use as an async context manager."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        cluster_name: str = DEFAULT_CLUSTER_NAME,
+        request_timeout_s: int = 10,
+    ) -> None:
+        self.keys = KeyLayout.for_cluster(cluster_name)
+        self._client = aetcd.Client(host=host, port=port, timeout=request_timeout_s)
+        self._txn = aetcd.transactions
+
+    async def __aenter__(self) -> Self:
+        await self._client.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    # -- leases ------------------------------------------------------------
+
+    async def grant_lease(self, ttl_s: int) -> LeaseKeeper:
+        """A new lease of `ttl_s` seconds (etcd's minimum is a few seconds), kept alive."""
+        if ttl_s < 1:
+            raise ValueError(f"lease TTL must be >= 1 s, got {ttl_s}")
+        lease = await self._client.lease(ttl_s)
+        return LeaseKeeper(self._client, lease.id, lease.ttl)
+
+    # -- brokers -----------------------------------------------------------
+
+    async def register_broker(self, broker: BrokerInfo, lease: LeaseKeeper) -> int:
+        """Publish `broker` on `lease`; the etcd revision of the registration.
+
+        Raises `BrokerIdInUseError` if the id is registered on another lease (a
+        live broker with the same id). Re-registering on the same lease updates
+        host/port/rack.
+        """
+        key = self.keys.broker(broker.broker_id)
+        succeeded, responses = await self._client.transaction(
+            compare=[self._txn.Create(key) == 0],
+            success=[
+                self._txn.Put(key, broker.encode(), lease=lease.lease_id),
+                self._txn.Get(key),
+            ],
+            failure=[self._txn.Get(key)],
+        )
+        if succeeded:
+            [(_, created)] = responses[1]
+            return int(created.mod_revision)
+        [(_, existing)] = responses[0]
+        if existing.lease != lease.lease_id:
+            raise BrokerIdInUseError(
+                f"broker id {broker.broker_id} is registered by another live broker: "
+                f"{BrokerInfo.decode(existing.value)}"
+            )
+        put = await self._client.put(key, broker.encode(), lease=lease.lease_id)
+        return int(put.header.revision)
+
+    async def brokers(self) -> Snapshot[dict[int, BrokerInfo]]:
+        """Every live broker, by id."""
+        result = await self._client.get_prefix(self.keys.brokers)
+        live = {}
+        for kv in result:
+            broker = BrokerInfo.decode(kv.value)
+            live[broker.broker_id] = broker
+        return Snapshot(live, result.header.revision)
+
+    def watch_brokers(self, start_revision: int) -> AsyncIterator[BrokerChange]:
+        """Registrations and departures from `start_revision` on, in order."""
+        return self._watch_broker_changes(start_revision)
+
+    async def _watch_broker_changes(self, start_revision: int) -> AsyncIterator[BrokerChange]:
+        async for kind, event in self._watch(self.keys.brokers, start_revision):
+            broker_id = int(event.kv.key[len(self.keys.brokers) :])
+            broker = BrokerInfo.decode(event.kv.value) if kind is ChangeKind.PUT else None
+            yield BrokerChange(kind, broker_id, broker, event.kv.mod_revision)
+
+    # -- controller --------------------------------------------------------
+
+    async def controller(self) -> Snapshot[ControllerInfo | None]:
+        kv, revision = await self._get_one(self.keys.controller)
+        return Snapshot(None if kv is None else ControllerInfo.decode(kv.value), revision)
+
+    async def controller_epoch(self) -> int:
+        """The last epoch any controller was elected in (0 before the first)."""
+        got = await self._client.get(self.keys.controller_epoch)
+        return 0 if got is None else int(got.value)
+
+    async def try_become_controller(
+        self, broker_id: int, lease: LeaseKeeper
+    ) -> ControllerClaim | ControllerInfo:
+        """One election attempt: our claim if we won, else the sitting controller.
+
+        A retry is needed only if the epoch moved between read and write (another
+        candidate won and already lost its lease); the loop resolves that.
+        """
+        while True:
+            current_epoch = await self.controller_epoch()
+            epoch_unchanged = (
+                self._txn.Version(self.keys.controller_epoch) == 0
+                if current_epoch == 0
+                else self._txn.Value(self.keys.controller_epoch) == str(current_epoch)
+            )
+            info = ControllerInfo(broker_id=broker_id, epoch=current_epoch + 1)
+            succeeded, responses = await self._client.transaction(
+                compare=[self._txn.Create(self.keys.controller) == 0, epoch_unchanged],
+                success=[
+                    self._txn.Put(self.keys.controller, info.encode(), lease=lease.lease_id),
+                    self._txn.Put(self.keys.controller_epoch, str(info.epoch).encode()),
+                    self._txn.Get(self.keys.controller),
+                ],
+                failure=[self._txn.Get(self.keys.controller)],
+            )
+            if succeeded:
+                [(_, created)] = responses[2]
+                return ControllerClaim(info=info, create_revision=created.create_revision)
+            if responses[0]:
+                [(value, _)] = responses[0]
+                return ControllerInfo.decode(value)
+            # no controller, but the epoch moved under us: read it again
+
+    async def resign_controller(self, claim: ControllerClaim) -> bool:
+        """Give up the role (delete the key if it is still ours)."""
+        succeeded, _ = await self._client.transaction(
+            compare=[self._txn.Create(self.keys.controller) == claim.create_revision],
+            success=[self._txn.Delete(self.keys.controller)],
+            failure=[],
+        )
+        return bool(succeeded)
+
+    def watch_controller(self, start_revision: int) -> AsyncIterator[ControllerChange]:
+        """Controller elections and departures from `start_revision` on, in order."""
+        return self._watch_controller_changes(start_revision)
+
+    async def _watch_controller_changes(
+        self, start_revision: int
+    ) -> AsyncIterator[ControllerChange]:
+        async for kind, event in self._watch(self.keys.controller, start_revision, exact=True):
+            info = ControllerInfo.decode(event.kv.value) if kind is ChangeKind.PUT else None
+            yield ControllerChange(kind, info, event.kv.mod_revision)
+
+    # -- topics ------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        assignment: TopicAssignment,
+        configs: Mapping[str, str] | None = None,
+        initial_states: Mapping[int, PartitionState] | None = None,
+        *,
+        controller: ControllerClaim | None = None,
+    ) -> int:
+        """Create a topic, its configs and partition states atomically; the revision.
+
+        Without `initial_states`, each partition starts led by its first replica
+        with every replica in the ISR at leader epoch 0 (what a controller does when
+        all assigned replicas are live). Raises `TopicExistsError` if the name is
+        taken, `NotControllerError` if `controller` no longer holds the role.
+        """
+        name = assignment.name
+        states = (
+            dict(initial_states)
+            if initial_states is not None
+            else {p: PartitionState(r[0], 0, r) for p, r in assignment.replicas.items()}
+        )
+        if set(states) != set(assignment.replicas):
+            raise ValueError(f"initial states must cover exactly the partitions of {name!r}")
+        ops = [
+            self._txn.Put(self.keys.topic(name), assignment.encode()),
+            self._txn.Put(self.keys.topic_config(name), _encode(dict(configs or {}))),
+        ]
+        ops += [
+            self._txn.Put(self.keys.partition(name, p), state.encode())
+            for p, state in sorted(states.items())
+        ]
+        compare = [self._txn.Create(self.keys.topic(name)) == 0, *self._fence(controller)]
+        ops.append(self._txn.Get(self.keys.topic(name)))
+        succeeded, responses = await self._client.transaction(
+            compare=compare, success=ops, failure=[]
+        )
+        if not succeeded:
+            await self._raise_if_deposed(controller)
+            raise TopicExistsError(f"topic {name!r} already exists")
+        [(_, created)] = responses[-1]
+        return int(created.mod_revision)
+
+    async def delete_topic(self, name: str, *, controller: ControllerClaim | None = None) -> None:
+        """Remove a topic, its configs and partition states atomically."""
+        partitions = self.keys.topic_partitions(name)
+        succeeded, _ = await self._client.transaction(
+            compare=[self._txn.Create(self.keys.topic(name)) > 0, *self._fence(controller)],
+            success=[
+                self._txn.Delete(self.keys.topic(name)),
+                self._txn.Delete(self.keys.topic_config(name)),
+                self._txn.Delete(partitions, range_end=_prefix_end(partitions)),
+            ],
+            failure=[],
+        )
+        if not succeeded:
+            await self._raise_if_deposed(controller)
+            raise UnknownTopicError(f"unknown topic {name!r}")
+
+    async def topics(self) -> Snapshot[dict[str, TopicAssignment]]:
+        result = await self._client.get_prefix(self.keys.topics)
+        topics = {}
+        for kv in result:
+            name = kv.key[len(self.keys.topics) :].decode()
+            topics[name] = TopicAssignment.decode(name, kv.value)
+        return Snapshot(topics, result.header.revision)
+
+    async def topic_configs(self, name: str) -> dict[str, str]:
+        got = await self._client.get(self.keys.topic_config(name))
+        if got is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        return {str(k): str(v) for k, v in _decode(got.value).items()}
+
+    async def set_topic_configs(
+        self, name: str, configs: Mapping[str, str], *, controller: ControllerClaim | None = None
+    ) -> None:
+        """Replace a topic's configs (the topic must exist)."""
+        succeeded, _ = await self._client.transaction(
+            compare=[self._txn.Create(self.keys.topic(name)) > 0, *self._fence(controller)],
+            success=[self._txn.Put(self.keys.topic_config(name), _encode(dict(configs)))],
+            failure=[],
+        )
+        if not succeeded:
+            await self._raise_if_deposed(controller)
+            raise UnknownTopicError(f"unknown topic {name!r}")
+
+    # -- partition state -----------------------------------------------------
+
+    async def partition(self, topic: str, partition: int) -> VersionedPartitionState:
+        got = await self._client.get(self.keys.partition(topic, partition))
+        if got is None:
+            raise UnknownTopicError(f"unknown partition {topic}-{partition}")
+        return VersionedPartitionState(
+            topic, partition, PartitionState.decode(got.value), got.mod_revision
+        )
+
+    async def partitions(
+        self, topic: str | None = None
+    ) -> Snapshot[dict[tuple[str, int], VersionedPartitionState]]:
+        """Every partition's state (of one topic, or of all topics)."""
+        prefix = self.keys.partitions if topic is None else self.keys.topic_partitions(topic)
+        result = await self._client.get_prefix(prefix)
+        states = {}
+        for kv in result:
+            name, number = self.keys.parse_partition(kv.key)
+            states[name, number] = VersionedPartitionState(
+                name, number, PartitionState.decode(kv.value), kv.mod_revision
+            )
+        return Snapshot(states, result.header.revision)
+
+    async def update_partition(
+        self,
+        current: VersionedPartitionState,
+        *,
+        leader: int,
+        leader_epoch: int,
+        isr: Sequence[int],
+        controller: ControllerClaim | None = None,
+    ) -> PartitionUpdate:
+        """Compare-and-swap a partition's state against `current` as read.
+
+        Succeeds only if nobody changed the partition since `current` was read (and,
+        with `controller`, only while that claim still holds the role). The stored
+        ``partition_epoch`` becomes ``current.state.partition_epoch + 1``. On
+        failure `PartitionUpdate.current` is the state now stored (None if the
+        topic was deleted) so the caller can decide again without another read.
+        Leader epochs must not go backwards (ValueError).
+        """
+        if leader_epoch < current.state.leader_epoch:
+            raise ValueError(
+                f"leader epoch of {current.topic}-{current.partition} would go back from "
+                f"{current.state.leader_epoch} to {leader_epoch}"
+            )
+        new = PartitionState(
+            leader=leader,
+            leader_epoch=leader_epoch,
+            isr=tuple(isr),
+            partition_epoch=current.state.partition_epoch + 1,
+        )
+        key = self.keys.partition(current.topic, current.partition)
+        succeeded, responses = await self._client.transaction(
+            compare=[self._txn.Mod(key) == current.mod_revision, *self._fence(controller)],
+            success=[self._txn.Put(key, new.encode()), self._txn.Get(key)],
+            failure=[self._txn.Get(key)],
+        )
+        stored = responses[-1]
+        if not stored:
+            return PartitionUpdate(bool(succeeded), None)
+        [(value, kv)] = stored
+        now = VersionedPartitionState(
+            current.topic, current.partition, PartitionState.decode(value), kv.mod_revision
+        )
+        return PartitionUpdate(bool(succeeded), now)
+
+    def watch_partitions(
+        self, start_revision: int, topic: str | None = None
+    ) -> AsyncIterator[PartitionChange]:
+        """Partition state changes (of one topic, or all) from `start_revision` on."""
+        return self._watch_partition_changes(start_revision, topic)
+
+    async def _watch_partition_changes(
+        self, start_revision: int, topic: str | None
+    ) -> AsyncIterator[PartitionChange]:
+        prefix = self.keys.partitions if topic is None else self.keys.topic_partitions(topic)
+        async for kind, event in self._watch(prefix, start_revision):
+            name, number = self.keys.parse_partition(event.kv.key)
+            state = (
+                VersionedPartitionState(
+                    name, number, PartitionState.decode(event.kv.value), event.kv.mod_revision
+                )
+                if kind is ChangeKind.PUT
+                else None
+            )
+            yield PartitionChange(kind, name, number, state, event.kv.mod_revision)
+
+    # -- helpers -----------------------------------------------------------
+
+    def _fence(self, claim: ControllerClaim | None) -> list[aetcd.transactions.BaseCompare]:
+        if claim is None:
+            return []
+        return [self._txn.Create(self.keys.controller) == claim.create_revision]
+
+    async def _raise_if_deposed(self, claim: ControllerClaim | None) -> None:
+        if claim is None:
+            return
+        got = await self._client.get(self.keys.controller)
+        if got is None or got.create_revision != claim.create_revision:
+            raise NotControllerError(
+                f"broker {claim.info.broker_id} is no longer controller (epoch {claim.info.epoch})"
+            )
+
+    async def _get_one(self, key: bytes) -> tuple[aetcd.rtypes.KeyValue | None, int]:
+        """One key (None if absent) and the revision it was read at."""
+        result = await self._client.get_range(key, key + b"\0")
+        return (result[0] if result else None), int(result.header.revision)
+
+    async def _watch(
+        self, key: bytes, start_revision: int, *, exact: bool = False
+    ) -> AsyncIterator[tuple[ChangeKind, aetcd.rtypes.Event]]:
+        if start_revision < 1:
+            raise ValueError(f"start revision must be >= 1, got {start_revision}")
+        range_end = None if exact else _prefix_end(key)
+        watch = await self._client.watch(key, range_end=range_end, start_revision=start_revision)
+        try:
+            async for event in watch:
+                kind = ChangeKind.PUT if event.kind == "PUT" else ChangeKind.DELETE
+                yield kind, event
+        except aetcd.exceptions.ClientError as exc:
+            raise MetadataWatchLost(f"watch on {key!r} ended: {exc!r}") from exc
+        finally:
+            with contextlib.suppress(aetcd.exceptions.ClientError):
+                await watch.cancel()
+        raise MetadataWatchLost(f"watch on {key!r} ended")
