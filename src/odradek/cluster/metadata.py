@@ -52,7 +52,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, Self, TypeVar
@@ -496,11 +496,8 @@ class EtcdMetadataStore:
             live[broker.broker_id] = broker
         return Snapshot(live, result.header.revision)
 
-    def watch_brokers(self, start_revision: int) -> AsyncIterator[BrokerChange]:
+    async def watch_brokers(self, start_revision: int) -> AsyncGenerator[BrokerChange, None]:
         """Registrations and departures from `start_revision` on, in order."""
-        return self._watch_broker_changes(start_revision)
-
-    async def _watch_broker_changes(self, start_revision: int) -> AsyncIterator[BrokerChange]:
         async for kind, event in self._watch(self.keys.brokers, start_revision):
             broker_id = int(event.kv.key[len(self.keys.brokers) :])
             broker = BrokerInfo.decode(event.kv.value) if kind is ChangeKind.PUT else None
@@ -559,13 +556,8 @@ class EtcdMetadataStore:
         )
         return bool(succeeded)
 
-    def watch_controller(self, start_revision: int) -> AsyncIterator[ControllerChange]:
+    async def watch_controller(self, start_revision: int) -> AsyncGenerator[ControllerChange, None]:
         """Controller elections and departures from `start_revision` on, in order."""
-        return self._watch_controller_changes(start_revision)
-
-    async def _watch_controller_changes(
-        self, start_revision: int
-    ) -> AsyncIterator[ControllerChange]:
         async for kind, event in self._watch(self.keys.controller, start_revision, exact=True):
             info = ControllerInfo.decode(event.kv.value) if kind is ChangeKind.PUT else None
             yield ControllerChange(kind, info, event.kv.mod_revision)
@@ -697,7 +689,9 @@ class EtcdMetadataStore:
         ``partition_epoch`` becomes ``current.state.partition_epoch + 1``. On
         failure `PartitionUpdate.current` is the state now stored (None if the
         topic was deleted) so the caller can decide again without another read.
-        Leader epochs must not go backwards (ValueError).
+        Raises `NotControllerError` if `controller` was given and no longer holds
+        the role (whether or not the partition also changed). Leader epochs must not
+        go backwards (ValueError).
         """
         if leader_epoch < current.state.leader_epoch:
             raise ValueError(
@@ -711,29 +705,34 @@ class EtcdMetadataStore:
             partition_epoch=current.state.partition_epoch + 1,
         )
         key = self.keys.partition(current.topic, current.partition)
+        read_back = [self._txn.Get(key)]
+        if controller is not None:
+            read_back.append(self._txn.Get(self.keys.controller))
         succeeded, responses = await self._client.transaction(
             compare=[self._txn.Mod(key) == current.mod_revision, *self._fence(controller)],
-            success=[self._txn.Put(key, new.encode()), self._txn.Get(key)],
-            failure=[self._txn.Get(key)],
+            success=[self._txn.Put(key, new.encode()), *read_back],
+            failure=read_back,
         )
-        stored = responses[-1]
-        if not stored:
+        responses = responses[-len(read_back) :]
+        if controller is not None and not succeeded:
+            holder = responses[1]
+            if not holder or holder[0][1].create_revision != controller.create_revision:
+                raise NotControllerError(
+                    f"broker {controller.info.broker_id} is no longer controller "
+                    f"(epoch {controller.info.epoch})"
+                )
+        if not responses[0]:
             return PartitionUpdate(bool(succeeded), None)
-        [(value, kv)] = stored
+        [(value, kv)] = responses[0]
         now = VersionedPartitionState(
             current.topic, current.partition, PartitionState.decode(value), kv.mod_revision
         )
         return PartitionUpdate(bool(succeeded), now)
 
-    def watch_partitions(
+    async def watch_partitions(
         self, start_revision: int, topic: str | None = None
-    ) -> AsyncIterator[PartitionChange]:
+    ) -> AsyncGenerator[PartitionChange, None]:
         """Partition state changes (of one topic, or all) from `start_revision` on."""
-        return self._watch_partition_changes(start_revision, topic)
-
-    async def _watch_partition_changes(
-        self, start_revision: int, topic: str | None
-    ) -> AsyncIterator[PartitionChange]:
         prefix = self.keys.partitions if topic is None else self.keys.topic_partitions(topic)
         async for kind, event in self._watch(prefix, start_revision):
             name, number = self.keys.parse_partition(event.kv.key)
@@ -769,7 +768,7 @@ class EtcdMetadataStore:
 
     async def _watch(
         self, key: bytes, start_revision: int, *, exact: bool = False
-    ) -> AsyncIterator[tuple[ChangeKind, aetcd.rtypes.Event]]:
+    ) -> AsyncGenerator[tuple[ChangeKind, aetcd.rtypes.Event], None]:
         if start_revision < 1:
             raise ValueError(f"start revision must be >= 1, got {start_revision}")
         range_end = None if exact else _prefix_end(key)
