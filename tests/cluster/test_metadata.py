@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+import aetcd
 import pytest
 
 from odradek.cluster.etcd_server import EtcdServer
@@ -471,3 +472,20 @@ def test_metadata_survives_an_etcd_restart_and_open_watches_report_the_loss(
     run(before_crash)
     etcd_server.start()
     run(after_restart)
+
+
+def test_lease_keeper_reports_a_lease_revoked_behind_its_back(etcd_server: EtcdServer) -> None:
+    """As when a broker stalls past its TTL: the next refresh finds the lease gone."""
+
+    async def scenario() -> None:
+        async with store_for(etcd_server) as store:
+            lease = await store.grant_lease(LEASE_TTL_S)
+            await store.register_broker(BrokerInfo(5, "127.0.0.1", 19005), lease)
+            async with aetcd.Client(*etcd_server.endpoint) as operator:
+                await operator.revoke_lease(lease.lease_id)  # `etcdctl lease revoke`
+            async with asyncio.timeout(EXPIRY_DEADLINE_S):
+                await lease.lost.wait()
+            assert (await store.brokers()).items == {}
+            await lease.stop_keepalive()
+
+    run(scenario)

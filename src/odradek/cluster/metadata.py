@@ -772,7 +772,12 @@ class EtcdMetadataStore:
         if start_revision < 1:
             raise ValueError(f"start revision must be >= 1, got {start_revision}")
         range_end = None if exact else _prefix_end(key)
-        watch = await self._client.watch(key, range_end=range_end, start_revision=start_revision)
+        try:
+            watch = await self._client.watch(
+                key, range_end=range_end, start_revision=start_revision
+            )
+        except aetcd.exceptions.ClientError as exc:
+            raise MetadataWatchLost(f"watch on {key!r} could not start: {exc!r}") from exc
         try:
             async for event in watch:
                 kind = ChangeKind.PUT if event.kind == "PUT" else ChangeKind.DELETE
