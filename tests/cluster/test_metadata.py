@@ -489,3 +489,38 @@ def test_lease_keeper_reports_a_lease_revoked_behind_its_back(etcd_server: EtcdS
             await lease.stop_keepalive()
 
     run(scenario)
+
+
+def test_lease_is_reported_lost_when_etcd_cannot_confirm_it_for_a_ttl(
+    etcd_server: EtcdServer,
+) -> None:
+    """A broker cut off from etcd must stop acting on its lease after one TTL."""
+
+    async def scenario() -> None:
+        async with store_for(etcd_server) as store:
+            lease = await store.grant_lease(LEASE_TTL_S)
+            await asyncio.to_thread(etcd_server.kill)
+            async with asyncio.timeout(EXPIRY_DEADLINE_S):
+                await lease.lost.wait()
+            await lease.stop_keepalive()
+
+    run(scenario)
+
+
+def test_topic_watch_delivers_creations_and_deletions(etcd_server: EtcdServer) -> None:
+    async def scenario() -> None:
+        async with store_for(etcd_server) as store:
+            start = (await store.topics()).revision + 1
+            orders = three_replica_topic("orders")
+            await store.create_topic(orders)
+            await store.create_topic(three_replica_topic("payments", partitions=1))
+            await store.delete_topic("orders")
+            changes = await take(store.watch_topics(start), 3)
+            assert [(c.kind, c.topic) for c in changes] == [
+                (ChangeKind.PUT, "orders"),
+                (ChangeKind.PUT, "payments"),
+                (ChangeKind.DELETE, "orders"),
+            ]
+            assert changes[0].assignment == orders and changes[2].assignment is None
+
+    run(scenario)

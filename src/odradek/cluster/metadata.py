@@ -34,10 +34,11 @@ Rules the store enforces (each one a single etcd transaction):
 * A topic is created with its configs and every partition's initial state in one
   transaction, and only if the name is free.
 
-Watches (`watch_brokers`, `watch_controller`, `watch_partitions`) start at a
-revision, so a reader takes a snapshot (which carries the etcd revision it was
-read at) and watches from ``revision + 1``: no change is missed or seen twice,
-and events arrive in etcd's revision order. A watch ends with
+Watches (`watch_brokers`, `watch_controller`, `watch_topics`, `watch_partitions`)
+start at a revision, so a reader takes a snapshot (which carries the etcd revision
+it was read at) and watches from ``revision + 1``: no change is missed or seen
+twice, and events arrive in etcd's revision order. The watches are async
+generators; close them (``aclose()``) to cancel the etcd watch. A watch ends with
 `MetadataWatchLost` when its stream breaks (etcd restarted, connection lost, the
 start revision was compacted); the reader then takes a new snapshot.
 
@@ -51,6 +52,7 @@ import contextlib
 import json
 import logging
 import re
+import time
 import uuid
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -289,6 +291,14 @@ class ControllerChange:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicChange:
+    kind: ChangeKind
+    topic: str
+    assignment: TopicAssignment | None  # None when DELETE
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionChange:
     kind: ChangeKind
     topic: str
@@ -316,7 +326,8 @@ class LeaseKeeper:
     """A granted etcd lease kept alive by a background task until revoked.
 
     Refreshes every third of the TTL. If a refresh finds the lease gone (the
-    process stalled longer than the TTL), `lost` is set and the task stops: the
+    process stalled longer than the TTL), or no refresh has been confirmed for a
+    whole TTL (etcd unreachable), `lost` is set and the task stops: the
     owner must treat every key on the lease (registration, controller role) as
     lost. `stop_keepalive` stops refreshing without revoking, which is what a
     crashed process looks like to etcd (the lease expires after the TTL).
@@ -333,18 +344,24 @@ class LeaseKeeper:
 
     async def _keep_alive(self) -> None:
         interval = max(self.ttl_s / 3, 0.1)
+        last_confirmed = time.monotonic()
         while True:
             await asyncio.sleep(interval)
             try:
                 reply = await self._client.refresh_lease(self.lease_id)
             except aetcd.exceptions.ClientError as exc:
-                # etcd unreachable: keep trying; the lease may still live
-                log.warning("refreshing lease %x failed: %r", self.lease_id, exc)
+                if time.monotonic() - last_confirmed >= self.ttl_s:
+                    # unconfirmed for a whole TTL: etcd has (or may have) dropped it
+                    log.warning("lease %x unconfirmed for %ss: %r", self.lease_id, self.ttl_s, exc)
+                    self.lost.set()
+                    return
+                log.info("refreshing lease %x failed, retrying: %r", self.lease_id, exc)
                 continue
             if reply is None or reply.TTL <= 0:
                 log.warning("lease %x expired", self.lease_id)
                 self.lost.set()
                 return
+            last_confirmed = time.monotonic()
 
     async def stop_keepalive(self) -> None:
         task, self._task = self._task, None
@@ -467,25 +484,38 @@ class EtcdMetadataStore:
         host/port/rack.
         """
         key = self.keys.broker(broker.broker_id)
-        succeeded, responses = await self._client.transaction(
-            compare=[self._txn.Create(key) == 0],
-            success=[
-                self._txn.Put(key, broker.encode(), lease=lease.lease_id),
-                self._txn.Get(key),
-            ],
-            failure=[self._txn.Get(key)],
-        )
-        if succeeded:
-            [(_, created)] = responses[1]
-            return int(created.mod_revision)
-        [(_, existing)] = responses[0]
-        if existing.lease != lease.lease_id:
-            raise BrokerIdInUseError(
-                f"broker id {broker.broker_id} is registered by another live broker: "
-                f"{BrokerInfo.decode(existing.value)}"
+        while True:
+            succeeded, responses = await self._client.transaction(
+                compare=[self._txn.Create(key) == 0],
+                success=[
+                    self._txn.Put(key, broker.encode(), lease=lease.lease_id),
+                    self._txn.Get(key),
+                ],
+                failure=[self._txn.Get(key)],
             )
-        put = await self._client.put(key, broker.encode(), lease=lease.lease_id)
-        return int(put.header.revision)
+            if succeeded:
+                [(_, created)] = responses[1]
+                return int(created.mod_revision)
+            if not responses[0]:
+                continue  # the holder's lease ended between compare and read: retry
+            [(_, existing)] = responses[0]
+            if existing.lease != lease.lease_id:
+                raise BrokerIdInUseError(
+                    f"broker id {broker.broker_id} is registered by another live broker: "
+                    f"{BrokerInfo.decode(existing.value)}"
+                )
+            # our own registration: update it unless it changed meanwhile
+            succeeded, responses = await self._client.transaction(
+                compare=[self._txn.Mod(key) == existing.mod_revision],
+                success=[
+                    self._txn.Put(key, broker.encode(), lease=lease.lease_id),
+                    self._txn.Get(key),
+                ],
+                failure=[],
+            )
+            if succeeded:
+                [(_, updated)] = responses[1]
+                return int(updated.mod_revision)
 
     async def brokers(self) -> Snapshot[dict[int, BrokerInfo]]:
         """Every live broker, by id."""
@@ -629,6 +659,15 @@ class EtcdMetadataStore:
             name = kv.key[len(self.keys.topics) :].decode()
             topics[name] = TopicAssignment.decode(name, kv.value)
         return Snapshot(topics, result.header.revision)
+
+    async def watch_topics(self, start_revision: int) -> AsyncGenerator[TopicChange, None]:
+        """Topic creations (PUT with the assignment) and deletions from `start_revision` on."""
+        async for kind, event in self._watch(self.keys.topics, start_revision):
+            name = event.kv.key[len(self.keys.topics) :].decode()
+            assignment = (
+                TopicAssignment.decode(name, event.kv.value) if kind is ChangeKind.PUT else None
+            )
+            yield TopicChange(kind, name, assignment, event.kv.mod_revision)
 
     async def topic_configs(self, name: str) -> dict[str, str]:
         got = await self._client.get(self.keys.topic_config(name))
