@@ -21,13 +21,16 @@ from odradek.cluster.metadata import (
     BrokerIdInUseError,
     BrokerInfo,
     ChangeKind,
+    ClusterMetadata,
     ControllerClaim,
     ControllerInfo,
     EtcdMetadataStore,
     MetadataWatchLost,
     NotControllerError,
+    PartitionChange,
     PartitionState,
     TopicAssignment,
+    TopicConfigChange,
     TopicExistsError,
     UnknownTopicError,
 )
@@ -522,5 +525,73 @@ def test_topic_watch_delivers_creations_and_deletions(etcd_server: EtcdServer) -
                 (ChangeKind.DELETE, "orders"),
             ]
             assert changes[0].assignment == orders and changes[2].assignment is None
+
+    run(scenario)
+
+
+def test_cluster_snapshot_reads_everything_at_one_revision(etcd_server: EtcdServer) -> None:
+    async def scenario() -> None:
+        async with store_for(etcd_server) as store:
+            lease = await store.grant_lease(LEASE_TTL_S)
+            broker = BrokerInfo(1, "127.0.0.1", 19001, rack="r1")
+            await store.register_broker(broker, lease)
+            claim = await store.try_become_controller(1, lease)
+            assert isinstance(claim, ControllerClaim)
+            orders = three_replica_topic("orders", partitions=1)
+            await store.create_topic(orders, {"retention.ms": "1000"}, controller=claim)
+            current = await store.partition("orders", 0)
+            update = await store.update_partition(
+                current, leader=2, leader_epoch=1, isr=(2, 3), controller=claim
+            )
+            assert update.current is not None
+
+            snapshot = await store.cluster()
+            assert snapshot.items == ClusterMetadata(
+                brokers={1: broker},
+                controller=ControllerInfo(1, 1),
+                controller_epoch=1,
+                topics={"orders": orders},
+                topic_configs={"orders": {"retention.ms": "1000"}},
+                partitions={("orders", 0): update.current},
+            )
+            assert snapshot.revision == update.current.mod_revision
+            await lease.revoke()
+            after = (await store.cluster()).items
+            assert after.brokers == {} and after.controller is None
+            assert after.controller_epoch == 1 and set(after.topics) == {"orders"}
+
+    run(scenario)
+
+
+def test_cluster_watch_orders_changes_of_every_kind(etcd_server: EtcdServer) -> None:
+    async def scenario() -> None:
+        async with store_for(etcd_server) as store:
+            start = (await store.cluster()).revision + 1
+            lease = await store.grant_lease(LEASE_TTL_S)
+            await store.register_broker(BrokerInfo(1, "127.0.0.1", 19001), lease)
+            claim = await store.try_become_controller(1, lease)
+            assert isinstance(claim, ControllerClaim)
+            orders = TopicAssignment("orders", uuid.uuid4(), {0: (1,)})
+            await store.create_topic(orders, {"retention.ms": "5"}, controller=claim)
+            await store.set_topic_configs("orders", {}, controller=claim)
+            await lease.revoke()
+
+            changes = await take(store.watch_cluster(start), 8)
+            assert [type(c).__name__ + ":" + c.kind.value for c in changes] == [
+                "BrokerChange:put",
+                "ControllerChange:put",  # its epoch counter is folded in, not reported
+                "TopicChange:put",  # one transaction: topic, configs, partitions
+                "TopicConfigChange:put",
+                "PartitionChange:put",
+                "TopicConfigChange:put",
+                "BrokerChange:delete",  # one lease: registration and controller role
+                "ControllerChange:delete",
+            ]
+            assert isinstance(changes[3], TopicConfigChange)
+            assert changes[3].configs == {"retention.ms": "5"}
+            assert isinstance(changes[4], PartitionChange) and changes[4].state is not None
+            assert changes[4].state.state == PartitionState(1, 0, (1,))
+            revisions = [c.revision for c in changes]
+            assert revisions == sorted(revisions)
 
     run(scenario)

@@ -34,11 +34,12 @@ Rules the store enforces (each one a single etcd transaction):
 * A topic is created with its configs and every partition's initial state in one
   transaction, and only if the name is free.
 
-Watches (`watch_brokers`, `watch_controller`, `watch_topics`, `watch_partitions`)
-start at a revision, so a reader takes a snapshot (which carries the etcd revision
-it was read at) and watches from ``revision + 1``: no change is missed or seen
-twice, and events arrive in etcd's revision order. The watches are async
-generators; close them (``aclose()``) to cancel the etcd watch. A watch ends with
+Watches (`watch_brokers`, `watch_controller`, `watch_topics`, `watch_partitions`,
+and `watch_cluster` for everything in one stream) start at a revision, so a reader
+takes a snapshot (`cluster`, or a per-kind read; each carries the etcd revision it
+was read at) and watches from ``revision + 1``: no change is missed or seen twice,
+and events arrive in etcd's revision order. The watches are async generators;
+close them (``aclose()``) to cancel the etcd watch. A watch ends with
 `MetadataWatchLost` when its stream breaks (etcd restarted, connection lost, the
 start revision was compacted); the reader then takes a new snapshot.
 
@@ -299,6 +300,14 @@ class TopicChange:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicConfigChange:
+    kind: ChangeKind
+    topic: str
+    configs: dict[str, str] | None  # None when DELETE
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionChange:
     kind: ChangeKind
     topic: str
@@ -306,6 +315,8 @@ class PartitionChange:
     state: VersionedPartitionState | None  # None when DELETE (topic deleted)
     revision: int
 
+
+MetadataChange = BrokerChange | ControllerChange | TopicChange | TopicConfigChange | PartitionChange
 
 T = TypeVar("T")
 
@@ -316,6 +327,18 @@ class Snapshot(Generic[T]):
 
     items: T
     revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMetadata:
+    """Everything under the cluster prefix, as read at one revision."""
+
+    brokers: dict[int, BrokerInfo]
+    controller: ControllerInfo | None
+    controller_epoch: int
+    topics: dict[str, TopicAssignment]
+    topic_configs: dict[str, dict[str, str]]
+    partitions: dict[tuple[str, int], VersionedPartitionState]
 
 
 # ---------------------------------------------------------------------------
@@ -528,10 +551,9 @@ class EtcdMetadataStore:
 
     async def watch_brokers(self, start_revision: int) -> AsyncGenerator[BrokerChange, None]:
         """Registrations and departures from `start_revision` on, in order."""
-        async for kind, event in self._watch(self.keys.brokers, start_revision):
-            broker_id = int(event.kv.key[len(self.keys.brokers) :])
-            broker = BrokerInfo.decode(event.kv.value) if kind is ChangeKind.PUT else None
-            yield BrokerChange(kind, broker_id, broker, event.kv.mod_revision)
+        async for change in self._watch(self.keys.brokers, start_revision):
+            assert isinstance(change, BrokerChange)
+            yield change
 
     # -- controller --------------------------------------------------------
 
@@ -588,9 +610,9 @@ class EtcdMetadataStore:
 
     async def watch_controller(self, start_revision: int) -> AsyncGenerator[ControllerChange, None]:
         """Controller elections and departures from `start_revision` on, in order."""
-        async for kind, event in self._watch(self.keys.controller, start_revision, exact=True):
-            info = ControllerInfo.decode(event.kv.value) if kind is ChangeKind.PUT else None
-            yield ControllerChange(kind, info, event.kv.mod_revision)
+        async for change in self._watch(self.keys.controller, start_revision, exact=True):
+            assert isinstance(change, ControllerChange)
+            yield change
 
     # -- topics ------------------------------------------------------------
 
@@ -662,12 +684,9 @@ class EtcdMetadataStore:
 
     async def watch_topics(self, start_revision: int) -> AsyncGenerator[TopicChange, None]:
         """Topic creations (PUT with the assignment) and deletions from `start_revision` on."""
-        async for kind, event in self._watch(self.keys.topics, start_revision):
-            name = event.kv.key[len(self.keys.topics) :].decode()
-            assignment = (
-                TopicAssignment.decode(name, event.kv.value) if kind is ChangeKind.PUT else None
-            )
-            yield TopicChange(kind, name, assignment, event.kv.mod_revision)
+        async for change in self._watch(self.keys.topics, start_revision):
+            assert isinstance(change, TopicChange)
+            yield change
 
     async def topic_configs(self, name: str) -> dict[str, str]:
         got = await self._client.get(self.keys.topic_config(name))
@@ -773,16 +792,63 @@ class EtcdMetadataStore:
     ) -> AsyncGenerator[PartitionChange, None]:
         """Partition state changes (of one topic, or all) from `start_revision` on."""
         prefix = self.keys.partitions if topic is None else self.keys.topic_partitions(topic)
-        async for kind, event in self._watch(prefix, start_revision):
-            name, number = self.keys.parse_partition(event.kv.key)
-            state = (
-                VersionedPartitionState(
-                    name, number, PartitionState.decode(event.kv.value), event.kv.mod_revision
+        async for change in self._watch(prefix, start_revision):
+            assert isinstance(change, PartitionChange)
+            yield change
+
+    async def watch_cluster(self, start_revision: int) -> AsyncGenerator[MetadataChange, None]:
+        """Every change under the cluster prefix, in one stream in etcd's order.
+
+        Follows a `cluster` snapshot: the per-kind watches are ordered within their
+        kind only; this one orders, say, a broker's registration before a partition
+        state naming it as leader. (``controller_epoch`` changes are folded into the
+        `ControllerChange` that carries the epoch, so they are not reported.)
+        """
+        async for change in self._watch(self.keys.prefix + b"/", start_revision):
+            yield change
+
+    # -- everything at once ---------------------------------------------------
+
+    async def cluster(self) -> Snapshot[ClusterMetadata]:
+        """The whole cluster's metadata in one read, consistent at one revision.
+
+        What a broker loads at start-up (or after `MetadataWatchLost`) before it
+        follows the per-kind watches from ``revision + 1``.
+        """
+        result = await self._client.get_prefix(self.keys.prefix + b"/")
+        keys = self.keys
+        brokers: dict[int, BrokerInfo] = {}
+        controller: ControllerInfo | None = None
+        controller_epoch = 0
+        topics: dict[str, TopicAssignment] = {}
+        configs: dict[str, dict[str, str]] = {}
+        partitions: dict[tuple[str, int], VersionedPartitionState] = {}
+        for kv in result:
+            key = kv.key
+            if key.startswith(keys.brokers):
+                broker = BrokerInfo.decode(kv.value)
+                brokers[broker.broker_id] = broker
+            elif key == keys.controller:
+                controller = ControllerInfo.decode(kv.value)
+            elif key == keys.controller_epoch:
+                controller_epoch = int(kv.value)
+            elif key.startswith(keys.topics):
+                name = key[len(keys.topics) :].decode()
+                topics[name] = TopicAssignment.decode(name, kv.value)
+            elif key.startswith(keys.topic_configs):
+                name = key[len(keys.topic_configs) :].decode()
+                configs[name] = {str(k): str(v) for k, v in _decode(kv.value).items()}
+            elif key.startswith(keys.partitions):
+                topic, number = keys.parse_partition(key)
+                partitions[topic, number] = VersionedPartitionState(
+                    topic, number, PartitionState.decode(kv.value), kv.mod_revision
                 )
-                if kind is ChangeKind.PUT
-                else None
-            )
-            yield PartitionChange(kind, name, number, state, event.kv.mod_revision)
+            else:
+                log.warning("ignoring unknown metadata key %r", key)
+        metadata = ClusterMetadata(
+            brokers, controller, controller_epoch, topics, configs, partitions
+        )
+        return Snapshot(metadata, int(result.header.revision))
 
     # -- helpers -----------------------------------------------------------
 
@@ -807,7 +873,7 @@ class EtcdMetadataStore:
 
     async def _watch(
         self, key: bytes, start_revision: int, *, exact: bool = False
-    ) -> AsyncGenerator[tuple[ChangeKind, aetcd.rtypes.Event], None]:
+    ) -> AsyncGenerator[MetadataChange, None]:
         if start_revision < 1:
             raise ValueError(f"start revision must be >= 1, got {start_revision}")
         range_end = None if exact else _prefix_end(key)
@@ -819,11 +885,48 @@ class EtcdMetadataStore:
             raise MetadataWatchLost(f"watch on {key!r} could not start: {exc!r}") from exc
         try:
             async for event in watch:
-                kind = ChangeKind.PUT if event.kind == "PUT" else ChangeKind.DELETE
-                yield kind, event
+                change = self._change(event)
+                if change is not None:
+                    yield change
         except aetcd.exceptions.ClientError as exc:
             raise MetadataWatchLost(f"watch on {key!r} ended: {exc!r}") from exc
         finally:
             with contextlib.suppress(aetcd.exceptions.ClientError):
                 await watch.cancel()
         raise MetadataWatchLost(f"watch on {key!r} ended")
+
+    def _change(self, event: aetcd.rtypes.Event) -> MetadataChange | None:
+        """The typed change one etcd event stands for (None for the epoch counter)."""
+        keys, key, kv = self.keys, event.kv.key, event.kv
+        put = event.kind == "PUT"
+        kind = ChangeKind.PUT if put else ChangeKind.DELETE
+        if key.startswith(keys.brokers):
+            broker_id = int(key[len(keys.brokers) :])
+            return BrokerChange(
+                kind, broker_id, BrokerInfo.decode(kv.value) if put else None, kv.mod_revision
+            )
+        if key == keys.controller:
+            info = ControllerInfo.decode(kv.value) if put else None
+            return ControllerChange(kind, info, kv.mod_revision)
+        if key == keys.controller_epoch:
+            return None
+        if key.startswith(keys.topics):
+            name = key[len(keys.topics) :].decode()
+            assignment = TopicAssignment.decode(name, kv.value) if put else None
+            return TopicChange(kind, name, assignment, kv.mod_revision)
+        if key.startswith(keys.topic_configs):
+            name = key[len(keys.topic_configs) :].decode()
+            configs = {str(k): str(v) for k, v in _decode(kv.value).items()} if put else None
+            return TopicConfigChange(kind, name, configs, kv.mod_revision)
+        if key.startswith(keys.partitions):
+            topic, number = keys.parse_partition(key)
+            state = (
+                VersionedPartitionState(
+                    topic, number, PartitionState.decode(kv.value), kv.mod_revision
+                )
+                if put
+                else None
+            )
+            return PartitionChange(kind, topic, number, state, kv.mod_revision)
+        log.warning("ignoring change of unknown metadata key %r", key)
+        return None
