@@ -25,6 +25,7 @@ from odradek.cluster.metadata import (
     ControllerClaim,
     ControllerInfo,
     EtcdMetadataStore,
+    LeaseLost,
     MetadataWatchLost,
     NotControllerError,
     PartitionChange,
@@ -593,5 +594,20 @@ def test_cluster_watch_orders_changes_of_every_kind(etcd_server: EtcdServer) -> 
             assert changes[4].state.state == PartitionState(1, 0, (1,))
             revisions = [c.revision for c in changes]
             assert revisions == sorted(revisions)
+
+    run(scenario)
+
+
+def test_an_ended_lease_cannot_register_or_campaign(etcd_server: EtcdServer) -> None:
+    async def scenario() -> None:
+        async with store_for(etcd_server) as store:
+            lease = await store.grant_lease(LEASE_TTL_S)
+            await lease.revoke()
+            with pytest.raises(LeaseLost):
+                await store.register_broker(BrokerInfo(1, "127.0.0.1", 19001), lease)
+            with pytest.raises(LeaseLost):
+                await store.try_become_controller(1, lease)
+            assert (await store.cluster()).items.brokers == {}
+            assert await store.controller_epoch() == 0
 
     run(scenario)

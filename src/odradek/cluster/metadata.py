@@ -65,6 +65,7 @@ import aetcd.exceptions
 import aetcd.rtypes
 import aetcd.transactions
 import aetcd.utils
+import grpc
 
 log = logging.getLogger(__name__)
 
@@ -459,6 +460,11 @@ def _number(n: int) -> bytes:
     return str(n).zfill(_NUMBER_WIDTH).encode()
 
 
+def _is_lease_not_found(exc: aetcd.exceptions.ClientError) -> bool:
+    cause = exc.__cause__
+    return isinstance(cause, grpc.aio.AioRpcError) and cause.code() == grpc.StatusCode.NOT_FOUND
+
+
 def _prefix_end(prefix: bytes) -> bytes:
     return aetcd.utils.prefix_range_end(prefix)
 
@@ -503,18 +509,14 @@ class EtcdMetadataStore:
         """Publish `broker` on `lease`; the etcd revision of the registration.
 
         Raises `BrokerIdInUseError` if the id is registered on another lease (a
-        live broker with the same id). Re-registering on the same lease updates
-        host/port/rack.
+        live broker with the same id), `LeaseLost` if `lease` has ended.
+        Re-registering on the same lease updates host/port/rack.
         """
         key = self.keys.broker(broker.broker_id)
+        publish = [self._txn.Put(key, broker.encode(), lease=lease.lease_id), self._txn.Get(key)]
         while True:
-            succeeded, responses = await self._client.transaction(
-                compare=[self._txn.Create(key) == 0],
-                success=[
-                    self._txn.Put(key, broker.encode(), lease=lease.lease_id),
-                    self._txn.Get(key),
-                ],
-                failure=[self._txn.Get(key)],
+            succeeded, responses = await self._transaction_on_lease(
+                lease, [self._txn.Create(key) == 0], publish, [self._txn.Get(key)]
             )
             if succeeded:
                 [(_, created)] = responses[1]
@@ -528,13 +530,8 @@ class EtcdMetadataStore:
                     f"{BrokerInfo.decode(existing.value)}"
                 )
             # our own registration: update it unless it changed meanwhile
-            succeeded, responses = await self._client.transaction(
-                compare=[self._txn.Mod(key) == existing.mod_revision],
-                success=[
-                    self._txn.Put(key, broker.encode(), lease=lease.lease_id),
-                    self._txn.Get(key),
-                ],
-                failure=[],
+            succeeded, responses = await self._transaction_on_lease(
+                lease, [self._txn.Mod(key) == existing.mod_revision], publish, []
             )
             if succeeded:
                 [(_, updated)] = responses[1]
@@ -572,7 +569,8 @@ class EtcdMetadataStore:
         """One election attempt: our claim if we won, else the sitting controller.
 
         A retry is needed only if the epoch moved between read and write (another
-        candidate won and already lost its lease); the loop resolves that.
+        candidate won and already lost its lease); the loop resolves that. Raises
+        `LeaseLost` if `lease` has ended.
         """
         while True:
             current_epoch = await self.controller_epoch()
@@ -582,14 +580,15 @@ class EtcdMetadataStore:
                 else self._txn.Value(self.keys.controller_epoch) == str(current_epoch)
             )
             info = ControllerInfo(broker_id=broker_id, epoch=current_epoch + 1)
-            succeeded, responses = await self._client.transaction(
-                compare=[self._txn.Create(self.keys.controller) == 0, epoch_unchanged],
-                success=[
+            succeeded, responses = await self._transaction_on_lease(
+                lease,
+                [self._txn.Create(self.keys.controller) == 0, epoch_unchanged],
+                [
                     self._txn.Put(self.keys.controller, info.encode(), lease=lease.lease_id),
                     self._txn.Put(self.keys.controller_epoch, str(info.epoch).encode()),
                     self._txn.Get(self.keys.controller),
                 ],
-                failure=[self._txn.Get(self.keys.controller)],
+                [self._txn.Get(self.keys.controller)],
             )
             if succeeded:
                 [(_, created)] = responses[2]
@@ -851,6 +850,25 @@ class EtcdMetadataStore:
         return Snapshot(metadata, int(result.header.revision))
 
     # -- helpers -----------------------------------------------------------
+
+    async def _transaction_on_lease(
+        self,
+        lease: LeaseKeeper,
+        compare: list[aetcd.transactions.BaseCompare],
+        success: list[Any],
+        failure: list[Any],
+    ) -> tuple[bool, list[Any]]:
+        """A transaction that attaches keys to `lease`: `LeaseLost` if etcd has none."""
+        try:
+            succeeded, responses = await self._client.transaction(
+                compare=compare, success=success, failure=failure
+            )
+        except aetcd.exceptions.ClientError as exc:
+            if _is_lease_not_found(exc):
+                lease.lost.set()
+                raise LeaseLost(f"lease {lease.lease_id:x} is gone") from exc
+            raise
+        return bool(succeeded), responses
 
     def _fence(self, claim: ControllerClaim | None) -> list[aetcd.transactions.BaseCompare]:
         if claim is None:
