@@ -611,3 +611,19 @@ def test_an_ended_lease_cannot_register_or_campaign(etcd_server: EtcdServer) -> 
             assert await store.controller_epoch() == 0
 
     run(scenario)
+
+
+def test_closing_the_store_lets_its_leases_expire(etcd_server: EtcdServer) -> None:
+    async def scenario() -> None:
+        async with store_for(etcd_server) as observer:
+            start = (await observer.brokers()).revision + 1
+            async with store_for(etcd_server) as leaving:
+                lease = await leaving.grant_lease(LEASE_TTL_S)
+                await leaving.register_broker(BrokerInfo(9, "127.0.0.1", 19009), lease)
+            changes = await take(observer.watch_brokers(start), 2, timeout_s=EXPIRY_DEADLINE_S)
+            assert [(c.kind, c.broker_id) for c in changes] == [
+                (ChangeKind.PUT, 9),
+                (ChangeKind.DELETE, 9),
+            ]
+
+    run(scenario)

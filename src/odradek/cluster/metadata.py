@@ -483,6 +483,7 @@ class EtcdMetadataStore:
         self.keys = KeyLayout.for_cluster(cluster_name)
         self._client = aetcd.Client(host=host, port=port, timeout=request_timeout_s)
         self._txn = aetcd.transactions
+        self._leases: list[LeaseKeeper] = []
 
     async def __aenter__(self) -> Self:
         await self._client.connect()
@@ -492,6 +493,14 @@ class EtcdMetadataStore:
         await self.close()
 
     async def close(self) -> None:
+        """Stop refreshing this store's leases (not revoke: they expire) and disconnect.
+
+        A broker shutting down cleanly revokes its lease first so that others see it
+        leave at once instead of after the TTL.
+        """
+        for lease in self._leases:
+            await lease.stop_keepalive()
+        self._leases.clear()
         await self._client.close()
 
     # -- leases ------------------------------------------------------------
@@ -501,7 +510,9 @@ class EtcdMetadataStore:
         if ttl_s < 1:
             raise ValueError(f"lease TTL must be >= 1 s, got {ttl_s}")
         lease = await self._client.lease(ttl_s)
-        return LeaseKeeper(self._client, lease.id, lease.ttl)
+        keeper = LeaseKeeper(self._client, lease.id, lease.ttl)
+        self._leases.append(keeper)
+        return keeper
 
     # -- brokers -----------------------------------------------------------
 
