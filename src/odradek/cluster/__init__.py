@@ -58,10 +58,13 @@ fenced even if it has not noticed yet (`NotControllerError`).
 How the next steps use this store
 ---------------------------------
 * **Broker start-up**: grant a lease (TTL about ``broker.session.timeout.ms``),
-  `register_broker`, then `try_become_controller`; brokers that lose the election
-  `watch_controller` and campaign again on a DELETE. Every broker takes snapshots
-  (`brokers`, `topics`, `partitions`) and follows them with the watch methods from
-  ``snapshot.revision + 1``; on `MetadataWatchLost` it snapshots again. Its
+  `register_broker`, then `try_become_controller`. Every broker loads `cluster()`
+  (everything at one revision) and follows `watch_cluster` from
+  ``snapshot.revision + 1`` (one stream, so a new broker's registration comes
+  before a partition state naming it leader); on `MetadataWatchLost` it loads
+  again. Brokers that lost the election campaign again on a controller DELETE.
+  When `LeaseKeeper.lost` fires the broker must stop acting as leader,
+  coordinator or controller until it has re-registered on a new lease. Its
   Metadata responses are built from this cache.
 * **Controller** (the broker holding a claim): on CreateTopics it picks replicas
   (rack-aware from `BrokerInfo.rack`) and calls `create_topic` with the initial
@@ -82,4 +85,14 @@ How the next steps use this store
   ``__consumer_offsets`` partition in `watch_partitions` loads its groups (answers
   COORDINATOR_LOAD_IN_PROGRESS meanwhile); one that stops being leader unloads
   them (NOT_COORDINATOR). FindCoordinator answers from the same cache.
+
+Known limits, for the next round
+--------------------------------
+* `EtcdMetadataStore` connects to one etcd endpoint (aetcd takes one host and
+  port); a production broker needs a list of members and failover between them.
+* `EtcdServer` is a child of the process that started it; ``odradek cluster up``
+  needs processes that outlive the command (pid files under the data dir).
+* Topic deletion removes the metadata at once; brokers delete their logs when
+  they see the DELETE (no tombstone state yet), and reassignment has no fields
+  yet (adding/removing replicas).
 """
