@@ -16,7 +16,8 @@ import aetcd
 import pytest
 
 from odradek.cluster.etcd_server import EtcdServer
-from odradek.cluster.metadata import (
+from odradek.cluster.metadata import EtcdMetadataStore
+from odradek.cluster.model import (
     BrokerChange,
     BrokerIdInUseError,
     BrokerInfo,
@@ -24,7 +25,6 @@ from odradek.cluster.metadata import (
     ClusterMetadata,
     ControllerClaim,
     ControllerInfo,
-    EtcdMetadataStore,
     LeaseLost,
     MetadataWatchLost,
     NotControllerError,

@@ -5,8 +5,10 @@ unchanged. Modules:
 
 * `odradek.cluster.etcd_server` starts and stops one local etcd (tests, and the
   future ``odradek cluster up``).
+* `odradek.cluster.model` holds the values (broker, controller, topic, partition
+  state), the watch events and the errors.
 * `odradek.cluster.metadata` is the typed store every broker will use
-  (`EtcdMetadataStore`).
+  (`EtcdMetadataStore`, `LeaseKeeper`, `KeyLayout`).
 
 Why etcd
 --------
