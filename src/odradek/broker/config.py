@@ -160,6 +160,32 @@ class ThrottledReplicas:
         return "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
 
 
+class EtcdEndpoints:
+    """HOST:PORT entries, as etcdctl's --endpoints (an optional http:// is accepted)."""
+
+    def __call__(self, value: Any) -> str | None:
+        for item in value:
+            host, sep, port = item.removeprefix("http://").rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                return f"{item!r} is not HOST:PORT"
+        return None
+
+    def __str__(self) -> str:
+        return "HOST:PORT,HOST:PORT,..."
+
+
+class ClusterName:
+    """Letters, digits, '.', '_' and '-': it becomes part of every etcd key."""
+
+    def __call__(self, value: Any) -> str | None:
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", str(value)):
+            return "must be 1 to 64 letters, digits, '.', '_' or '-'"
+        return None
+
+    def __str__(self) -> str:
+        return "[A-Za-z0-9._-]{1,64}"
+
+
 def _num(n: float) -> str:
     return str(int(n)) if float(n).is_integer() else str(n)
 
@@ -216,9 +242,9 @@ _SETTINGS = (
         "default.replication.factor",
         INT,
         1,
-        "Replication factor reported (one node: 1).",
+        "Replicas of an auto-created topic, or of CreateTopics with -1 (one node: must be 1).",
         None,
-        Only(1, "a single node holds one replica of each partition"),
+        at_least(1),
     ),
     Setting(
         "message.decompressed.max.bytes",
@@ -475,7 +501,7 @@ _SETTINGS = (
         "min.insync.replicas",
         INT,
         1,
-        "Replicas that must acknowledge acks=all (one node: always met); stored, not acted on.",
+        "In-sync replicas an acks=all write needs (cluster mode; one node: always met).",
         "min.insync.replicas",
         at_least(1),
     ),
@@ -483,8 +509,92 @@ _SETTINGS = (
         "unclean.leader.election.enable",
         BOOL,
         False,
-        "Elect an out-of-sync leader (one node: meaningless); stored, not acted on.",
+        "Elect a leader outside the ISR when none in it is alive (cluster mode; may lose data).",
         "unclean.leader.election.enable",
+    ),
+    # --- cluster mode (issue 15): unset etcd.endpoints keeps the single embedded node ---
+    Setting(
+        "etcd.endpoints",
+        LIST,
+        "",
+        "etcd client endpoints HOST:PORT holding the cluster's metadata (Odradek; empty: one "
+        "node, no etcd).",
+        None,
+        EtcdEndpoints(),
+    ),
+    Setting(
+        "etcd.cluster.name",
+        STRING,
+        "odradek",
+        "Names this cluster's keys in etcd (/odradek/<name>/...), so clusters can share one etcd.",
+        None,
+        ClusterName(),
+    ),
+    Setting("broker.rack", STRING, "", "Rack of this broker, for rack-aware replica placement."),
+    Setting(
+        "broker.session.timeout.ms",
+        INT,
+        9000,
+        "A broker whose etcd lease is not refreshed this long is dead (lease TTL, whole seconds).",
+        None,
+        at_least(2000),
+    ),
+    Setting(
+        "replica.lag.time.max.ms",
+        LONG,
+        30000,
+        "A follower that has not caught up with the leader this long leaves the ISR.",
+        None,
+        at_least(1),
+    ),
+    Setting(
+        "replica.fetch.wait.max.ms",
+        INT,
+        500,
+        "Longest a follower's fetch waits at the leader for new data.",
+        None,
+        at_least(0),
+    ),
+    Setting(
+        "replica.fetch.max.bytes",
+        INT,
+        1048576,
+        "Bytes a follower asks for per partition (the first batch comes whole).",
+        None,
+        at_least(0),
+    ),
+    Setting(
+        "replica.socket.timeout.ms",
+        INT,
+        30000,
+        "A follower's fetch or leader-epoch request gets an answer within this, or reconnects.",
+        None,
+        at_least(1),
+    ),
+    Setting(
+        "offsets.topic.replication.factor",
+        INT,
+        3,
+        "Replicas of __consumer_offsets (cluster mode; capped at the live brokers when it is "
+        "created).",
+        None,
+        at_least(1),
+    ),
+    Setting(
+        "transaction.state.log.replication.factor",
+        INT,
+        3,
+        "Replicas of __transaction_state (cluster mode; capped at the live brokers).",
+        None,
+        at_least(1),
+    ),
+    Setting(
+        "transaction.state.log.min.isr",
+        INT,
+        2,
+        "min.insync.replicas of __transaction_state (cluster mode).",
+        None,
+        at_least(1),
     ),
     Setting(
         "offsets.topic.num.partitions",
@@ -1121,8 +1231,18 @@ class BrokerConfig:
             raise ConfigError(f"unknown broker setting {name!r}")
         self._explicit[name] = parse_value(setting, raw)
 
+    @property
+    def cluster_mode(self) -> bool:
+        """Whether this broker joins a cluster through etcd (else: the single embedded node)."""
+        return bool(self["etcd.endpoints"])
+
     def check(self) -> None:
         """Cross-setting checks (Kafka's validateBrokerLogConfigValues)."""
+        if not self.cluster_mode and self["default.replication.factor"] != 1:
+            raise ConfigError(
+                f"default.replication.factor={self['default.replication.factor']} needs cluster "
+                "mode (etcd.endpoints): a single node holds one replica of each partition"
+            )
         min_lag = self["log.cleaner.min.compaction.lag.ms"]
         max_lag = self["log.cleaner.max.compaction.lag.ms"]
         if min_lag > max_lag:

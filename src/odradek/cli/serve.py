@@ -39,13 +39,8 @@ KAFKA_SETTINGS_IGNORED = frozenset(
         "socket.send.buffer.bytes",
         "socket.receive.buffer.bytes",
         "num.recovery.threads.per.data.dir",
-        "offsets.topic.replication.factor",
-        "transaction.state.log.replication.factor",
-        "transaction.state.log.min.isr",
         "share.coordinator.state.topic.replication.factor",
         "share.coordinator.state.topic.min.isr",
-        "min.insync.replicas",
-        "unclean.leader.election.enable",
         "delete.topic.enable",
         "log.dirs",
         "log.dir",
@@ -113,6 +108,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="FILE",
         help="require this bearer token for /metrics (needed to bind a non-loopback address)",
     )
+    parser.add_argument(
+        "--etcd",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="join a cluster whose metadata lives in this etcd (the etcd.endpoints setting); "
+        "without it the broker is a single node and needs no etcd",
+    )
+    parser.add_argument(
+        "--node-id", type=int, metavar="ID", help="this broker's id (the node.id setting)"
+    )
+    parser.add_argument("--rack", metavar="RACK", help="this broker's rack (broker.rack)")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     parser.set_defaults(run=run)
 
@@ -153,6 +158,10 @@ def _settings(args: argparse.Namespace) -> tuple[BrokerConfig, str | None]:
             if not sep or not name.strip():
                 raise ConfigError(f"--set expects key=value, got {item!r}")
             config.set(name.strip(), value)
+        shortcuts = (("etcd.endpoints", args.etcd), ("node.id", args.node_id))
+        for name, value in (*shortcuts, ("broker.rack", args.rack)):
+            if value is not None:  # the dedicated flags win over --set and the file
+                config.set(name, str(value))
         config.check()
     except ConfigError as exc:
         raise CliError(str(exc)) from None
