@@ -29,6 +29,7 @@ key on the same queue, so timers and requests never run concurrently.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -36,10 +37,10 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from odradek.broker.config import BrokerConfig
-from odradek.broker.topics import TopicManager
+from odradek.broker.topics import Topic, TopicManager
 from odradek.coordinator import (
     CoordinatorConfig,
     CoordinatorRecord,
@@ -175,6 +176,18 @@ class LogAndMemoryDiverged(Exception):
     """Records may be in the log without being in memory: only a reload can tell."""
 
 
+class ReplicationGate(Protocol):
+    """How a coordinator partition's runner sees replication (cluster mode)."""
+
+    def high_watermark(self) -> int:
+        """Everything below this offset is on every ISR member."""
+        ...
+
+    def appended(self) -> None:
+        """The runner appended records: followers should fetch them now."""
+        ...
+
+
 class ShardRunner:
     """The serial executor of one ``__consumer_offsets`` partition."""
 
@@ -203,6 +216,12 @@ class ShardRunner:
         self._pending: dict[int, _Pending] = {}
         self._next_token = 0
         self._on_events = on_events
+        # Cluster mode (odradek.cluster): set when this broker hosts the partition. The
+        # runner serves only while its broker leads it, and answers only once the
+        # ISR holds what it wrote (acks=all): responses wait in `_deferred`, in order.
+        self.gate: ReplicationGate | None = None
+        self.leading = True  # a single node leads every partition
+        self._deferred: collections.deque[tuple[int, Result]] = collections.deque()
         self._worker: asyncio.Task[None] | None = None
         self._timer_failures: dict[str, int] = {}
         # Counters, exported as metrics.
@@ -231,16 +250,51 @@ class ShardRunner:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
+            self._worker = None
         self.timer.cancel_all()
         self._fail_pending()
 
-    def _fail_pending(self) -> None:
-        """Answer every request still waiting with COORDINATOR_NOT_AVAILABLE (clients retry)."""
+    def _fail_pending(self, error: ErrorCode = ErrorCode.COORDINATOR_NOT_AVAILABLE) -> None:
+        """Answer every request still waiting with `error` (clients retry or rediscover)."""
+        self._deferred.clear()
         for pending in self._pending.values():
             if not pending.future.done():
-                response = error_response(pending.request, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-                pending.future.set_result(response)
+                pending.future.set_result(error_response(pending.request, error))
         self._pending.clear()
+
+    # --- cluster mode: following leadership of the partition ----------------------------
+
+    def become_leader(self) -> None:
+        """This broker now leads the partition: load its groups (LOAD_IN_PROGRESS meanwhile)."""
+        self.leading = True
+        if self._worker is None:
+            self.loaded = False
+            self.start()
+
+    async def resign(self) -> None:
+        """Another broker leads the partition now: unload its groups (NOT_COORDINATOR)."""
+        self.leading = False
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+            self._worker = None
+        self.timer.cancel_all()
+        self._timer_failures.clear()
+        if self.loaded:
+            unloaded = self.shard.on_unloaded()
+            self._answer_all(unloaded)
+            self._deliver_events(unloaded)
+        self.loaded = False
+        self._fail_pending(ErrorCode.NOT_COORDINATOR)
+        self.shard = self._new_shard()
+        log.info("%s-%d: unloaded (no longer leader)", OFFSETS_TOPIC, self.partition)
+
+    def replicated(self, high_watermark: int) -> None:
+        """The ISR holds everything below `high_watermark`: answer what waited for it."""
+        while self._deferred and self._deferred[0][0] <= high_watermark:
+            _, result = self._deferred.popleft()
+            self._answer_all(result)
 
     async def _load_until_loaded(self) -> None:
         """Load the partition; a failed load is reported, counted and retried with backoff."""
@@ -315,6 +369,8 @@ class ShardRunner:
 
     async def call(self, request: Request) -> Response:
         """Run `request` through the core; resolves when its response is ready."""
+        if not self.leading:
+            return error_response(request, ErrorCode.NOT_COORDINATOR)
         if not self.loaded:
             return loading_response(request)
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
@@ -503,8 +559,25 @@ class ShardRunner:
         return encode(result.records)
 
     def _deliver(self, result: Result) -> None:
+        gate = self.gate
+        if gate is not None:
+            if result.records:
+                gate.appended()
+            end = self.plog.end_offset
+            # Behind a response still waiting, or above what the ISR holds: wait too, so
+            # answers leave in order and never tell of state a failover could lose.
+            if result.responses and (self._deferred or gate.high_watermark() < end):
+                self._deferred.append((end, result))
+                self._deliver_events(result)
+                return
+        self._answer_all(result)
+        self._deliver_events(result)
+
+    def _answer_all(self, result: Result) -> None:
         for token, response in result.responses:
             self._answer(token, response)
+
+    def _deliver_events(self, result: Result) -> None:
         if result.events:
             log_events(result.events)
             if self._on_events is not None:
@@ -567,14 +640,34 @@ class GroupCoordinatorRuntime:
             ),
             consumer_group_migration_policy=str(config["group.consumer.migration.policy"]),
         )
-        topic = topics.create_internal(
-            OFFSETS_TOPIC,
-            self.num_partitions,
-            {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(config["offsets.topic.segment.bytes"]),
-            },
-        )
+        self.topics = topics
+        self.config = config
+        self.cluster_mode = config.cluster_mode
+        self.events_log = topics.create_internal(
+            EVENTS_TOPIC, 1, {"retention.ms": str(EVENTS_RETENTION_MS), "cleanup.policy": "delete"}
+        ).partitions[0]
+        self.event_listeners: list[Callable[[list[CoordinatorEvent]], None]] = []
+        self.runners: list[ShardRunner] = []
+        self._started = False
+        if not self.cluster_mode:
+            self._create_runners(
+                topics.create_internal(
+                    OFFSETS_TOPIC, self.num_partitions, self.offsets_topic_configs()
+                )
+            )
+        # In a cluster the topic is created in etcd on the first FindCoordinator (as
+        # Kafka does) and the runners appear when this broker holds it (`_topics_changed`).
+        self._image_version = 0
+        self._topics_changed()
+        topics.change_listeners.append(self._topics_changed)
+
+    def offsets_topic_configs(self) -> dict[str, str]:
+        return {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+        }
+
+    def _create_runners(self, topic: Topic) -> None:
         if len(topic.partitions) != self.num_partitions:
             # Routing depends on the partition count: keep what the topic was created with.
             log.warning(
@@ -584,21 +677,22 @@ class GroupCoordinatorRuntime:
                 self.num_partitions,
             )
             self.num_partitions = len(topic.partitions)
-        self.events_log = topics.create_internal(
-            EVENTS_TOPIC, 1, {"retention.ms": str(EVENTS_RETENTION_MS), "cleanup.policy": "delete"}
-        ).partitions[0]
-        self.event_listeners: list[Callable[[list[CoordinatorEvent]], None]] = []
         self.runners = [
             ShardRunner(index, plog, self.core_config, on_events=self._record_events)
             for index, plog in enumerate(topic.partitions)
         ]
-        self.topics = topics
-        self._image_version = 0
-        self._topics_changed()
-        topics.change_listeners.append(self._topics_changed)
+        for runner in self.runners:
+            runner.leading = not self.cluster_mode
+        if self._started and not self.cluster_mode:
+            for runner in self.runners:
+                runner.start()
 
     def _topics_changed(self) -> None:
         """Hand every shard a new image of the topics (consumer groups assign them)."""
+        if not self.runners and self.cluster_mode:
+            offsets = self.topics.get(OFFSETS_TOPIC)
+            if offsets is not None:
+                self._create_runners(offsets)
         self._image_version += 1
         image = TopicsImage.of(
             self._image_version,
@@ -620,17 +714,28 @@ class GroupCoordinatorRuntime:
             listener(events)
 
     def start(self) -> None:
-        for runner in self.runners:
-            runner.start()
+        self._started = True
+        if not self.cluster_mode:  # in a cluster, runners start when they lead (become_leader)
+            for runner in self.runners:
+                runner.start()
 
     async def stop(self) -> None:
         await asyncio.gather(*(runner.stop() for runner in self.runners))
 
-    def runner_for(self, group_id: str) -> ShardRunner:
-        return self.runners[partition_for(group_id, self.num_partitions)]
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def runner_for(self, group_id: str) -> ShardRunner | None:
+        """The runner of the group's partition (None in a cluster before the topic exists)."""
+        if not self.runners:
+            return None
+        return self.runners[self.partition_of(group_id)]
 
     async def call(self, group_id: str, request: Request) -> Response:
-        return await self.runner_for(group_id).call(request)
+        runner = self.runner_for(group_id)
+        if runner is None:
+            return error_response(request, ErrorCode.NOT_COORDINATOR)
+        return await runner.call(request)
 
     async def complete_transaction(
         self, partition: int, producer_id: int, producer_epoch: int, commit: bool
@@ -640,4 +745,5 @@ class GroupCoordinatorRuntime:
 
     async def call_all(self, make_request: Callable[[], Request]) -> list[Response]:
         """Send a request to every shard (ListGroups): each answers for its groups."""
-        return list(await asyncio.gather(*(r.call(make_request()) for r in self.runners)))
+        leading = [r for r in self.runners if r.leading]  # a cluster broker answers for its own
+        return list(await asyncio.gather(*(r.call(make_request()) for r in leading)))

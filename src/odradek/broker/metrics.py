@@ -55,10 +55,47 @@ class Snapshot:
     coordinator_operation_failures: int = 0
     coordinator_reloads: int = 0
     coordinator_load_failures: int = 0
+    # Cluster mode only (None on a single node).
+    cluster: ClusterFigures | None = None
+
+
+@dataclass
+class ClusterFigures:
+    """Replication and controller figures of a broker in a cluster (Kafka's names in docs)."""
+
+    under_replicated: int  # partitions led here whose ISR is smaller than their replicas
+    leaders: int
+    offline: int  # partitions without a leader (as this broker's view says)
+    isr_shrinks: int
+    isr_expands: int
+    active_controller: int  # 1 on the controller
+    leader_elections: int  # leadership changes this broker made as controller
+    unclean_elections: int
+
+
+def _cluster_figures(broker: Broker) -> ClusterFigures | None:
+    cluster = broker.cluster
+    if cluster is None:
+        return None
+    replicas = cluster.replicas
+    controller = cluster.controller
+    return ClusterFigures(
+        under_replicated=replicas.under_replicated(),
+        leaders=replicas.leaders(),
+        offline=sum(1 for s in cluster.states.values() if s.state.leader < 0),
+        isr_shrinks=replicas.isr_shrinks,
+        isr_expands=replicas.isr_expands,
+        active_controller=int(controller is not None),
+        leader_elections=cluster.leader_elections
+        + (controller.leader_elections if controller else 0),
+        unclean_elections=cluster.unclean_elections
+        + (controller.unclean_elections if controller else 0),
+    )
 
 
 def take_snapshot(broker: Broker) -> Snapshot:
     snap = Snapshot()
+    snap.cluster = _cluster_figures(broker)
     for runner in broker.groups.runners:
         snap.coordinator_operation_failures += runner.operation_failures
         snap.coordinator_reloads += runner.reloads
@@ -186,6 +223,52 @@ class StateCollector(Collector):
             "Loads of a __consumer_offsets partition that failed (each is retried)",
             value=snap.coordinator_load_failures,
         )
+        if snap.cluster is not None:
+            yield from _cluster_metrics(snap.cluster)
+
+
+def _cluster_metrics(figures: ClusterFigures) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "odradek_replication_under_replicated_partitions",
+        "Partitions this broker leads whose ISR is smaller than their replica set "
+        "(Kafka's UnderReplicatedPartitions)",
+        value=figures.under_replicated,
+    )
+    yield GaugeMetricFamily(
+        "odradek_replication_leader_partitions",
+        "Partitions this broker leads (Kafka's LeaderCount)",
+        value=figures.leaders,
+    )
+    yield GaugeMetricFamily(
+        "odradek_replication_offline_partitions",
+        "Partitions without a live leader, as this broker sees the cluster",
+        value=figures.offline,
+    )
+    yield CounterMetricFamily(
+        "odradek_replication_isr_shrinks",
+        "ISR shrinks this broker proposed as leader (Kafka's IsrShrinksPerSec)",
+        value=figures.isr_shrinks,
+    )
+    yield CounterMetricFamily(
+        "odradek_replication_isr_expands",
+        "ISR expansions this broker proposed as leader (Kafka's IsrExpandsPerSec)",
+        value=figures.isr_expands,
+    )
+    yield GaugeMetricFamily(
+        "odradek_controller_active",
+        "1 while this broker is the controller (Kafka's ActiveControllerCount)",
+        value=figures.active_controller,
+    )
+    yield CounterMetricFamily(
+        "odradek_controller_leader_elections",
+        "Leadership changes this broker made as controller (Kafka's LeaderElectionRate)",
+        value=figures.leader_elections,
+    )
+    yield CounterMetricFamily(
+        "odradek_controller_unclean_leader_elections",
+        "Leaders elected outside the ISR (unclean.leader.election.enable)",
+        value=figures.unclean_elections,
+    )
 
 
 class BrokerMetrics:

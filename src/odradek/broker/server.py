@@ -24,7 +24,7 @@ import logging
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from odradek.broker import apis  # noqa: F401  (registers every handler)
 from odradek.broker.acceptor import READ_AHEAD_BYTES, Acceptor, start_acceptor
@@ -54,6 +54,9 @@ from odradek.protocol.codec import (
 from odradek.protocol.fetch import EncodedResponse
 from odradek.protocol.framing import FrameError, frame_size
 from odradek.ratelog import RateLimitedLog
+
+if TYPE_CHECKING:
+    from odradek.cluster.node import ClusterNode
 
 log = logging.getLogger("odradek.broker")
 
@@ -122,6 +125,13 @@ class Broker:
             int(self.config["max.incremental.fetch.session.cache.slots"]),
             max_partitions=int(self.config["fetch.session.cache.max.partitions"]),
         )
+        # Cluster mode (etcd.endpoints set): membership, replication and leadership.
+        self.cluster: ClusterNode | None = None
+        if self.config.cluster_mode:
+            from odradek.cluster.node import ClusterNode
+
+            self.cluster = ClusterNode(self)
+            self.topics.cluster = self.cluster
         self.groups = GroupCoordinatorRuntime(self.topics, self.config)
         self.txns = TransactionCoordinatorRuntime(
             self.topics, self.config, self.groups, self.notify_append
@@ -143,6 +153,8 @@ class Broker:
 
     @property
     def cluster_id(self) -> str:
+        if self.cluster is not None:
+            return self.cluster.cluster_id
         return self.topics.cluster_id
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -172,6 +184,8 @@ class Broker:
                     listener.advertised_port = listener.port
         first = self.listeners[0]
         self.port, self.advertised_port = first.port, first.advertised_port
+        if self.cluster is not None:
+            await self.cluster.start()  # registers the advertised address: after binding
         self.groups.start()
         self.txns.start()
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
@@ -186,6 +200,8 @@ class Broker:
             )
 
     async def stop(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.stop()  # leave first: others take over the partitions at once
         for server in self._servers:
             server.close()
             await server.wait_closed()

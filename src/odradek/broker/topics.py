@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from odradek.broker.config import (
     BrokerConfig,
@@ -136,6 +136,18 @@ class NewTopic:
     internal_configs: bool = False  # configs the broker sets on its own topics
 
 
+class ClusterTopics(Protocol):
+    """Where topics are created and deleted in cluster mode (odradek.cluster.node)."""
+
+    async def create_topics(self, wanted: list[NewTopic]) -> list[Topic | TopicError]: ...
+
+    async def delete_topics(self, names: list[str]) -> dict[str, TopicError | None]: ...
+
+    def configs_changed(self, name: str, configs: dict[str, str]) -> None: ...
+
+    def next_producer_id(self) -> int: ...
+
+
 def deletion_dir_name(partition_dir: str, topic_id: uuid.UUID) -> str:
     """`<topic>-<p>.<id>-delete`, the topic cut short so the name fits (as Kafka does)."""
     topic, _, index = partition_dir.rpartition("-")
@@ -176,6 +188,9 @@ class TopicManager:
         self._reserve_producer_ids()
         self.store = TopicStore(self.data_dir)
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="odradek-topics")
+        # Cluster mode: topics are created and deleted in etcd (odradek.cluster.node), and
+        # every broker mirrors them here (`adopt`, `forget`); None on a single node.
+        self.cluster: ClusterTopics | None = None
         self._load_topics()
 
     # --- cluster metadata ---------------------------------------------------------------
@@ -202,6 +217,8 @@ class TopicManager:
         write_json_atomically(self._meta_path, self._meta)
 
     def allocate_producer_id(self) -> int:
+        if self.cluster is not None:
+            return self.cluster.next_producer_id()  # blocks reserved in etcd
         if self._next_producer_id >= self._meta["producer_id_block"]:
             self._reserve_producer_ids()
         pid = self._next_producer_id
@@ -350,7 +367,7 @@ class TopicManager:
 
     # --- creating -----------------------------------------------------------------------
 
-    def _prepare(self, wanted: NewTopic) -> tuple[Topic, int]:
+    def prepare(self, wanted: NewTopic) -> tuple[Topic, int]:
         """Validate a creation (on the event loop, cheap); the topic and its partition count."""
         validate_topic_name(wanted.name)
         if wanted.name in self.topics or wanted.name in self._pending:
@@ -362,7 +379,7 @@ class TopicManager:
             raise TopicError(37, f"number of partitions must be at least 1, got {num_partitions}")
         if num_partitions > MAX_PARTITIONS:
             raise TopicError(37, f"{num_partitions} partitions is more than one node should hold")
-        if wanted.replication_factor not in (-1, 1):
+        if self.cluster is None and wanted.replication_factor not in (-1, 1):
             raise TopicError(
                 38,  # INVALID_REPLICATION_FACTOR
                 f"replication factor {wanted.replication_factor} is larger than the 1 available"
@@ -455,7 +472,7 @@ class TopicManager:
     ) -> Topic:
         """Create one topic in the calling thread (start-up: internal topics; tests);
         `internal_configs` for configs the broker sets on its own topics."""
-        topic, count = self._prepare(
+        topic, count = self.prepare(
             NewTopic(
                 name, num_partitions, replication_factor, dict(configs or {}), internal_configs
             )
@@ -477,9 +494,11 @@ class TopicManager:
         results: list[Topic | TopicError] = []
         batch: list[tuple[Topic, int]] = []
         loop = asyncio.get_running_loop()
+        if self.cluster is not None:
+            return await self.cluster.create_topics(wanted)
         for request in wanted:
             try:
-                prepared = self._prepare(request)
+                prepared = self.prepare(request)
             except TopicError as exc:
                 results.append(exc)
                 continue
@@ -541,6 +560,13 @@ class TopicManager:
         the topic is untouched (KAFKA_STORAGE_ERROR). Its directories are renamed
         to `*-delete` names and removed; what a crash leaves is cleaned at start-up.
         """
+        if self.cluster is not None:
+            return await self.cluster.delete_topics(names)
+        return await self._delete_here(names)
+
+    async def _delete_here(
+        self, names: list[str], *, internal_too: bool = False
+    ) -> dict[str, TopicError | None]:
         outcome: dict[str, TopicError | None] = {}
         doomed: list[Topic] = []
         for name in dict.fromkeys(names):
@@ -549,7 +575,7 @@ class TopicManager:
                 outcome[name] = TopicError(
                     UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
                 )
-            elif topic.internal:
+            elif topic.internal and not internal_too:
                 outcome[name] = TopicError(42, f"internal topic {name!r} cannot be deleted")
             else:
                 doomed.append(topic)
@@ -596,6 +622,59 @@ class TopicManager:
             for plog in topic.partitions:
                 path = plog.directory
                 plog.delete(move_to=path.with_name(deletion_dir_name(path.name, topic.topic_id)))
+
+    # --- cluster mode: mirroring what etcd says ------------------------------------------
+
+    async def adopt(
+        self, name: str, topic_id: uuid.UUID, partitions: int, configs: dict[str, str]
+    ) -> Topic:
+        """Hold the topic etcd describes: open its partition logs here and journal it.
+
+        Idempotent. A local topic of that name with another id is a deleted
+        incarnation (this broker was away when it was deleted and recreated): it goes
+        first, files and all. Raises TopicError when the files cannot be made.
+        """
+        existing = self.topics.get(name)
+        if existing is not None and existing.topic_id != topic_id:
+            log.warning("topic %s was recreated while this broker was away: dropping ours", name)
+            await self.forget(name)
+            existing = None
+        loop = asyncio.get_running_loop()
+        if existing is None:
+            topic = Topic(name, topic_id, self._stored_configs(name, configs))
+            (result,) = await loop.run_in_executor(
+                self._worker, self._materialize, [(topic, partitions)]
+            )
+            if isinstance(result, TopicError):
+                raise result
+            return self._install(*result)
+        current = len(existing.partitions)
+        if partitions > current:
+            logs = await loop.run_in_executor(
+                self._worker, self._open_and_record_partitions, existing, current, partitions
+            )
+            existing.partitions.extend(logs)
+            self._notify_change()
+        if configs != existing.configs:
+            self.apply_configs(existing, self._stored_configs(name, configs))
+        return existing
+
+    async def forget(self, name: str) -> None:
+        """Drop a topic etcd no longer has (internal ones too), files and all."""
+        outcome = await self._delete_here([name], internal_too=True)
+        failure = outcome.get(name)
+        if failure is not None and failure.error_code != UNKNOWN_TOPIC_OR_PARTITION:
+            raise failure
+
+    def apply_configs(self, topic: Topic, clean: dict[str, str]) -> None:
+        """Take configs already checked (and, in a cluster, already stored in etcd)."""
+        log_config = self._build_log_config(
+            resolve_topic_configs(clean, self.config, internal=topic.internal)
+        )
+        self.store.commit([{"op": "configs", "name": topic.name, "configs": clean}])
+        topic.configs = clean
+        for plog in topic.partitions:
+            plog.config = log_config
 
     # --- changing -----------------------------------------------------------------------
 
@@ -684,16 +763,12 @@ class TopicManager:
             self._check_internal_change(topic, clean)
         if validate_only:
             return clean
-        log_config = self._build_log_config(
-            resolve_topic_configs(clean, self.config, internal=topic.internal)
-        )
         try:
-            self.store.commit([{"op": "configs", "name": name, "configs": clean}])
+            self.apply_configs(topic, clean)
         except OSError as exc:
             raise TopicError(KAFKA_STORAGE_ERROR, f"cannot record configs: {exc}") from exc
-        topic.configs = clean
-        for plog in topic.partitions:
-            plog.config = log_config
+        if self.cluster is not None:
+            self.cluster.configs_changed(name, clean)
         return clean
 
     @staticmethod

@@ -415,6 +415,12 @@ class TransactionCoordinatorRuntime:
         self.notify_append = notify_append
         self.verification = bool(config["transaction.partition.verification.enable"])
         num_partitions = int(config["transaction.state.log.num.partitions"])
+        self.num_partitions = num_partitions
+        self.runners: list[TxnShardRunner] = []
+        if config.cluster_mode:
+            # Transactions are not replicated yet: in a cluster every transactional
+            # request answers COORDINATOR_NOT_AVAILABLE (docs/operations.md).
+            return
         topic = topics.create_internal(
             TXN_TOPIC,
             num_partitions,
@@ -461,6 +467,8 @@ class TransactionCoordinatorRuntime:
         return self.runners[self.partition_of(transactional_id)]
 
     async def call(self, transactional_id: str, request: Request) -> Response:
+        if not self.runners:
+            return error_response(request, TxnError.COORDINATOR_NOT_AVAILABLE)
         return await self.runner_for(transactional_id).call(request)
 
     def verify(
@@ -468,6 +476,8 @@ class TransactionCoordinatorRuntime:
     ) -> TxnError:
         if not self.verification:
             return TxnError.NONE
+        if not self.runners:
+            return TxnError.COORDINATOR_NOT_AVAILABLE
         return self.runner_for(transactional_id).verify(
             transactional_id, producer_id, producer_epoch, tp
         )

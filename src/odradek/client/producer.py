@@ -1143,7 +1143,7 @@ class Producer:
             retriable = self._earlier_pending(batch)
         else:
             retriable = error.retriable
-        if error.code in (3, 5, 6) or isinstance(error, KafkaConnectionError):
+        if error.code in (3, 5, 6, 74, 76) or isinstance(error, KafkaConnectionError):
             self._client.request_update()
         age = time.monotonic() - batch.created
         if (

@@ -171,6 +171,7 @@ class KeyLayout:
     topics: bytes = field(init=False)
     topic_configs: bytes = field(init=False)
     partitions: bytes = field(init=False)
+    producer_ids: bytes = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.prefix.startswith(b"/") or self.prefix.endswith(b"/"):
@@ -182,6 +183,7 @@ class KeyLayout:
         object.__setattr__(self, "topics", p + b"/topics/")
         object.__setattr__(self, "topic_configs", p + b"/topic_configs/")
         object.__setattr__(self, "partitions", p + b"/partitions/")
+        object.__setattr__(self, "producer_ids", p + b"/producer_id_block")
 
     @classmethod
     def for_cluster(cls, cluster_name: str) -> Self:
@@ -572,6 +574,33 @@ class EtcdMetadataStore:
         async for change in self._watch(self.keys.prefix + b"/", start_revision):
             yield change
 
+    # -- producer ids ----------------------------------------------------------
+
+    async def allocate_producer_ids(self, count: int) -> int:
+        """Reserve `count` producer ids for the caller alone; the first of them.
+
+        A counter moved by compare-and-swap (Kafka's producer-id blocks): ids are
+        never handed out twice, by any broker, across restarts.
+        """
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        key = self.keys.producer_ids
+        while True:
+            got = await self._client.get(key)
+            first = 0 if got is None else int(got.value)
+            unchanged = (
+                self._txn.Version(key) == 0
+                if got is None
+                else self._txn.Mod(key) == got.mod_revision
+            )
+            succeeded, _ = await self._client.transaction(
+                compare=[unchanged],
+                success=[self._txn.Put(key, str(first + count).encode())],
+                failure=[],
+            )
+            if succeeded:
+                return first
+
     # -- everything at once ---------------------------------------------------
 
     async def cluster(self) -> Snapshot[ClusterMetadata]:
@@ -603,6 +632,8 @@ class EtcdMetadataStore:
             elif key.startswith(keys.topic_configs):
                 name = key[len(keys.topic_configs) :].decode()
                 configs[name] = {str(k): str(v) for k, v in decode_value(kv.value).items()}
+            elif key == keys.producer_ids:
+                pass  # read by allocate_producer_ids only
             elif key.startswith(keys.partitions):
                 topic, number = keys.parse_partition(key)
                 partitions[topic, number] = VersionedPartitionState(
@@ -692,7 +723,7 @@ class EtcdMetadataStore:
         if key == keys.controller:
             info = ControllerInfo.decode(kv.value) if put else None
             return ControllerChange(kind, info, kv.mod_revision)
-        if key == keys.controller_epoch:
+        if key in (keys.controller_epoch, keys.producer_ids):
             return None
         if key.startswith(keys.topics):
             name = key[len(keys.topics) :].decode()

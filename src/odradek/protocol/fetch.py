@@ -89,19 +89,24 @@ def encode_fetch_request(
     isolation_level: int,
     session_id: int,
     session_epoch: int,
-    topics: Sequence[tuple[str, Sequence[tuple[int, int, int]]]],
+    topics: Sequence[tuple[str, Sequence[tuple[int, ...]]]],
     forgotten: Sequence[tuple[str, Sequence[int]]] = (),
     rack_id: str = "",
+    replica_id: int = -1,
 ) -> EncodedBody:
-    """A consumer's Fetch request body (replica id -1, no leader epochs), v4 to 12.
+    """A Fetch request body, v4 to 12: a consumer's (replica id -1) or a follower's.
 
-    ``topics``: ``(name, [(partition, fetch offset, partition max bytes), ...])``;
+    ``topics``: ``(name, [(partition, fetch offset, partition max bytes), ...])``, or
+    with ``(partition, fetch offset, partition max bytes, current leader epoch, log
+    start offset)`` items (a follower's, or a consumer that knows leader epochs);
     ``forgotten``: ``(name, [partition, ...])`` (v7+, fetch sessions).
     """
     if not MIN_VERSION <= version <= REQUEST_MAX_VERSION:
         raise ValueError(f"Fetch v{version} requests are not written by this encoder")
     flexible = version >= FIRST_FLEXIBLE_VERSION
-    out = bytearray(_FETCH_HEAD.pack(-1, max_wait_ms, min_bytes, max_bytes, isolation_level))
+    out = bytearray(
+        _FETCH_HEAD.pack(replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level)
+    )
     if version >= 7:
         out += _SESSION.pack(session_id, session_epoch)
 
@@ -117,15 +122,17 @@ def encode_fetch_request(
     for name, partitions in topics:
         string(name)
         count(len(partitions))
-        for partition, offset, partition_max in partitions:
+        for item in partitions:
+            partition, offset, partition_max = item[0], item[1], item[2]
+            leader_epoch, log_start = (item[3], item[4]) if len(item) > 3 else (-1, -1)
             out += _I32.pack(partition)
             if version >= 9:
-                out += _I32.pack(-1)  # current leader epoch
+                out += _I32.pack(leader_epoch)  # current leader epoch
             out += _I64.pack(offset)
             if version >= 12:
                 out += _I32.pack(-1)  # last fetched epoch
             if version >= 5:
-                out += _I64.pack(-1)  # log start offset (followers only)
+                out += _I64.pack(log_start)  # log start offset (followers only)
             out += _I32.pack(partition_max)
             if flexible:
                 out += b"\x00"

@@ -11,6 +11,7 @@ from odradek.broker.apis import (  # noqa: F401
     fetch,
     groups,
     init_producer_id,
+    leader_epochs,
     list_offsets,
     metadata,
     produce,

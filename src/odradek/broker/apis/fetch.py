@@ -41,6 +41,7 @@ from odradek.broker.fetch_sessions import (
 )
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from odradek.cluster.replication import Role
 from odradek.log.errors import LogError
 from odradek.log.files import FileRegion
 from odradek.protocol.apikeys import ApiKey
@@ -56,6 +57,7 @@ from odradek.protocol.fetch import (
 
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
 UNKNOWN_TOPIC_ID = 100
 READ_COMMITTED = 1
 TOPIC_AUTHORIZATION_FAILED = 29
@@ -146,6 +148,9 @@ def _read_partitions(
     aborted = () if read_committed else None
     session = ctx.session
     region_from = None if session is not None and session.listener.uses_tls else SENDFILE_MIN_BYTES
+    cluster = ctx.broker.cluster
+    replicas = cluster.replicas if cluster is not None else None
+    follower = request.replica_id
     total = 0
     any_error = False
     first_data = True
@@ -176,10 +181,32 @@ def _read_partitions(
                 continue
             end = plog.end_offset
             lso = plog.last_stable_offset
-            entry["high_watermark"] = end
+            # What this reader may see: a follower everything, a consumer what is below
+            # the high watermark (in a cluster; a single node's is its log end).
+            upper = lso if read_committed else None
+            high_watermark = end
+            if replicas is not None:
+                replica = replicas.get(name, key[1])  # type: ignore[arg-type]
+                refusal = (
+                    NOT_LEADER_OR_FOLLOWER
+                    if replica is None or replica.role is not Role.LEADER
+                    else replica.check_epoch(wanted.current_leader_epoch)
+                )
+                if refusal:
+                    entry["error_code"] = refusal
+                    any_error = True
+                    continue
+                assert replica is not None
+                if follower >= 0:
+                    replicas.record_follower_fetch(replica, follower, wanted.fetch_offset)
+                high_watermark = replica.high_watermark
+                if follower < 0:
+                    lso = min(lso, high_watermark)
+                    upper = lso if read_committed else high_watermark
+            entry["high_watermark"] = high_watermark
             entry["last_stable_offset"] = lso
             entry["log_start_offset"] = plog.start_offset
-            if wanted.fetch_offset == end:
+            if wanted.fetch_offset == end or (upper is not None and wanted.fetch_offset == upper):
                 continue
             if remaining <= 0 and not first_data:
                 # No room to read, but an offset outside the log is still reported (Kafka
@@ -191,12 +218,7 @@ def _read_partitions(
             offset = wanted.fetch_offset
             try:
                 limit = min(wanted.max_bytes, remaining)
-                data = plog.read(
-                    offset,
-                    max(limit, 1),
-                    region_from=region_from,
-                    max_offset=lso if read_committed else None,
-                )
+                data = plog.read(offset, max(limit, 1), region_from=region_from, max_offset=upper)
             except LogError as exc:
                 entry["error_code"] = exc.error_code
                 any_error = True

@@ -20,8 +20,10 @@ from collections import defaultdict
 from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
+from odradek.broker.group_runtime import OFFSETS_TOPIC
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from odradek.broker.txn_runtime import TXN_TOPIC
 from odradek.coordinator import ErrorCode, partition_for
 from odradek.coordinator import types as core
 from odradek.protocol.apikeys import ApiKey
@@ -32,6 +34,7 @@ TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 INVALID_REQUEST = 42
+COORDINATOR_NOT_AVAILABLE = 15
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
@@ -82,13 +85,41 @@ def _coordinator_entry(ctx: RequestContext, key: str, key_type: int) -> dict[str
     return entry
 
 
+async def _located(ctx: RequestContext, entry: dict[str, Any], key_type: int) -> dict[str, Any]:
+    """In a cluster: the leader of the key's partition of the internal topic (created on
+    the first request, as Kafka does), or COORDINATOR_NOT_AVAILABLE while it has none."""
+    cluster = ctx.broker.cluster
+    if cluster is None or entry["error_code"]:
+        return entry
+    if key_type == KEY_TYPE_GROUP:
+        topic, partition = OFFSETS_TOPIC, ctx.broker.groups.partition_of(entry["key"])
+    else:
+        topic, partition = TXN_TOPIC, ctx.broker.txns.partition_of(entry["key"])
+    error, leader, message = await cluster.coordinator_for(topic, partition)
+    address = cluster.address_of(leader) if not error else None
+    if address is None:
+        entry.update(
+            node_id=-1,
+            host="",
+            port=-1,
+            error_code=error or COORDINATOR_NOT_AVAILABLE,
+            error_message=message or None,
+        )
+    else:
+        entry.update(node_id=leader, host=address[0], port=address[1])
+    return entry
+
+
 @handles(ApiKey.FIND_COORDINATOR, 0, 6)
-def find_coordinator(ctx: RequestContext, request: Any) -> Any:
+async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     key_type = int(getattr(request, "key_type", KEY_TYPE_GROUP))
     if ctx.version >= 4:
-        coordinators = [_coordinator_entry(ctx, k, key_type) for k in request.coordinator_keys]
+        coordinators = [
+            await _located(ctx, _coordinator_entry(ctx, k, key_type), key_type)
+            for k in request.coordinator_keys
+        ]
         return respond(ctx, {"throttle_time": NO_THROTTLE, "coordinators": coordinators})
-    entry = _coordinator_entry(ctx, request.key, key_type)
+    entry = await _located(ctx, _coordinator_entry(ctx, request.key, key_type), key_type)
     entry["throttle_time"] = NO_THROTTLE
     return respond(ctx, entry)
 

@@ -16,6 +16,7 @@ from typing import Any
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import AclOperation, ResourceType
+from odradek.cluster.replication import Role
 from odradek.protocol.apikeys import ApiKey
 
 LATEST = -1
@@ -25,17 +26,19 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 READ_COMMITTED = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
 TOPIC_AUTHORIZATION_FAILED = 29
 
 
 def _lookup(
     ctx: RequestContext,
     topic: str,
-    partition: int,
-    timestamp: int,
+    requested: Any,
     describable: bool,
     read_committed: bool,
 ) -> dict[str, Any]:
+    partition = int(requested.partition_index)
+    timestamp = int(requested.timestamp)
     entry: dict[str, Any] = {
         "partition_index": partition,
         "error_code": 0,
@@ -54,6 +57,22 @@ def _lookup(
         entry["leader_epoch"] = -1
         return entry
     fetchable = plog.last_stable_offset if read_committed else plog.end_offset
+    cluster = ctx.broker.cluster
+    if cluster is not None:  # only the leader answers, and only below its high watermark
+        replica = cluster.replicas.get(topic, partition)
+        current_epoch = int(getattr(requested, "current_leader_epoch", -1))
+        refusal = (
+            NOT_LEADER_OR_FOLLOWER
+            if replica is None or replica.role is not Role.LEADER
+            else replica.check_epoch(current_epoch)
+        )
+        if refusal:
+            entry["error_code"] = refusal
+            entry["leader_epoch"] = -1
+            return entry
+        assert replica is not None
+        fetchable = min(fetchable, replica.high_watermark)
+        entry["leader_epoch"] = replica.leader_epoch
     if timestamp == LATEST:
         entry["offset"] = fetchable
     elif timestamp in (EARLIEST, EARLIEST_LOCAL):
@@ -77,9 +96,6 @@ def list_offsets(ctx: RequestContext, request: Any) -> Any:
     topics = []
     for t in request.topics:
         describable = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
-        partitions = [
-            _lookup(ctx, t.name, p.partition_index, int(p.timestamp), describable, read_committed)
-            for p in t.partitions
-        ]
+        partitions = [_lookup(ctx, t.name, p, describable, read_committed) for p in t.partitions]
         topics.append({"name": t.name, "partitions": partitions})
     return respond(ctx, {"throttle_time": NO_THROTTLE, "topics": topics})

@@ -36,12 +36,11 @@ BUILD_IN_THREAD_TOPICS = 100
 
 def topic_entry(ctx: RequestContext, topic: Topic) -> dict[str, Any]:
     node = ctx.broker.node_id
-    return {
-        "error_code": 0,
-        "name": topic.name,
-        "topic_id": topic.topic_id,
-        "is_internal": topic.internal,
-        "partitions": [
+    cluster = ctx.broker.cluster
+    if cluster is not None:  # leaders, replicas and ISR as etcd says
+        partitions = [cluster.partition_entry(topic.name, i) for i in range(len(topic.partitions))]
+    else:
+        partitions = [
             {
                 "error_code": 0,
                 "partition_index": index,
@@ -52,9 +51,39 @@ def topic_entry(ctx: RequestContext, topic: Topic) -> dict[str, Any]:
                 "offline_replicas": (),
             }
             for index in range(len(topic.partitions))
-        ],
+        ]
+    return {
+        "error_code": 0,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": topic.internal,
+        "partitions": partitions,
         "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
+
+
+def _listed(ctx: RequestContext, topic: Topic) -> bool:
+    """Whether an all-topics answer includes the topic: in a cluster, only topics in etcd
+    (each broker keeps its group history topic to itself)."""
+    cluster = ctx.broker.cluster
+    return cluster is None or topic.name in cluster.assignments
+
+
+def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
+    """Every live broker (a single node: itself, at the address this client used)."""
+    cluster = ctx.broker.cluster
+    if cluster is not None:
+        return [
+            {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+            for b in sorted(cluster.brokers.values(), key=lambda b: b.broker_id)
+        ]
+    host, port = ctx.advertised
+    return [{"node_id": ctx.broker.node_id, "host": host, "port": port, "rack": None}]
+
+
+def controller_id(ctx: RequestContext) -> int:
+    cluster = ctx.broker.cluster
+    return cluster.controller_id() if cluster is not None else ctx.broker.node_id
 
 
 def missing_entry(
@@ -92,7 +121,7 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
     topics = broker.topics
     requested = request.topics
     if requested is None or (ctx.version == 0 and not requested):
-        every = [t for t in topics if _describable(ctx, t.name)]
+        every = [t for t in topics if _listed(ctx, t) and _describable(ctx, t.name)]
         if len(every) > BUILD_IN_THREAD_TOPICS:
             # Thousands of topics take a few hundred milliseconds to describe: do it
             # off the event loop, from this snapshot of the topic list.
@@ -168,14 +197,13 @@ def _response(
             if ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
             else 0
         )
-    host, port = ctx.advertised
     return respond(
         ctx,
         {
             "throttle_time": NO_THROTTLE,
-            "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
+            "brokers": broker_entries(ctx),
             "cluster_id": broker.cluster_id,
-            "controller_id": broker.node_id,
+            "controller_id": controller_id(ctx),
             "topics": entries,
             "cluster_authorized_operations": cluster_operations,
             "error_code": 0,  # v13 (KIP-1102): a request-level error, e.g. to rebootstrap

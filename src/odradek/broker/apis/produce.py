@@ -35,6 +35,13 @@ from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.broker.topics import KAFKA_STORAGE_ERROR, Topic, TopicError, storage_failures
+from odradek.cluster.replication import (
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    NOT_LEADER_OR_FOLLOWER,
+    REQUEST_TIMED_OUT,
+    Replica,
+    Role,
+)
 from odradek.log.errors import LogError
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.records import (
@@ -201,8 +208,13 @@ async def _append(
     auto_created: dict[str, Topic | TopicError],
     flushes: list[tuple[dict[str, Any], Future[None]]],
     txn_id: str | None = None,
+    *,
+    acks: int = 1,
+    replicated: list[tuple[dict[str, Any], Replica, int]] | None = None,
 ) -> dict[str, Any]:
     broker = ctx.broker
+    if replicated is None:
+        replicated = []
     topic = broker.topics.get(topic_name)
     failed = auto_created.get(topic_name)
     if topic is None and isinstance(failed, TopicError):
@@ -216,6 +228,19 @@ async def _append(
     if not records:
         return _partition_result(index, INVALID_RECORD, "no record batch in the request")
     plog = topic.partitions[index]
+    replica = None
+    cluster = broker.cluster
+    if cluster is not None:
+        replica = cluster.replicas.get(topic_name, index)
+        if replica is None or replica.role is not Role.LEADER:
+            return _partition_result(index, NOT_LEADER_OR_FOLLOWER, "not the leader")
+        if acks == -1 and (refused := cluster.replicas.check_acks_all(replica)):
+            return _partition_result(
+                index,
+                refused,
+                f"{len(replica.isr)} in-sync replicas, min.insync.replicas is "
+                f"{cluster.replicas.min_insync(topic_name)}",
+            )
     try:
         producer = _transactional_producer(records)
         # Inflating is bounded (message.decompressed.max.bytes) but still costs tens of
@@ -256,6 +281,10 @@ async def _append(
         log_append_time=info.log_append_time_ms,
         log_start_offset=info.log_start_offset,
     )
+    if replica is not None and cluster is not None:
+        cluster.replicas.leader_appended(replica)
+        if acks == -1:
+            replicated.append((result, replica, info.last_offset))
     if info.flushed is not None:
         flushes.append((result, info.flushed))
     return result
@@ -270,6 +299,33 @@ async def _await_flushes(flushes: list[tuple[dict[str, Any], Future[None]]]) -> 
         if isinstance(outcome, BaseException):
             log.error("fsync after an append failed: %r", outcome)
             result.update(error_code=KAFKA_STORAGE_ERROR, error_message=f"fsync failed: {outcome}")
+
+
+async def _await_replication(
+    ctx: RequestContext, waits: list[tuple[dict[str, Any], Replica, int]], timeout_ms: int
+) -> None:
+    """acks=all in a cluster: each partition answers once the ISR holds its batch."""
+    cluster = ctx.broker.cluster
+    assert cluster is not None
+    timeout_s = max(timeout_ms, 0) / 1000
+    outcomes = await asyncio.gather(
+        *(cluster.replicas.wait_replicated(replica, last, timeout_s) for _, replica, last in waits)
+    )
+    for (result, _, _), error in zip(waits, outcomes, strict=True):
+        if error:
+            result.update(error_code=error, error_message=_REPLICATION_ERRORS.get(error))
+
+
+_REPLICATION_ERRORS = {
+    NOT_LEADER_OR_FOLLOWER: "leadership moved before the in-sync replicas had the batch",
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND: "written, but fewer in-sync replicas than "
+    "min.insync.replicas hold it",
+    REQUEST_TIMED_OUT: "the in-sync replicas did not all have the batch within the timeout",
+}
+
+
+def _ms(value: Any) -> int:
+    return round(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
 
 
 def _may_create(ctx: RequestContext, topic: str) -> bool:
@@ -335,6 +391,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
         )
     responses = []
     flushes: list[tuple[dict[str, Any], Future[None]]] = []
+    waits: list[tuple[dict[str, Any], Replica, int]] = []
     for topic_data, (name, topic_error), may_write in zip(
         request.topic_data, named, writable, strict=True
     ):
@@ -346,17 +403,19 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             elif not may_write:
                 results.append(_partition_result(part.index, TOPIC_AUTHORIZATION_FAILED))
             else:
-                results.append(
-                    await _append(
-                        ctx,
-                        name,
-                        part.index,
-                        part.records,
-                        auto_created,
-                        flushes,
-                        request.transactional_id,
-                    )
+                result = await _append(
+                    ctx,
+                    name,
+                    part.index,
+                    part.records,
+                    auto_created,
+                    flushes,
+                    request.transactional_id,
+                    acks=acks,
+                    replicated=waits,
                 )
+                results.append(result)
+
         responses.append(
             {
                 "name": name,
@@ -368,4 +427,6 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
         return None
     if flushes:
         await _await_flushes(flushes)
+    if waits:
+        await _await_replication(ctx, waits, _ms(request.timeout))
     return respond(ctx, {"responses": responses, "throttle_time": NO_THROTTLE})

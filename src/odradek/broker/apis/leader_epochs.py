@@ -1,0 +1,89 @@
+"""OffsetForLeaderEpoch: where a leader epoch ends in the leader's log (KIP-101, KIP-320).
+
+A follower asks after a leader change, with the latest epoch in its own log, and
+truncates what lies past the answer (a suffix the new leader never had). A
+consumer asks after a leader change to check that its position still exists
+(KIP-320). The answer is the largest epoch at most the one asked about, and the
+start offset of the next higher epoch (the log end for the latest epoch), or -1
+and -1 when the log knows nothing that old (`PartitionLog.end_offset_for_epoch`).
+
+Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER otherwise), and a
+request naming a current leader epoch other than the leader's is refused with
+FENCED_LEADER_EPOCH (older) or UNKNOWN_LEADER_EPOCH (newer), as Fetch does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from odradek.broker.context import NO_THROTTLE, RequestContext, respond
+from odradek.broker.registry import handles
+from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from odradek.cluster.replication import Role
+from odradek.protocol.apikeys import ApiKey
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
+TOPIC_AUTHORIZATION_FAILED = 29
+CLUSTER_AUTHORIZATION_FAILED = 31
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 76
+
+
+def _answer(ctx: RequestContext, topic: str, partition: Any, refusal: int) -> dict[str, Any]:
+    index = int(partition.partition)
+    entry = {"error_code": refusal, "partition": index, "leader_epoch": -1, "end_offset": -1}
+    if refusal:
+        return entry
+    plog = ctx.broker.topics.partition(topic, index)
+    if plog is None:
+        entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+        return entry
+    current = int(getattr(partition, "current_leader_epoch", -1))
+    cluster = ctx.broker.cluster
+    if cluster is not None:
+        replica = cluster.replicas.get(topic, index)
+        if replica is None or replica.role is not Role.LEADER:
+            entry["error_code"] = NOT_LEADER_OR_FOLLOWER
+            return entry
+        refused = replica.check_epoch(current)
+    else:
+        refused = (
+            0
+            if current < 0 or current == plog.leader_epoch
+            else FENCED_LEADER_EPOCH
+            if current < plog.leader_epoch
+            else UNKNOWN_LEADER_EPOCH
+        )
+    if refused:
+        entry["error_code"] = refused
+        return entry
+    epoch, end = plog.end_offset_for_epoch(int(partition.leader_epoch))
+    entry["leader_epoch"], entry["end_offset"] = epoch, end
+    return entry
+
+
+@handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
+def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
+    replica_id = int(getattr(request, "replica_id", -1))
+    # Followers need CLUSTER_ACTION (as for their Fetch); consumers DESCRIBE on the topic.
+    follower_refused = replica_id >= 0 and not ctx.authorize(
+        AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+    )
+    topics = []
+    for t in request.topics:
+        if follower_refused:
+            refusal = CLUSTER_AUTHORIZATION_FAILED
+        elif replica_id < 0 and not ctx.authorize(
+            AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic
+        ):
+            refusal = TOPIC_AUTHORIZATION_FAILED
+        else:
+            refusal = 0
+        topics.append(
+            {
+                "topic": t.topic,
+                "partitions": [_answer(ctx, t.topic, p, refusal) for p in t.partitions],
+            }
+        )
+    return respond(ctx, {"throttle_time": NO_THROTTLE, "topics": topics})

@@ -1,0 +1,158 @@
+"""The controller: the one broker (elected through etcd) that changes leadership.
+
+It acts on the view its `ClusterNode` keeps, whenever that view changes (a broker
+registered or its lease ended, a partition state changed) and once when elected:
+`reconcile` brings every partition in line with the live brokers, with the rules
+of `odradek.cluster.decisions` (Kafka's): a dead broker leaves the ISR (never the
+last member); a dead leader is replaced by the first live ISR member in
+assignment order, with the leader epoch incremented; with none, the partition is
+offline until an ISR member returns (or, with ``unclean.leader.election.enable``,
+any live replica takes over, data loss accepted). Every write carries the
+controller's claim, so a controller that lost its lease cannot change anything
+even before it notices (`NotControllerError`).
+
+Partition reassignments (AlterPartitionReassignments) and preferred-leader
+elections (ElectLeaders) are requests the controller's `reassign` and
+`elect_preferred` serve; reassignment progress is checked by the same `reconcile`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from odradek.cluster.decisions import (
+    partition_after_broker_loss,
+    partition_after_broker_return,
+    preferred_leader_election,
+)
+from odradek.cluster.model import (
+    ControllerClaim,
+    NotControllerError,
+    PartitionState,
+    VersionedPartitionState,
+)
+
+if TYPE_CHECKING:
+    from odradek.cluster.node import ClusterNode
+
+log = logging.getLogger("odradek.controller")
+
+RETRY_S = 0.5
+
+
+class Controller:
+    """Runs on the broker holding `claim`, until stopped or deposed."""
+
+    def __init__(self, node: ClusterNode, claim: ControllerClaim) -> None:
+        self.node = node
+        self.claim = claim
+        self._dirty = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.leader_elections = 0
+        self.unclean_elections = 0
+
+    def start(self) -> None:
+        self._dirty.set()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="controller")
+
+    def poke(self) -> None:
+        """The view changed: reconcile again (coalesced)."""
+        self._dirty.set()
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            try:
+                await self.reconcile()
+            except NotControllerError:
+                log.warning("controller epoch %d was deposed", self.claim.info.epoch)
+                return
+            except Exception as exc:
+                log.warning("controller pass failed: %r; retrying", exc)
+                await asyncio.sleep(RETRY_S)
+                self._dirty.set()
+
+    async def reconcile(self) -> None:
+        node = self.node
+        live = frozenset(node.brokers)
+        for key, current in sorted(node.states.items()):
+            replicas = node.replicas_of(*key)
+            if not replicas:
+                continue
+            wanted = self.decide(replicas, current.state, live)
+            if wanted is not None and wanted != current.state:
+                await self._write(current, wanted)
+
+    def decide(
+        self, replicas: tuple[int, ...], state: PartitionState, live: frozenset[int]
+    ) -> PartitionState | None:
+        """The state a partition should have with these live brokers (None: as it is)."""
+        unclean = self.node.unclean
+        new = state
+        gone = [b for b in dict.fromkeys((state.leader, *state.isr)) if b >= 0 and b not in live]
+        for dead in gone:
+            changed = partition_after_broker_loss(replicas, new, dead, live, unclean)
+            if changed is not None:
+                new = changed
+        if new.leader < 0:
+            for candidate in (*new.isr, *replicas):
+                if candidate in live:
+                    changed = partition_after_broker_return(replicas, new, candidate, live, unclean)
+                    if changed is not None:
+                        new = changed
+                        break
+        return None if new == state else new
+
+    async def _write(self, current: VersionedPartitionState, wanted: PartitionState) -> None:
+        update = await self.node.store.update_partition(
+            current,
+            leader=wanted.leader,
+            leader_epoch=wanted.leader_epoch,
+            isr=wanted.isr,
+            controller=self.claim,
+        )
+        if not update.succeeded:
+            self._dirty.set()  # the partition changed meanwhile: decide again on the new state
+            return
+        if wanted.leader != current.state.leader:
+            self.leader_elections += 1
+            if wanted.leader >= 0 and wanted.leader not in current.state.isr:
+                self.unclean_elections += 1
+        log.info(
+            "%s-%d: leader %d -> %d, epoch %d, isr %s",
+            current.topic,
+            current.partition,
+            current.state.leader,
+            wanted.leader,
+            wanted.leader_epoch,
+            list(wanted.isr),
+        )
+
+    async def elect_preferred(self, topic: str, partition: int) -> tuple[int, str | None]:
+        """ElectLeaders (PREFERRED) for one partition: (error code, message)."""
+        node = self.node
+        current = node.states.get((topic, partition))
+        replicas = node.replicas_of(topic, partition)
+        if current is None or not replicas:
+            return 3, "unknown topic or partition"  # UNKNOWN_TOPIC_OR_PARTITION
+        wanted = preferred_leader_election(replicas, current.state, frozenset(node.brokers))
+        if wanted is None:
+            if current.state.leader == replicas[0]:
+                return 84, "the preferred leader already leads"  # ELECTION_NOT_NEEDED
+            return (
+                83,
+                "the preferred replica is not live and in sync",
+            )  # PREFERRED_LEADER_NOT_AVAILABLE
+        await self._write(current, wanted)
+        return 0, None

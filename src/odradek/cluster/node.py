@@ -1,0 +1,702 @@
+"""One broker's membership in a cluster: its etcd session, its view of the cluster's
+metadata, and the roles that view gives it (issue 15).
+
+`ClusterNode` is what `Broker` adds when ``etcd.endpoints`` is set:
+
+* **Session**: a lease of ``broker.session.timeout.ms``, the broker's registration
+  on it, and a campaign for the controller role whenever nobody holds it. If the
+  lease is lost (the process stalled, etcd unreachable) the broker gives up every
+  leadership at once, registers again on a new lease and reloads the metadata.
+* **View**: the whole cluster read at one revision (`EtcdMetadataStore.cluster`),
+  then followed through one ordered watch. Changes are applied one at a time, in
+  etcd's order: a topic is opened on disk here (`TopicManager.adopt`) before any
+  of its partition states is applied, and each partition state gives this broker
+  its role in the partition (`ReplicaManager.apply_state`): leader, follower
+  (a `ReplicaFetcher` per leader broker), or none.
+* **Coordinators follow leadership**: leading a ``__consumer_offsets`` partition
+  loads its groups (COORDINATOR_LOAD_IN_PROGRESS meanwhile), losing it unloads them
+  (NOT_COORDINATOR); their responses wait until the ISR holds their records.
+* **Topics**: created and deleted in etcd (replicas placed from the live brokers,
+  rack-aware), then opened or removed on every broker from the watch.
+* **Controller**: the broker holding the role runs `odradek.cluster.controller`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from odradek.cluster.controller import Controller
+from odradek.cluster.decisions import InvalidReplicationFactor, assign_replicas
+from odradek.cluster.fetcher import ReplicaFetcher
+from odradek.cluster.metadata import EtcdMetadataStore, LeaseKeeper
+from odradek.cluster.model import (
+    BrokerChange,
+    BrokerIdInUseError,
+    BrokerInfo,
+    ChangeKind,
+    ClusterMetadata,
+    ControllerChange,
+    ControllerClaim,
+    ControllerInfo,
+    LeaseLost,
+    MetadataError,
+    MetadataWatchLost,
+    PartitionChange,
+    TopicAssignment,
+    TopicChange,
+    TopicConfigChange,
+    TopicExistsError,
+    UnknownTopicError,
+    VersionedPartitionState,
+)
+from odradek.cluster.replication import Replica, ReplicaManager, Role
+
+if TYPE_CHECKING:
+    from odradek.broker.server import Broker
+    from odradek.broker.topics import NewTopic, Topic, TopicError
+
+log = logging.getLogger("odradek.cluster")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+TXN_TOPIC = "__transaction_state"
+TOPIC_ALREADY_EXISTS = 36
+INVALID_REPLICATION_FACTOR = 38
+UNKNOWN_TOPIC_OR_PARTITION = 3
+REQUEST_TIMED_OUT = 7
+COORDINATOR_NOT_AVAILABLE = 15
+KAFKA_STORAGE_ERROR = 56
+PRODUCER_ID_BLOCK = 1000
+ISR_CHECK_EVERY_S = 1.0
+REJOIN_BACKOFF_S = (0.2, 5.0)
+TOPIC_VISIBLE_TIMEOUT_S = 30.0
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    host, _, port = text.removeprefix("http://").rpartition(":")
+    return host, int(port)
+
+
+def cluster_id_for(cluster_name: str) -> str:
+    """A Kafka-shaped cluster id (22 base64url characters) every broker derives alike."""
+    raw = uuid.uuid5(uuid.NAMESPACE_URL, f"odradek-cluster:{cluster_name}").bytes
+    return base64.urlsafe_b64encode(raw).decode()[:22]
+
+
+class _CoordinatorGate:
+    """A coordinator partition's view of its replication (group_runtime.ReplicationGate)."""
+
+    def __init__(self, node: ClusterNode, replica: Replica) -> None:
+        self._node = node
+        self._replica = replica
+
+    def high_watermark(self) -> int:
+        return self._replica.high_watermark
+
+    def appended(self) -> None:
+        self._node.replicas.leader_appended(self._replica)
+        self._node.broker.notify_append(self._replica.topic, self._replica.partition)
+
+
+class ProducerIdBlocks:
+    """Producer ids from blocks reserved in etcd, so no two brokers hand out the same id.
+
+    The next block is fetched while half of the current one is left, so
+    `next_id` (synchronous: InitProducerId) rarely finds none.
+    """
+
+    def __init__(self, store: EtcdMetadataStore) -> None:
+        self._store = store
+        self._ids: list[range] = []
+        self._refill: asyncio.Task[None] | None = None
+
+    async def prime(self) -> None:
+        await self._fetch()
+
+    async def _fetch(self) -> None:
+        first = await self._store.allocate_producer_ids(PRODUCER_ID_BLOCK)
+        self._ids.append(range(first, first + PRODUCER_ID_BLOCK))
+
+    def _left(self) -> int:
+        return sum(len(r) for r in self._ids)
+
+    def next_id(self) -> int:
+        while self._ids and not self._ids[0]:
+            self._ids.pop(0)
+        if not self._ids:
+            self._start_refill()
+            raise RuntimeError("no producer id block reserved yet; retry")
+        block = self._ids[0]
+        self._ids[0] = block[1:]
+        if self._left() < PRODUCER_ID_BLOCK // 2:
+            self._start_refill()
+        return block[0]
+
+    def _start_refill(self) -> None:
+        if self._refill is None or self._refill.done():
+            self._refill = asyncio.get_running_loop().create_task(self._fetch())
+
+
+class ClusterNode:
+    """This broker's part in a cluster (see the module docstring)."""
+
+    def __init__(self, broker: Broker) -> None:
+        config = broker.config
+        self.broker = broker
+        self.broker_id = broker.node_id
+        self.rack = str(config["broker.rack"]) or None
+        endpoints = list(config["etcd.endpoints"])
+        self.etcd_endpoint = parse_endpoint(endpoints[0])
+        self.cluster_name = str(config["etcd.cluster.name"])
+        self.lease_ttl_s = max(int(config["broker.session.timeout.ms"]) // 1000, 2)
+        self.unclean = bool(config["unclean.leader.election.enable"])
+        # One id for the whole cluster: cluster.id if set, else derived from its etcd name.
+        self.cluster_id = str(config["cluster.id"]) or cluster_id_for(self.cluster_name)
+        self.store = EtcdMetadataStore(
+            *self.etcd_endpoint, cluster_name=self.cluster_name, request_timeout_s=10
+        )
+        self.replicas = ReplicaManager(
+            self.broker_id,
+            min_insync=self._min_insync,
+            lag_time_max_s=int(config["replica.lag.time.max.ms"]) / 1000,
+            propose_isr=self._propose_isr,
+            on_high_watermark=self._high_watermark_moved,
+        )
+        self.replicas.role_listeners.append(self._role_changed)
+        self.producer_ids = ProducerIdBlocks(self.store)
+        # The view: what etcd said, as of the last change applied.
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.controller_info: ControllerInfo | None = None
+        self.assignments: dict[str, TopicAssignment] = {}
+        self.topic_configs: dict[str, dict[str, str]] = {}
+        self.states: dict[tuple[str, int], VersionedPartitionState] = {}
+        self.revision = 0
+        self._revision_seen = asyncio.Event()
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.controller: Controller | None = None
+        self._claim: ControllerClaim | None = None
+        self.lease: LeaseKeeper | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._session_task: asyncio.Task[None] | None = None
+        self._campaign_wake = asyncio.Event()
+        self._stopping = False
+        self.ready = asyncio.Event()
+        self.elections_won = 0
+        # Elections made by controllers this broker was before the current one (metrics).
+        self.leader_elections = 0
+        self.unclean_elections = 0
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Join: register, load the metadata, follow it. Returns once the view is loaded."""
+        await self.store.__aenter__()
+        await self._join()
+        await self.producer_ids.prime()
+        self._session_task = asyncio.create_task(self._run_session(), name="cluster-session")
+        self._tasks.append(asyncio.create_task(self._check_isr(), name="cluster-isr"))
+
+    async def _join(self) -> None:
+        self.lease = await self.store.grant_lease(self.lease_ttl_s)
+        host, port = self.broker.advertised_host, self.broker.advertised_port
+        info = BrokerInfo(self.broker_id, host, port, self.rack)
+        deadline = asyncio.get_running_loop().time() + self.lease_ttl_s * 2
+        while True:
+            try:
+                await self.store.register_broker(info, self.lease)
+                break
+            except BrokerIdInUseError:
+                # Our own previous incarnation (killed) holds the id until its lease ends.
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+        snapshot = await self.store.cluster()
+        await self._load(snapshot.items, snapshot.revision)
+        log.info(
+            "broker %d joined cluster %r (etcd %s:%d, %d brokers, %d topics)",
+            self.broker_id,
+            self.cluster_name,
+            *self.etcd_endpoint,
+            len(self.brokers),
+            len(self.assignments),
+        )
+        self.ready.set()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        tasks = [*self._tasks, *([self._session_task] if self._session_task else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for fetcher in self.fetchers.values():
+            await fetcher.stop()
+        if self.controller is not None:
+            await self.controller.stop()
+        with contextlib.suppress(Exception):
+            if self._claim is not None:
+                await self.store.resign_controller(self._claim)
+        with contextlib.suppress(Exception):
+            if self.lease is not None:
+                await self.lease.revoke()  # others see this broker leave at once
+        with contextlib.suppress(Exception):
+            await self.store.close()
+
+    async def _run_session(self) -> None:
+        """Follow the metadata and campaign; on a lost lease or watch, join again."""
+        backoff, largest = REJOIN_BACKOFF_S
+        while not self._stopping:
+            assert self.lease is not None
+            lease = self.lease
+            follow = asyncio.create_task(self._follow(self.revision + 1))
+            campaign = asyncio.create_task(self._campaign(lease))
+            lost = asyncio.create_task(lease.lost.wait())
+            done, _ = await asyncio.wait({follow, lost}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (follow, campaign, lost):
+                task.cancel()
+            await asyncio.gather(follow, campaign, lost, return_exceptions=True)
+            if lost in done:
+                log.error("broker %d lost its etcd lease: giving up every role", self.broker_id)
+                await self._give_up_roles()
+            elif follow.exception() is not None:
+                log.warning("metadata watch ended: %r; reloading", follow.exception())
+            while not self._stopping:
+                try:
+                    if lost in done:
+                        await self._join()
+                    else:
+                        snapshot = await self.store.cluster()
+                        await self._load(snapshot.items, snapshot.revision)
+                    backoff = REJOIN_BACKOFF_S[0]
+                    break
+                except (MetadataError, OSError, Exception) as exc:  # etcd down: keep trying
+                    log.warning("rejoining the cluster failed: %r; retry in %.1fs", exc, backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, largest)
+
+    def _retire_controller(self) -> Controller | None:
+        """Stop acting as controller (its counters are kept for the metrics)."""
+        controller, self.controller, self._claim = self.controller, None, None
+        if controller is not None:
+            self.leader_elections += controller.leader_elections
+            self.unclean_elections += controller.unclean_elections
+        return controller
+
+    async def _give_up_roles(self) -> None:
+        controller = self._retire_controller()
+        if controller is not None:
+            await controller.stop()
+        self.replicas.resign_all()
+
+    # --- controller election ----------------------------------------------------------------
+
+    async def _campaign(self, lease: LeaseKeeper) -> None:
+        while True:
+            if self.controller_info is None and self.controller is None:
+                try:
+                    won = await self.store.try_become_controller(self.broker_id, lease)
+                except LeaseLost:
+                    return
+                if isinstance(won, ControllerClaim):
+                    self._claim = won
+                    self.elections_won += 1
+                    log.info("broker %d is controller (epoch %d)", self.broker_id, won.info.epoch)
+                    self.controller = Controller(self, won)
+                    self.controller.start()
+            self._campaign_wake.clear()
+            await self._campaign_wake.wait()
+
+    # --- the view ---------------------------------------------------------------------------
+
+    async def _load(self, metadata: ClusterMetadata, revision: int) -> None:
+        """Replace the view with a snapshot, and act on every difference."""
+        self.brokers = dict(metadata.brokers)
+        self._set_controller(metadata.controller)
+        self.topic_configs = {k: dict(v) for k, v in metadata.topic_configs.items()}
+        for name in [n for n in self.assignments if n not in metadata.topics]:
+            await self._topic_deleted(name)
+        local_only = [
+            t.name
+            for t in self.broker.topics
+            if t.name not in metadata.topics and not self._local_topic(t.name)
+        ]
+        for name in local_only:
+            await self._topic_deleted(name)
+        for assignment in metadata.topics.values():
+            await self._topic_put(assignment)
+        self.states = dict(metadata.partitions)
+        for state in metadata.partitions.values():
+            self._partition_put(state)
+        self._advance(revision)
+        if self.controller is not None:
+            self.controller.poke()
+
+    def _local_topic(self, name: str) -> bool:
+        """Topics each broker keeps for itself, never in etcd (the group history)."""
+        from odradek.broker.group_runtime import EVENTS_TOPIC
+
+        return name == EVENTS_TOPIC
+
+    def _advance(self, revision: int) -> None:
+        self.revision = max(self.revision, revision)
+        self._revision_seen.set()
+        self._revision_seen = asyncio.Event()
+
+    async def wait_for_revision(self, revision: int, timeout_s: float) -> bool:
+        """Whether this broker's view reached `revision` within `timeout_s`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.revision < revision:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._revision_seen.wait(), remaining)
+        return True
+
+    async def _follow(self, start_revision: int) -> None:
+        async for change in self.store.watch_cluster(start_revision):
+            try:
+                await self._apply(change)
+            except Exception:
+                log.exception("applying metadata change %r failed", change)
+            self._advance(change.revision)
+        raise MetadataWatchLost("watch ended")
+
+    async def _apply(self, change: Any) -> None:
+        if isinstance(change, BrokerChange):
+            if change.kind is ChangeKind.PUT and change.broker is not None:
+                self.brokers[change.broker_id] = change.broker
+            else:
+                self.brokers.pop(change.broker_id, None)
+            if self.controller is not None:
+                self.controller.poke()
+        elif isinstance(change, ControllerChange):
+            self._set_controller(change.controller)
+        elif isinstance(change, TopicChange):
+            if change.kind is ChangeKind.PUT and change.assignment is not None:
+                await self._topic_put(change.assignment)
+            else:
+                await self._topic_deleted(change.topic)
+        elif isinstance(change, TopicConfigChange):
+            if change.configs is not None:
+                self.topic_configs[change.topic] = dict(change.configs)
+                topic = self.broker.topics.get(change.topic)
+                if topic is not None and topic.configs != change.configs:
+                    self.broker.topics.apply_configs(topic, dict(change.configs))
+        elif isinstance(change, PartitionChange):
+            key = (change.topic, change.partition)
+            if change.state is not None:
+                self.states[key] = change.state
+                self._partition_put(change.state)
+                if self.controller is not None:
+                    self.controller.poke()
+            else:
+                self.states.pop(key, None)
+
+    def _set_controller(self, info: ControllerInfo | None) -> None:
+        self.controller_info = info
+        if (info is None or info.broker_id != self.broker_id) and (
+            self.controller is not None
+            and (info is None or self._claim is None or info.epoch != self._claim.info.epoch)
+        ):
+            log.warning("broker %d is no longer controller", self.broker_id)
+            controller = self._retire_controller()
+            if controller is not None:
+                asyncio.get_running_loop().create_task(controller.stop())
+        if info is None:
+            self._campaign_wake.set()
+
+    async def _topic_put(self, assignment: TopicAssignment) -> None:
+        self.assignments[assignment.name] = assignment
+        configs = self.topic_configs.get(assignment.name, {})
+        try:
+            await self.broker.topics.adopt(
+                assignment.name, assignment.topic_id, len(assignment.replicas), configs
+            )
+        except Exception:
+            log.exception("cannot open topic %s on this broker", assignment.name)
+
+    async def _topic_deleted(self, name: str) -> None:
+        self.assignments.pop(name, None)
+        self.topic_configs.pop(name, None)
+        for key in [k for k in self.states if k[0] == name]:
+            del self.states[key]
+        self.replicas.forget(name)
+        for fetcher in self.fetchers.values():
+            for key in [k for k in fetcher.partitions if k[0] == name]:
+                fetcher.remove(key)
+        try:
+            await self.broker.topics.forget(name)
+        except Exception:
+            log.exception("cannot remove topic %s from this broker", name)
+
+    def _partition_put(self, state: VersionedPartitionState) -> None:
+        assignment = self.assignments.get(state.topic)
+        plog = self.broker.topics.partition(state.topic, state.partition)
+        if assignment is None or plog is None:
+            return
+        assigned = tuple(assignment.replicas.get(state.partition, ()))
+        replica = self.replicas.host(state.topic, state.partition, plog)
+        role = self.replicas.apply_state(replica, assigned, state)
+        key = (state.topic, state.partition)
+        for leader_id, fetcher in self.fetchers.items():
+            if leader_id != state.state.leader or role is not Role.FOLLOWER:
+                fetcher.remove(key)
+        if role is Role.FOLLOWER:
+            self._fetcher_for(state.state.leader).add(key)
+        self.broker.notify_append(state.topic, state.partition)  # long polls re-check roles
+
+    def _fetcher_for(self, leader_id: int) -> ReplicaFetcher:
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is None:
+            config = self.broker.config
+            fetcher = ReplicaFetcher(
+                self.broker_id,
+                leader_id,
+                self.replicas,
+                self.address_of,
+                max_wait_ms=int(config["replica.fetch.wait.max.ms"]),
+                max_bytes=int(config["replica.fetch.max.bytes"]),
+                timeout_s=int(config["replica.socket.timeout.ms"]) / 1000,
+                on_append=self._follower_appended,
+            )
+            self.fetchers[leader_id] = fetcher
+        return fetcher
+
+    def _follower_appended(self, topic: str, partition: int) -> None:
+        pass  # consumers read below the high watermark only: they wake when it moves
+
+    # --- replication callbacks --------------------------------------------------------------
+
+    def _min_insync(self, topic: str) -> int:
+        local = self.broker.topics.get(topic)
+        if local is None:
+            return 1
+        return int(self.broker.topics.resolved_configs(local)["min.insync.replicas"])
+
+    def _propose_isr(self, replica: Replica, isr: tuple[int, ...]) -> None:
+        asyncio.get_running_loop().create_task(self._write_isr(replica, isr))
+
+    async def _write_isr(self, replica: Replica, isr: tuple[int, ...]) -> None:
+        current = replica.state
+        try:
+            if current is None or replica.role is not Role.LEADER:
+                return
+            update = await self.store.update_partition(
+                current,
+                leader=current.state.leader,
+                leader_epoch=current.state.leader_epoch,
+                isr=isr,
+            )
+            if not update.succeeded:
+                log.info(
+                    "%s-%d: ISR change to %s lost a race; the watch brings the winner",
+                    replica.topic,
+                    replica.partition,
+                    list(isr),
+                )
+        except Exception as exc:
+            log.warning("%s-%d: ISR change failed: %r", replica.topic, replica.partition, exc)
+        finally:
+            if replica.state is current:
+                self.replicas.isr_change_failed(replica)
+
+    def _high_watermark_moved(self, topic: str, partition: int) -> None:
+        self.broker.notify_append(topic, partition)
+        if topic == OFFSETS_TOPIC:
+            runners = self.broker.groups.runners
+            if 0 <= partition < len(runners):
+                replica = self.replicas.get(topic, partition)
+                if replica is not None:
+                    runners[partition].replicated(replica.high_watermark)
+
+    def _role_changed(self, replica: Replica, before: Role) -> None:
+        if replica.topic != OFFSETS_TOPIC:
+            return
+        runners = self.broker.groups.runners
+        if not 0 <= replica.partition < len(runners):
+            return
+        runner = runners[replica.partition]
+        if replica.role is Role.LEADER:
+            runner.gate = _CoordinatorGate(self, replica)
+            runner.become_leader()
+        elif runner.leading:
+            asyncio.get_running_loop().create_task(runner.resign())
+
+    async def _check_isr(self) -> None:
+        while True:
+            await asyncio.sleep(ISR_CHECK_EVERY_S)
+            try:
+                self.replicas.shrink_lagging()
+            except Exception:
+                log.exception("ISR check failed")
+
+    # --- what handlers ask -----------------------------------------------------------------
+
+    def address_of(self, broker_id: int) -> tuple[str, int] | None:
+        info = self.brokers.get(broker_id)
+        return (info.host, info.port) if info is not None else None
+
+    def partition_state(self, topic: str, partition: int) -> VersionedPartitionState | None:
+        return self.states.get((topic, partition))
+
+    def replicas_of(self, topic: str, partition: int) -> tuple[int, ...]:
+        assignment = self.assignments.get(topic)
+        return tuple(assignment.replicas.get(partition, ())) if assignment is not None else ()
+
+    def controller_id(self) -> int:
+        return self.controller_info.broker_id if self.controller_info is not None else -1
+
+    async def coordinator_for(self, topic: str, partition: int) -> tuple[int, int, str]:
+        """(error code, broker id, message) of the leader of a coordinator partition,
+        creating the internal topic first if it does not exist yet (as Kafka)."""
+        if topic not in self.assignments:
+            error = await self._create_internal(topic)
+            if error:
+                return error
+        state = self.states.get((topic, partition))
+        if state is None or state.state.leader < 0 or state.state.leader not in self.brokers:
+            return COORDINATOR_NOT_AVAILABLE, -1, f"{topic}-{partition} has no leader"
+        return 0, state.state.leader, ""
+
+    async def _create_internal(self, topic: str) -> tuple[int, int, str] | None:
+        from odradek.broker.topics import NewTopic
+
+        config = self.broker.config
+        if topic == OFFSETS_TOPIC:
+            partitions = int(config["offsets.topic.num.partitions"])
+            replication = int(config["offsets.topic.replication.factor"])
+            configs = self.broker.groups.offsets_topic_configs()
+        else:
+            return COORDINATOR_NOT_AVAILABLE, -1, f"{topic} is not available in cluster mode"
+        wanted = NewTopic(topic, partitions, replication, dict(configs), internal_configs=True)
+        (result,) = await self.create_topics([wanted], internal=True)
+        from odradek.broker.topics import TopicError
+
+        if isinstance(result, TopicError) and result.error_code != TOPIC_ALREADY_EXISTS:
+            return COORDINATOR_NOT_AVAILABLE, -1, f"cannot create {topic}: {result}"
+        return None
+
+    # --- topics (TopicManager's ClusterTopics) ---------------------------------------------
+
+    async def create_topics(
+        self, wanted: list[NewTopic], *, internal: bool = False
+    ) -> list[Topic | TopicError]:
+        """Place replicas, write each topic to etcd, and wait until this broker holds it."""
+        from odradek.broker.topics import TopicError
+
+        topics = self.broker.topics
+        results: list[Topic | TopicError] = []
+        for request in wanted:
+            try:
+                if not internal and request.name in (OFFSETS_TOPIC, TXN_TOPIC):
+                    raise TopicError(TOPIC_ALREADY_EXISTS, f"{request.name} is internal")
+                if request.name in self.assignments:
+                    raise TopicError(TOPIC_ALREADY_EXISTS, f"topic {request.name!r} already exists")
+                topic, count = topics.prepare(request)
+                factor = request.replication_factor
+                if factor == -1:
+                    factor = int(self.broker.config["default.replication.factor"])
+                replicas = self._place(count, factor)
+                assignment = TopicAssignment(request.name, topic.topic_id, replicas)
+                revision = await self.store.create_topic(assignment, topic.configs)
+            except TopicError as exc:
+                results.append(exc)
+                continue
+            except TopicExistsError as exc:
+                results.append(TopicError(TOPIC_ALREADY_EXISTS, str(exc)))
+                continue
+            except (MetadataError, OSError) as exc:
+                results.append(TopicError(REQUEST_TIMED_OUT, f"cluster metadata: {exc}"))
+                continue
+            results.append(await self._held(request.name, revision))
+        return results
+
+    def _place(self, partitions: int, factor: int) -> dict[int, tuple[int, ...]]:
+        from odradek.broker.topics import TopicError
+
+        live = {b: info.rack for b, info in sorted(self.brokers.items())}
+        try:
+            start = uuid.uuid4().int % max(len(live), 1)  # spread first replicas as Kafka
+            return assign_replicas(partitions, factor, live, start_index=start)
+        except InvalidReplicationFactor as exc:
+            raise TopicError(INVALID_REPLICATION_FACTOR, str(exc)) from None
+        except ValueError as exc:
+            raise TopicError(INVALID_REPLICATION_FACTOR, str(exc)) from None
+
+    async def _held(self, name: str, revision: int) -> Topic | TopicError:
+        from odradek.broker.topics import TopicError
+
+        if not await self.wait_for_revision(revision, TOPIC_VISIBLE_TIMEOUT_S):
+            return TopicError(REQUEST_TIMED_OUT, f"topic {name!r} created; not visible here yet")
+        topic = self.broker.topics.get(name)
+        if topic is None:
+            return TopicError(KAFKA_STORAGE_ERROR, f"topic {name!r} could not be opened here")
+        return topic
+
+    async def delete_topics(self, names: list[str]) -> dict[str, TopicError | None]:
+        from odradek.broker.topics import TopicError
+
+        outcome: dict[str, TopicError | None] = {}
+        for name in dict.fromkeys(names):
+            if name in (OFFSETS_TOPIC, TXN_TOPIC):
+                outcome[name] = TopicError(42, f"internal topic {name!r} cannot be deleted")
+                continue
+            try:
+                await self.store.delete_topic(name)
+                outcome[name] = None
+            except UnknownTopicError:
+                outcome[name] = TopicError(
+                    UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+                )
+            except (MetadataError, OSError) as exc:
+                outcome[name] = TopicError(REQUEST_TIMED_OUT, f"cluster metadata: {exc}")
+        if any(v is None for v in outcome.values()):
+            snapshot = await self.store.controller()  # any read: its revision covers ours
+            await self.wait_for_revision(snapshot.revision, TOPIC_VISIBLE_TIMEOUT_S)
+        return outcome
+
+    def configs_changed(self, name: str, configs: dict[str, str]) -> None:
+        """A topic's configs changed here (AlterConfigs): store them for every broker."""
+        asyncio.get_running_loop().create_task(self._store_configs(name, configs))
+
+    async def _store_configs(self, name: str, configs: dict[str, str]) -> None:
+        try:
+            await self.store.set_topic_configs(name, configs)
+        except Exception:
+            log.exception("could not store the configs of %s in etcd", name)
+
+    def next_producer_id(self) -> int:
+        return self.producer_ids.next_id()
+
+    # --- views for Metadata and the CLI ----------------------------------------------------
+
+    def partition_entry(self, topic: str, partition: int) -> dict[str, Any]:
+        """Leader, epoch, replicas, ISR and offline replicas of one partition."""
+        replicas = self.replicas_of(topic, partition)
+        state = self.states.get((topic, partition))
+        offline = tuple(b for b in replicas if b not in self.brokers)
+        if state is None:
+            return {
+                "error_code": 5,  # LEADER_NOT_AVAILABLE
+                "partition_index": partition,
+                "leader_id": -1,
+                "leader_epoch": -1,
+                "replica_nodes": replicas,
+                "isr_nodes": (),
+                "offline_replicas": offline,
+            }
+        leader = state.state.leader if state.state.leader in self.brokers else -1
+        return {
+            "error_code": 0 if leader >= 0 else 5,
+            "partition_index": partition,
+            "leader_id": leader,
+            "leader_epoch": state.state.leader_epoch,
+            "replica_nodes": replicas,
+            "isr_nodes": state.state.isr,
+            "offline_replicas": offline,
+        }
