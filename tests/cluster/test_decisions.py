@@ -91,10 +91,13 @@ def test_rack_aware_layout_of_six_brokers_in_three_racks_is_kafkas_example() -> 
         assert len({racks[b] for b in replicas}) == 3
 
 
-def test_rack_aware_with_fewer_replicas_than_racks_puts_each_on_its_own_rack() -> None:
-    racks = {b: f"r{b % 3}" for b in range(6)}
-    for replicas in assign_replicas(12, 2, racks, start_index=1).values():
-        assert racks[replicas[0]] != racks[replicas[1]]
+def test_brokers_are_taken_in_id_order_whatever_order_they_come_in() -> None:
+    shuffled: dict[int, str | None] = {4: None, 2: None, 0: None, 3: None, 1: None}
+    assert assign_replicas(10, 3, shuffled, start_index=0) == assign_replicas(
+        10, 3, no_racks(5), start_index=0
+    )
+    racks = {5: "rack1", 2: "rack3", 0: "rack1", 4: "rack2", 1: "rack3", 3: "rack2"}
+    assert assign_replicas(6, 3, racks, start_index=0)[0] == (0, 3, 1)
 
 
 def test_start_partition_continues_the_round_robin() -> None:
@@ -232,6 +235,13 @@ def test_losing_the_leader_elects_from_the_isr_and_bumps_both_epochs() -> None:
     assert after == PartitionState(leader=2, leader_epoch=5, isr=(2, 3), partition_epoch=10)
 
 
+def test_a_loss_also_elects_for_a_partition_left_offline_with_a_live_isr_member() -> None:
+    # e.g. a state written by an earlier controller that missed broker 2's return
+    offline = PartitionState(leader=NO_LEADER, leader_epoch=3, isr=(1, 2), partition_epoch=5)
+    after = partition_after_broker_loss((1, 2), offline, 1, {2}, unclean=False)
+    assert after == PartitionState(leader=2, leader_epoch=4, isr=(2,), partition_epoch=6)
+
+
 def test_losing_a_follower_shrinks_the_isr_and_keeps_the_leader_epoch() -> None:
     state = PartitionState(leader=1, leader_epoch=4, isr=(1, 2, 3), partition_epoch=9)
     after = partition_after_broker_loss((1, 2, 3), state, 3, {1, 2, 3}, unclean=False)
@@ -260,7 +270,9 @@ def test_an_offline_partition_stays_offline_when_a_replica_outside_the_isr_retur
 
 
 def test_a_return_does_not_touch_a_partition_that_has_a_leader() -> None:
-    state = PartitionState(leader=2, leader_epoch=5, isr=(2,), partition_epoch=10)
+    # even when the returning broker is the preferred replica and still in the ISR
+    # (back before its loss was handled): moving leadership is preferred election's job
+    state = PartitionState(leader=2, leader_epoch=5, isr=(2, 1), partition_epoch=10)
     assert partition_after_broker_return((1, 2, 3), state, 1, {1, 2}, unclean=True) is None
 
 
@@ -451,6 +463,13 @@ def test_reassignment_waits_until_every_target_replica_is_in_the_isr() -> None:
     moving = start_reassignment((1, 2, 3), (3, 4, 5), live={1, 2, 3, 4, 5})
     state = PartitionState(leader=1, leader_epoch=2, isr=(1, 2, 3, 4), partition_epoch=6)
     assert reassignment_progress(moving, state, {1, 2, 3, 4, 5}) == (None, None)
+
+
+def test_reassignment_waits_for_a_target_replica_that_fell_out_of_the_isr() -> None:
+    # Kafka completes only when every target replica (not just the adding ones) is in sync
+    moving = start_reassignment((1, 2, 3), (3, 4), live={1, 2, 3, 4})
+    state = PartitionState(leader=1, leader_epoch=2, isr=(1, 2, 4), partition_epoch=6)
+    assert reassignment_progress(moving, state, {1, 2, 3, 4}) == (None, None)
 
 
 def test_completed_reassignment_drops_the_removed_replicas_and_moves_leadership() -> None:

@@ -545,7 +545,7 @@ def reassignment_progress(
         return None, None
     target = reassignment.target
     isr = tuple(b for b in state.isr if b not in reassignment.removing)
-    if not isr or not set(target) <= set(isr):
+    if not set(target) <= set(isr):  # (so the ISR left is never empty: target is not)
         return None, None
     leader = state.leader
     if leader not in isr:
