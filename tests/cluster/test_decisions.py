@@ -480,6 +480,15 @@ def test_completed_reassignment_drops_the_removed_replicas_and_moves_leadership(
     assert after == PartitionState(leader=3, leader_epoch=3, isr=(3, 4, 5), partition_epoch=7)
 
 
+def test_a_half_written_completion_completes_again_without_a_state_change() -> None:
+    # the controller wrote the new state, then died before writing the replicas
+    moving = start_reassignment((1, 2, 3), (3, 4, 5), live={1, 2, 3, 4, 5})
+    state = PartitionState(leader=1, leader_epoch=2, isr=(1, 2, 3, 4, 5), partition_epoch=6)
+    replicas, written = reassignment_progress(moving, state, {1, 2, 3, 4, 5})
+    assert written is not None
+    assert reassignment_progress(moving, written, {1, 2, 3, 4, 5}) == (replicas, None)
+
+
 def test_completed_reassignment_keeps_a_leader_that_stays() -> None:
     moving = start_reassignment((1, 2), (1, 3), live={1, 2, 3})
     state = PartitionState(leader=1, leader_epoch=2, isr=(1, 2, 3), partition_epoch=6)

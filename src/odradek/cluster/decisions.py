@@ -540,6 +540,9 @@ def reassignment_progress(
     leader being removed is replaced by `elect_leader` over the target (clean
     only: the target members are all in the ISR by now). The state is None when
     only the replica list changes (the ISR held no removing replica).
+
+    Write the state before the replicas: on a half-done completion (state
+    written, replicas not) this answers the replicas again and no state change.
     """
     if not reassignment.adding and not reassignment.removing:
         return None, None

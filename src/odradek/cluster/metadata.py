@@ -15,6 +15,8 @@ order. With the default prefix ``/odradek/<cluster_name>`` the keys are::
                                          so the epoch survives controller deaths and
                                          only ever grows
     <p>/topics/<name>                    TopicAssignment {topic_id, replicas:
+                                         {partition: [broker ids]}, and while a
+                                         partition is reassigned adding, removing:
                                          {partition: [broker ids]}}
     <p>/topic_configs/<name>             {config name: value}
     <p>/partitions/<name>/<partition>    PartitionState {leader, leader_epoch, isr,
@@ -35,6 +37,9 @@ Rules the store enforces (each one a single etcd transaction):
   controller (its key was deleted or recreated by another broker).
 * A topic is created with its configs and every partition's initial state in one
   transaction, and only if the name is free.
+* A topic's assignment (reassignment, added partitions) changes only by
+  compare-and-swap on its key's ``mod_revision`` (`update_topic_assignment`),
+  fenced by a `ControllerClaim` like partition states.
 
 Watches (`watch_brokers`, `watch_controller`, `watch_topics`, `watch_partitions`,
 and `watch_cluster` for everything in one stream) start at a revision, so a reader
