@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import aetcd
 import pytest
 
-from odradek.cluster.decisions import reassignment_progress, start_reassignment
+from odradek.cluster.decisions import Reassignment, reassignment_progress, start_reassignment
 from odradek.cluster.etcd_server import EtcdServer
 from odradek.cluster.metadata import EtcdMetadataStore
 from odradek.cluster.model import (
@@ -678,12 +678,13 @@ def test_topic_assignment_cas_carries_a_reassignment_to_every_reader(
             assert read.assignment == orders and read.mod_revision == created
 
             moving = start_reassignment(orders.replicas[0], (3, 4), live={1, 2, 3, 4})
-            reassigning = TopicAssignment(
+            reassigning = moving.applied_to(orders, 0)
+            assert reassigning == TopicAssignment(
                 "orders",
                 orders.topic_id,
-                {**orders.replicas, 0: moving.replicas},
-                adding={0: moving.adding},
-                removing={0: moving.removing},
+                {0: (3, 4, 1, 2), 1: (2, 3)},
+                adding={0: (3, 4)},
+                removing={0: (1, 2)},
             )
             won = await store.update_topic_assignment(reassigning, expected_revision=created)
             assert won.succeeded and won.current is not None
@@ -701,6 +702,8 @@ def test_topic_assignment_cas_carries_a_reassignment_to_every_reader(
             assert snapshot.items.topic_revisions["orders"] == won.current.mod_revision
             [change] = await take(rival.watch_topics(won.current.mod_revision), 1)
             assert isinstance(change, TopicChange) and change.assignment == reassigning
+            assert Reassignment.of(change.assignment, 0) == moving
+            assert Reassignment.of(change.assignment, 1) == Reassignment((2, 3), (), ())
 
             # everything caught up: the reassignment completes with one more CAS
             state = await store.partition("orders", 0)
@@ -711,10 +714,13 @@ def test_topic_assignment_cas_carries_a_reassignment_to_every_reader(
             replicas, new_state = reassignment_progress(moving, caught_up.current.state, {3, 4})
             assert replicas == (3, 4) and new_state is not None
             done = await store.update_topic_assignment(
-                TopicAssignment("orders", orders.topic_id, {**orders.replicas, 0: replicas}),
+                Reassignment(replicas, (), ()).applied_to(reassigning, 0),
                 expected_revision=won.current.mod_revision,
             )
             assert done.succeeded and done.current is not None
+            assert done.current.assignment == TopicAssignment(
+                "orders", orders.topic_id, {0: (3, 4), 1: (2, 3)}
+            )
             assert not done.current.assignment.is_reassigning(0)
 
             await store.delete_topic("orders")

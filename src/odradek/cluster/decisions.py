@@ -32,10 +32,10 @@ exactly when the leader changes (including to or from "no leader", -1).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from odradek.cluster.model import PartitionState
+from odradek.cluster.model import PartitionState, TopicAssignment
 
 NO_LEADER = -1
 
@@ -455,6 +455,28 @@ class Reassignment:
     def target(self) -> Replicas:
         return tuple(b for b in self.replicas if b not in self.removing)
 
+    @classmethod
+    def of(cls, assignment: TopicAssignment, partition: int) -> Reassignment:
+        """What `assignment` stores for `partition` (adding/removing empty if none runs)."""
+        return cls(
+            replicas=tuple(assignment.replicas[partition]),
+            adding=assignment.adding.get(partition, ()),
+            removing=assignment.removing.get(partition, ()),
+        )
+
+    def applied_to(self, assignment: TopicAssignment, partition: int) -> TopicAssignment:
+        """`assignment` with this partition's replicas, adding and removing replaced.
+
+        ``Reassignment(replicas, (), ())`` ends one: the completed target, or the
+        original replicas `cancel_reassignment` answers.
+        """
+        return replace(
+            assignment,
+            replicas={**assignment.replicas, partition: self.replicas},
+            adding={**assignment.adding, partition: self.adding},
+            removing={**assignment.removing, partition: self.removing},
+        )
+
 
 def start_reassignment(
     current_replicas: Sequence[int], target: Sequence[int], *, live: Collection[int]
@@ -535,7 +557,7 @@ def reassignment_progress(
 
     KRaft's ``maybeCompleteReassignment`` (called after every ISR change): the
     move completes once every target replica, which includes every adding one,
-    is in the ISR (less the removing replicas, which must leave something). Then
+    is in the ISR (so the ISR left without the removing replicas is never empty). Then
     the replicas become the target and the ISR drops the removing replicas; a
     leader being removed is replaced by `elect_leader` over the target (clean
     only: the target members are all in the ISR by now). The state is None when
@@ -548,7 +570,7 @@ def reassignment_progress(
         return None, None
     target = reassignment.target
     isr = tuple(b for b in state.isr if b not in reassignment.removing)
-    if not set(target) <= set(isr):  # (so the ISR left is never empty: target is not)
+    if not set(target) <= set(isr):
         return None, None
     leader = state.leader
     if leader not in isr:
