@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import aetcd
 import pytest
 
+from odradek.cluster.decisions import Reassignment, reassignment_progress, start_reassignment
 from odradek.cluster.etcd_server import EtcdServer
 from odradek.cluster.metadata import EtcdMetadataStore
 from odradek.cluster.model import (
@@ -31,8 +32,10 @@ from odradek.cluster.model import (
     PartitionChange,
     PartitionState,
     TopicAssignment,
+    TopicChange,
     TopicConfigChange,
     TopicExistsError,
+    TopicUpdate,
     UnknownTopicError,
 )
 
@@ -539,7 +542,7 @@ def test_cluster_snapshot_reads_everything_at_one_revision(etcd_server: EtcdServ
             claim = await store.try_become_controller(1, lease)
             assert isinstance(claim, ControllerClaim)
             orders = three_replica_topic("orders", partitions=1)
-            await store.create_topic(orders, {"retention.ms": "1000"}, controller=claim)
+            created = await store.create_topic(orders, {"retention.ms": "1000"}, controller=claim)
             current = await store.partition("orders", 0)
             update = await store.update_partition(
                 current, leader=2, leader_epoch=1, isr=(2, 3), controller=claim
@@ -554,6 +557,7 @@ def test_cluster_snapshot_reads_everything_at_one_revision(etcd_server: EtcdServ
                 topics={"orders": orders},
                 topic_configs={"orders": {"retention.ms": "1000"}},
                 partitions={("orders", 0): update.current},
+                topic_revisions={"orders": created},
             )
             assert snapshot.revision == update.current.mod_revision
             await lease.revoke()
@@ -625,5 +629,163 @@ def test_closing_the_store_lets_its_leases_expire(etcd_server: EtcdServer) -> No
                 (ChangeKind.PUT, 9),
                 (ChangeKind.DELETE, 9),
             ]
+
+    run(scenario)
+
+
+# -- topic assignment: reassignment and added partitions --------------------------
+
+
+def test_old_topic_values_decode_without_reassignment_and_encode_unchanged() -> None:
+    topic_id = uuid.uuid4()
+    old = f'{{"replicas":{{"0":[1,2],"1":[2,3]}},"topic_id":"{topic_id}"}}'.encode()
+    decoded = TopicAssignment.decode("t", old)
+    assert decoded == TopicAssignment("t", topic_id, {0: (1, 2), 1: (2, 3)})
+    assert decoded.adding == {} and decoded.removing == {}
+    assert decoded.encode() == old  # a topic not being reassigned keeps its bytes
+    moving = TopicAssignment(
+        "t", topic_id, {0: (3, 1, 2), 1: (2, 3)}, adding={0: (3,)}, removing={0: (1,), 1: ()}
+    )
+    assert moving.removing == {0: (1,)}  # empty entries are dropped
+    assert TopicAssignment.decode("t", moving.encode()) == moving
+    assert moving.is_reassigning(0) and not moving.is_reassigning(1)
+
+
+@pytest.mark.parametrize(
+    ("adding", "removing", "match"),
+    [
+        ({0: (4,)}, {}, "must be replicas"),
+        ({5: (1,)}, {}, "does not exist"),
+        ({0: (1,)}, {0: (1,)}, "added and removed"),
+        ({}, {0: (1, 2)}, "at least one replica"),
+    ],
+)
+def test_invalid_reassignment_fields_are_rejected(
+    adding: dict[int, tuple[int, ...]], removing: dict[int, tuple[int, ...]], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        TopicAssignment("t", uuid.uuid4(), {0: (1, 2)}, adding=adding, removing=removing)
+
+
+def test_topic_assignment_cas_carries_a_reassignment_to_every_reader(
+    etcd_server: EtcdServer,
+) -> None:
+    async def scenario() -> None:
+        async with store_for(etcd_server) as store, store_for(etcd_server) as rival:
+            orders = TopicAssignment("orders", uuid.uuid4(), {0: (1, 2), 1: (2, 3)})
+            created = await store.create_topic(orders)
+            read = await store.topic("orders")
+            assert read.assignment == orders and read.mod_revision == created
+
+            moving = start_reassignment(orders.replicas[0], (3, 4), live={1, 2, 3, 4})
+            reassigning = moving.applied_to(orders, 0)
+            assert reassigning == TopicAssignment(
+                "orders",
+                orders.topic_id,
+                {0: (3, 4, 1, 2), 1: (2, 3)},
+                adding={0: (3, 4)},
+                removing={0: (1, 2)},
+            )
+            won = await store.update_topic_assignment(reassigning, expected_revision=created)
+            assert won.succeeded and won.current is not None
+            assert won.current.assignment == reassigning
+            assert won.current.mod_revision > created
+
+            # a writer that read before the change loses and is handed what is stored
+            stale = TopicAssignment("orders", orders.topic_id, {0: (2, 1), 1: (2, 3)})
+            lost = await rival.update_topic_assignment(stale, expected_revision=created)
+            assert not lost.succeeded and lost.current == won.current
+
+            assert (await rival.topics()).items["orders"] == reassigning
+            snapshot = await rival.cluster()
+            assert snapshot.items.topics["orders"] == reassigning
+            assert snapshot.items.topic_revisions["orders"] == won.current.mod_revision
+            [change] = await take(rival.watch_topics(won.current.mod_revision), 1)
+            assert isinstance(change, TopicChange) and change.assignment == reassigning
+            assert Reassignment.of(change.assignment, 0) == moving
+            assert Reassignment.of(change.assignment, 1) == Reassignment((2, 3), (), ())
+
+            # everything caught up: the reassignment completes with one more CAS
+            state = await store.partition("orders", 0)
+            caught_up = await store.update_partition(
+                state, leader=1, leader_epoch=0, isr=(1, 2, 3, 4)
+            )
+            assert caught_up.current is not None
+            replicas, new_state = reassignment_progress(moving, caught_up.current.state, {3, 4})
+            assert replicas == (3, 4) and new_state is not None
+            done = await store.update_topic_assignment(
+                Reassignment(replicas, (), ()).applied_to(reassigning, 0),
+                expected_revision=won.current.mod_revision,
+            )
+            assert done.succeeded and done.current is not None
+            assert done.current.assignment == TopicAssignment(
+                "orders", orders.topic_id, {0: (3, 4), 1: (2, 3)}
+            )
+            assert not done.current.assignment.is_reassigning(0)
+
+            await store.delete_topic("orders")
+            gone = await store.update_topic_assignment(
+                orders, expected_revision=done.current.mod_revision
+            )
+            assert gone == TopicUpdate(False, None)
+            with pytest.raises(UnknownTopicError):
+                await store.topic("orders")
+
+    run(scenario)
+
+
+def test_topic_assignment_update_adds_partition_states_atomically(
+    etcd_server: EtcdServer,
+) -> None:
+    async def scenario() -> None:
+        async with store_for(etcd_server) as store:
+            orders = TopicAssignment("orders", uuid.uuid4(), {0: (1, 2)})
+            created = await store.create_topic(orders)
+            grown = TopicAssignment("orders", orders.topic_id, {0: (1, 2), 1: (2, 1), 2: (1, 2)})
+            added = {1: PartitionState(2, 0, (2, 1)), 2: PartitionState(1, 0, (1, 2))}
+            update = await store.update_topic_assignment(
+                grown, expected_revision=created, added_partition_states=added
+            )
+            assert update.succeeded and update.current is not None
+            states = (await store.partitions("orders")).items
+            assert {p: v.state for (_, p), v in states.items()} == {
+                0: PartitionState(1, 0, (1, 2)),
+                **added,
+            }
+            assert {v.mod_revision for (_, p), v in states.items() if p > 0} == {
+                update.current.mod_revision
+            }
+            with pytest.raises(ValueError, match="does not have"):
+                await store.update_topic_assignment(
+                    grown,
+                    expected_revision=update.current.mod_revision,
+                    added_partition_states={7: PartitionState(1, 0, (1,))},
+                )
+
+    run(scenario)
+
+
+def test_topic_assignment_update_is_fenced_by_the_controller_claim(
+    etcd_server: EtcdServer,
+) -> None:
+    async def scenario() -> None:
+        async with store_for(etcd_server) as store:
+            lease = await store.grant_lease(LEASE_TTL_S)
+            claim = await store.try_become_controller(1, lease)
+            assert isinstance(claim, ControllerClaim)
+            orders = TopicAssignment("orders", uuid.uuid4(), {0: (1, 2)})
+            created = await store.create_topic(orders, controller=claim)
+            reordered = TopicAssignment("orders", orders.topic_id, {0: (2, 1)})
+            update = await store.update_topic_assignment(
+                reordered, expected_revision=created, controller=claim
+            )
+            assert update.succeeded and update.current is not None
+
+            await lease.revoke()  # deposed: even a current revision is refused
+            with pytest.raises(NotControllerError):
+                await store.update_topic_assignment(
+                    orders, expected_revision=update.current.mod_revision, controller=claim
+                )
+            assert (await store.topic("orders")).assignment == reordered
 
     run(scenario)

@@ -9,6 +9,9 @@ unchanged. Modules:
   state), the watch events and the errors.
 * `odradek.cluster.metadata` is the typed store every broker will use
   (`EtcdMetadataStore`, `LeaseKeeper`, `KeyLayout`).
+* `odradek.cluster.decisions` is what the controller decides, as pure functions
+  (replica assignment, leader election, ISR-change validation, reassignment):
+  no I/O, clock or randomness, so a new controller decides exactly as the old one.
 
 Why etcd
 --------
@@ -41,7 +44,9 @@ range reads come back in numeric order::
     /brokers/<id>                 {id, host, port, rack}       on the broker's lease
     /controller                   {broker_id, epoch}           on the controller's lease
     /controller_epoch             last epoch, decimal          persistent, only grows
-    /topics/<name>                {topic_id, replicas: {partition: [broker ids]}}
+    /topics/<name>                {topic_id, replicas: {partition: [broker ids]},
+                                   adding, removing}   (the last two only while a
+                                   partition is reassigned: {partition: [ids]})
     /topic_configs/<name>         {config: value}
     /partitions/<name>/<p>        {leader, leader_epoch, isr, partition_epoch}
 
@@ -74,7 +79,8 @@ How the next steps use this store
   reports a DELETE it elects a new leader from the ISR for each partition the
   broker led (``leader_epoch + 1``) via `update_partition`; on a returning broker,
   preferred-leader election and reassignment are more `update_partition` calls
-  (reassignment will add target replicas to `TopicAssignment`).
+  (reassignment: see below). Every one of these choices is a function of
+  `odradek.cluster.decisions`; the controller only reads, decides and writes.
 * **ISR changes**: the partition leader, not the controller, shrinks/expands the
   ISR (Kafka's AlterPartition) with `update_partition` against the state it last
   saw; a CAS failure means the controller changed leadership meanwhile, and the
@@ -88,6 +94,30 @@ How the next steps use this store
   COORDINATOR_LOAD_IN_PROGRESS meanwhile); one that stops being leader unloads
   them (NOT_COORDINATOR). FindCoordinator answers from the same cache.
 
+Reassignment (KIP-455)
+----------------------
+AlterPartitionReassignments asks to move a partition to a target replica list.
+`decisions.start_reassignment` turns it into the replicas the partition has while
+moving (target first, then the replicas leaving) with ``adding`` = target -
+current and ``removing`` = current - target; the controller writes that
+`TopicAssignment` with `update_topic_assignment` (compare-and-swap on the topic
+key's ``mod_revision``, fenced by its claim). Brokers in ``adding`` see the
+assignment in their watch and start fetching as followers; their leader adds
+them to the ISR as they catch up (`decisions.isr_change` validates each
+AlterPartition). After every ISR change the controller calls
+`decisions.reassignment_progress`: once every target replica is in the ISR, it
+a partition state without the removed replicas (electing a new leader if the
+old one is leaving), then the target as the replicas (no adding/removing).
+Brokers that are no longer replicas stop fetching and delete the partition.
+Cancelling (`decisions.cancel_reassignment`) restores the original replicas;
+a new reassignment of a moving partition cancels the running one first. The two
+writes of a completion are separate transactions, partition state FIRST: a
+controller that dies between them leaves a partition whose ISR already fits the
+target, and `reassignment_progress` on that stored state answers the replica
+list again with no state change, so its successor finishes the move. (Topic
+first would leave removed replicas, maybe the leader, outside the replica list
+with nothing left to say they were leaving.)
+
 Known limits, for the next round
 --------------------------------
 * `EtcdMetadataStore` connects to one etcd endpoint (aetcd takes one host and
@@ -95,6 +125,8 @@ Known limits, for the next round
 * `EtcdServer` is a child of the process that started it; ``odradek cluster up``
   needs processes that outlive the command (pid files under the data dir).
 * Topic deletion removes the metadata at once; brokers delete their logs when
-  they see the DELETE (no tombstone state yet), and reassignment has no fields
-  yet (adding/removing replicas).
+  they see the DELETE (no tombstone state yet).
+* Completing a reassignment writes the partition state and the topic key in two
+  compare-and-swaps (they have separate revisions), safe only in that order;
+  one transaction comparing both revisions would make it atomic.
 """

@@ -15,6 +15,8 @@ order. With the default prefix ``/odradek/<cluster_name>`` the keys are::
                                          so the epoch survives controller deaths and
                                          only ever grows
     <p>/topics/<name>                    TopicAssignment {topic_id, replicas:
+                                         {partition: [broker ids]}, and while a
+                                         partition is reassigned adding, removing:
                                          {partition: [broker ids]}}
     <p>/topic_configs/<name>             {config name: value}
     <p>/partitions/<name>/<partition>    PartitionState {leader, leader_epoch, isr,
@@ -35,6 +37,9 @@ Rules the store enforces (each one a single etcd transaction):
   controller (its key was deleted or recreated by another broker).
 * A topic is created with its configs and every partition's initial state in one
   transaction, and only if the name is free.
+* A topic's assignment (reassignment, added partitions) changes only by
+  compare-and-swap on its key's ``mod_revision`` (`update_topic_assignment`),
+  fenced by a `ControllerClaim` like partition states.
 
 Watches (`watch_brokers`, `watch_controller`, `watch_topics`, `watch_partitions`,
 and `watch_cluster` for everything in one stream) start at a revision, so a reader
@@ -86,8 +91,10 @@ from odradek.cluster.model import (
     TopicChange,
     TopicConfigChange,
     TopicExistsError,
+    TopicUpdate,
     UnknownTopicError,
     VersionedPartitionState,
+    VersionedTopicAssignment,
     decode_value,
     encode_value,
 )
@@ -449,6 +456,64 @@ class EtcdMetadataStore:
             topics[name] = TopicAssignment.decode(name, kv.value)
         return Snapshot(topics, result.header.revision)
 
+    async def topic(self, name: str) -> VersionedTopicAssignment:
+        """One topic's assignment and the revision `update_topic_assignment` compares."""
+        got = await self._client.get(self.keys.topic(name))
+        if got is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        return VersionedTopicAssignment(TopicAssignment.decode(name, got.value), got.mod_revision)
+
+    async def update_topic_assignment(
+        self,
+        assignment: TopicAssignment,
+        *,
+        expected_revision: int,
+        controller: ControllerClaim | None = None,
+        added_partition_states: Mapping[int, PartitionState] | None = None,
+    ) -> TopicUpdate:
+        """Compare-and-swap a topic's assignment (reassignment, added partitions).
+
+        Succeeds only if the topic key's ``mod_revision`` is still
+        `expected_revision` (from `topic`, `cluster`'s ``topic_revisions`` or a
+        `TopicChange`) and, with `controller`, while that claim holds the role.
+        `added_partition_states` creates the state keys of partitions the new
+        assignment adds (CreatePartitions) in the same transaction. On failure
+        `TopicUpdate.current` is what is stored now (None if the topic is gone) so
+        the caller decides again without another read. Raises
+        `NotControllerError` if `controller` no longer holds the role.
+        """
+        name = assignment.name
+        added = dict(added_partition_states or {})
+        if not set(added) <= set(assignment.replicas):
+            raise ValueError(f"added partition states name partitions {name!r} does not have")
+        key = self.keys.topic(name)
+        read_back = [self._txn.Get(key)]
+        if controller is not None:
+            read_back.append(self._txn.Get(self.keys.controller))
+        writes = [self._txn.Put(key, assignment.encode())]
+        writes += [
+            self._txn.Put(self.keys.partition(name, p), state.encode())
+            for p, state in sorted(added.items())
+        ]
+        succeeded, responses = await self._client.transaction(
+            compare=[self._txn.Mod(key) == expected_revision, *self._fence(controller)],
+            success=[*writes, *read_back],
+            failure=read_back,
+        )
+        responses = responses[-len(read_back) :]
+        if controller is not None and not succeeded:
+            holder = responses[1]
+            if not holder or holder[0][1].create_revision != controller.create_revision:
+                raise NotControllerError(
+                    f"broker {controller.info.broker_id} is no longer controller "
+                    f"(epoch {controller.info.epoch})"
+                )
+        if not responses[0]:
+            return TopicUpdate(False, None)
+        [(value, kv)] = responses[0]
+        stored = TopicAssignment.decode(name, value)
+        return TopicUpdate(bool(succeeded), VersionedTopicAssignment(stored, kv.mod_revision))
+
     async def watch_topics(self, start_revision: int) -> AsyncGenerator[TopicChange, None]:
         """Topic creations (PUT with the assignment) and deletions from `start_revision` on."""
         async for change in self._watch(self.keys.topics, start_revision):
@@ -615,6 +680,7 @@ class EtcdMetadataStore:
         controller: ControllerInfo | None = None
         controller_epoch = 0
         topics: dict[str, TopicAssignment] = {}
+        topic_revisions: dict[str, int] = {}
         configs: dict[str, dict[str, str]] = {}
         partitions: dict[tuple[str, int], VersionedPartitionState] = {}
         for kv in result:
@@ -629,6 +695,7 @@ class EtcdMetadataStore:
             elif key.startswith(keys.topics):
                 name = key[len(keys.topics) :].decode()
                 topics[name] = TopicAssignment.decode(name, kv.value)
+                topic_revisions[name] = int(kv.mod_revision)
             elif key.startswith(keys.topic_configs):
                 name = key[len(keys.topic_configs) :].decode()
                 configs[name] = {str(k): str(v) for k, v in decode_value(kv.value).items()}
@@ -642,7 +709,7 @@ class EtcdMetadataStore:
             else:
                 log.warning("ignoring unknown metadata key %r", key)
         metadata = ClusterMetadata(
-            brokers, controller, controller_epoch, topics, configs, partitions
+            brokers, controller, controller_epoch, topics, configs, partitions, topic_revisions
         )
         return Snapshot(metadata, int(result.header.revision))
 

@@ -11,7 +11,7 @@ import json
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, Self, TypeVar
 
@@ -120,11 +120,20 @@ class ControllerClaim:
 
 @dataclass(frozen=True, slots=True)
 class TopicAssignment:
-    """A topic's id and, per partition, its replicas (preferred leader first)."""
+    """A topic's id and, per partition, its replicas (preferred leader first).
+
+    During a reassignment (KIP-455) a partition's `replicas` are the target
+    followed by the replicas leaving; `adding` and `removing` name the replicas
+    joining and leaving. Both map only partitions being reassigned (a partition
+    missing from them has none); values stored before these fields existed decode
+    with both empty.
+    """
 
     name: str
     topic_id: uuid.UUID
     replicas: Mapping[int, tuple[int, ...]]
+    adding: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate_topic_name(self.name)
@@ -137,20 +146,72 @@ class TopicAssignment:
                 raise ValueError(f"partition {partition} of {self.name!r} has no replicas")
             if len(set(brokers)) != len(brokers):
                 raise ValueError(f"partition {partition} of {self.name!r} repeats a replica")
+        # canonical form: tuples, and no entries for partitions not being reassigned
+        for attribute in ("adding", "removing"):
+            moving = {p: tuple(r) for p, r in getattr(self, attribute).items() if r}
+            object.__setattr__(self, attribute, moving)
+        for partition in self.adding.keys() | self.removing.keys():
+            replicas = self.replicas.get(partition)
+            adding = self.adding.get(partition, ())
+            removing = self.removing.get(partition, ())
+            where = f"partition {partition} of {self.name!r}"
+            if replicas is None:
+                raise ValueError(f"{where} is reassigned but does not exist")
+            if not set(adding) | set(removing) <= set(replicas):
+                raise ValueError(f"{where}: adding and removing replicas must be replicas")
+            if set(adding) & set(removing) or len(set(adding)) != len(adding):
+                raise ValueError(f"{where}: a replica is added twice or added and removed")
+            if len(set(removing)) != len(removing) or len(removing) == len(replicas):
+                raise ValueError(f"{where}: removing must leave at least one replica")
+
+    def is_reassigning(self, partition: int) -> bool:
+        return partition in self.adding or partition in self.removing
 
     def encode(self) -> bytes:
-        return encode_value(
-            {
-                "topic_id": str(self.topic_id),
-                "replicas": {str(p): list(r) for p, r in sorted(self.replicas.items())},
-            }
-        )
+        value: dict[str, Any] = {
+            "topic_id": str(self.topic_id),
+            "replicas": {str(p): list(r) for p, r in sorted(self.replicas.items())},
+        }
+        # written only while a reassignment runs, so other values keep their old bytes
+        if self.adding:
+            value["adding"] = {str(p): list(r) for p, r in sorted(self.adding.items())}
+        if self.removing:
+            value["removing"] = {str(p): list(r) for p, r in sorted(self.removing.items())}
+        return encode_value(value)
 
     @classmethod
     def decode(cls, name: str, raw: bytes) -> Self:
         d = decode_value(raw)
-        replicas = {int(p): tuple(r) for p, r in d["replicas"].items()}
-        return cls(name=name, topic_id=uuid.UUID(d["topic_id"]), replicas=replicas)
+
+        def per_partition(key: str) -> dict[int, tuple[int, ...]]:
+            return {int(p): tuple(r) for p, r in d.get(key, {}).items()}
+
+        return cls(
+            name=name,
+            topic_id=uuid.UUID(d["topic_id"]),
+            replicas=per_partition("replicas"),
+            adding=per_partition("adding"),
+            removing=per_partition("removing"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedTopicAssignment:
+    """A topic assignment as read, with the etcd revision a CAS compares against."""
+
+    assignment: TopicAssignment
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicUpdate:
+    """Outcome of `update_topic_assignment`: what is stored now (ours if `succeeded`).
+
+    `current` is None when the topic no longer exists.
+    """
+
+    succeeded: bool
+    current: VersionedTopicAssignment | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,3 +345,5 @@ class ClusterMetadata:
     topics: dict[str, TopicAssignment]
     topic_configs: dict[str, dict[str, str]]
     partitions: dict[tuple[str, int], VersionedPartitionState]
+    # etcd mod_revision of each topic's assignment: `update_topic_assignment` compares it
+    topic_revisions: dict[str, int] = field(default_factory=dict)
