@@ -4,10 +4,13 @@ truncateTo and truncateFullyAndStartAt)."""
 
 from __future__ import annotations
 
+import tempfile
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from odradek.log import (
     CorruptRecordError,
@@ -636,3 +639,135 @@ def test_truncate_fully_crash_before_new_segment_leaves_a_consistent_log(
     assert end == min(deleted)
     assert again.leader_epoch_entries == ([(1, 0), (4, 6)] if end > 6 else [(1, 0)])
     again.close()  # the crashed instance is abandoned
+
+
+# ---------------------------------------------------------------------- model check
+
+Op = tuple[str, int, int]
+OPS = st.one_of(
+    st.tuples(st.just("leader"), st.integers(1, 3), st.just(0)),
+    st.tuples(st.just("bump"), st.just(0), st.just(0)),
+    st.tuples(st.just("follower"), st.integers(1, 3), st.integers(0, 2)),
+    st.tuples(st.just("truncate"), st.integers(0, 100), st.just(0)),
+    st.tuples(st.just("fully"), st.integers(0, 5), st.just(0)),
+    st.tuples(st.just("reopen"), st.integers(0, 1), st.just(0)),
+)
+
+
+class Model:
+    """What the log must hold: batches (base, last, epoch, values) and the epoch cache."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, int, int, list[bytes]]] = []
+        self.start = 0
+        self.end = 0
+        self.epochs: list[tuple[int, int]] = []
+        self.leader_epoch = 0
+
+    @property
+    def latest(self) -> int:
+        return self.epochs[-1][0] if self.epochs else -1
+
+    def add(self, epoch: int, vals: list[bytes]) -> None:
+        self.batches.append((self.end, self.end + len(vals) - 1, epoch, vals))
+        self.end += len(vals)
+
+    def new_epoch(self, epoch: int, start: int) -> None:
+        """A newer epoch; one starting where the latest did replaces it (no data between)."""
+        if epoch > self.latest:
+            self.drop_epochs_from(start)
+            self.epochs.append((epoch, start))
+
+    def drop_epochs_from(self, end: int) -> None:
+        self.epochs = [e for e in self.epochs if e[1] < end]
+
+    def answer(self, requested: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch, spelt out case by case."""
+        if requested == -1 or not self.epochs:
+            return -1, -1
+        if requested == self.latest:
+            return requested, self.end
+        higher = [e for e in self.epochs if e[0] > requested]
+        if not higher:
+            return -1, -1
+        lower = [e for e in self.epochs if e[0] <= requested]
+        return (lower[-1][0] if lower else requested), higher[0][1]
+
+
+def read_back(log: PartitionLog) -> list[tuple[int, int, int, list[bytes]]]:
+    data = all_bytes(log)
+    return [
+        (h.base_offset, h.last_offset, h.partition_leader_epoch, [r.value or b"" for r in recs])
+        for pos, h in iter_batches(data)
+        for recs in [decode_records(data[pos : pos + h.size])]
+    ]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(OPS, min_size=1, max_size=25))
+def test_random_histories_match_the_model(ops: list[Op]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp) / "p"
+        log = open_log(d)
+        m = Model()
+        for n, (kind, a, b) in enumerate(ops):
+            vals = [b"%d-%d" % (n, j) for j in range(a)]
+            if kind == "bump" or (kind == "leader" and m.leader_epoch < m.latest):
+                epoch = max(m.leader_epoch, m.latest) + 1
+                log.start_leader_epoch(epoch)
+                m.leader_epoch = epoch
+                m.new_epoch(epoch, m.end)
+            if kind == "leader":
+                log.append(build_batch([(None, v, ()) for v in vals], timestamp_ms=500_000))
+                m.new_epoch(m.leader_epoch, m.end)
+                m.add(m.leader_epoch, vals)
+            elif kind == "follower":
+                epoch = max(m.latest, 0) + b
+                log.append_as_follower(
+                    build_batch(
+                        [(None, v, ()) for v in vals],
+                        timestamp_ms=500_000,
+                        base_offset=m.end,
+                        partition_leader_epoch=epoch,
+                    )
+                )
+                m.new_epoch(epoch, m.end)
+                m.add(epoch, vals)
+            elif kind == "truncate":
+                offset = m.start + a * (m.end - m.start) // 100
+                m.batches = [x for x in m.batches if x[1] < offset]
+                m.end = m.batches[-1][1] + 1 if m.batches else m.start
+                assert log.truncate_to(offset) == m.end
+                m.drop_epochs_from(m.end)
+            elif kind == "fully":
+                m.start = m.end = m.end + a
+                m.batches = []
+                m.epochs = []
+                log.truncate_fully_and_start_at(m.start)
+            elif kind == "reopen":
+                if a:
+                    log.close()
+                log = open_log(d)  # a == 0: the old instance is abandoned (a crash)
+                m.leader_epoch = 0
+                m.drop_epochs_from(m.end)
+            assert (log.start_offset, log.end_offset) == (m.start, m.end)
+        assert read_back(log) == m.batches
+        assert log.leader_epoch_entries == m.epochs
+        for requested in range(-1, m.latest + 3):
+            assert log.end_offset_for_epoch(requested) == m.answer(requested), requested
+        log.close()
+        again = open_log(d)
+        m.drop_epochs_from(m.end)
+        assert read_back(again) == m.batches
+        assert again.leader_epoch_entries == m.epochs
+        again.close()
+
+
+def test_truncate_to_the_end_drops_an_epoch_led_without_data(tmp_path: Path) -> None:
+    log = leader_with_epochs(tmp_path / "p")
+    log.start_leader_epoch(9)  # leader in epoch 9, then deposed before writing anything
+    assert log.leader_epoch_entries == [(1, 0), (4, 6), (9, 12)]
+    assert log.truncate_to(12) == 12
+    assert log.leader_epoch_entries == [(1, 0), (4, 6)]
+    assert log.end_offset_for_epoch(4) == (4, 12)
+    log.close()

@@ -775,7 +775,8 @@ class PartitionLog:
         batch boundaries, as Kafka's: an ``offset`` inside a batch removes that whole
         batch, so the new end is that batch's base offset (or, in a compacted log's
         gap, the end of the batch before). ``offset`` must lie within
-        [start_offset, end_offset]; at end_offset nothing happens. Later segments are
+        [start_offset, end_offset]; at end_offset only epoch cache entries starting
+        there (an epoch led without data) go. Later segments are
         deleted, the one holding the cut is cut (its indexes and aborted-transaction
         entries with it), the producer state is rebuilt as recovery does (snapshot
         below the cut plus a header replay) and the leader epoch cache loses the
@@ -796,6 +797,10 @@ class PartitionLog:
                     )
                 if offset < self.end_offset:
                     self._truncate_locked(offset)
+                else:
+                    # Nothing to cut, but an epoch this broker started as leader without
+                    # writing anything must go (Kafka does the same).
+                    self._truncate_epochs_from_end(offset)
                 return self.end_offset
 
     def _truncate_locked(self, offset: int) -> None:
