@@ -19,6 +19,7 @@ from odradek.log import (
     PartitionLog,
 )
 from odradek.log.errors import OffsetMismatchError, OffsetOutOfRangeError
+from odradek.log.files import shared_file_cache
 from odradek.log.leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache
 from odradek.log.segment import Segment
 from odradek.protocol.records import (
@@ -543,7 +544,9 @@ class Crash(Exception):
     pass
 
 
-@pytest.mark.parametrize("crash_point", ["before cut", "after cut", "before snapshot"])
+@pytest.mark.parametrize(
+    "crash_point", ["between deletions", "before cut", "after cut", "before snapshot"]
+)
 def test_crash_midway_through_truncation_recovers_a_consistent_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash_point: str
 ) -> None:
@@ -556,16 +559,21 @@ def test_crash_midway_through_truncation_recovers_a_consistent_log(
         log.append(idem(5, seq))  # 10-21, several segments
     log.drain()
     full = all_bytes(log)
+    assert log.segment_count >= 4
     target = {
-        "before cut": ("odradek.log.segment.Segment.truncate_to", Segment),
-        "after cut": ("odradek.log.partition_log.clamp_checkpoint", None),
-        "before snapshot": (
-            "odradek.log.producer_state.ProducerStateManager.write_snapshot",
-            None,
-        ),
-    }[crash_point][0]
+        "between deletions": "odradek.log.segment.Segment.delete_files",
+        "before cut": "odradek.log.segment.Segment.truncate_to",
+        "after cut": "odradek.log.partition_log.clamp_checkpoint",
+        "before snapshot": "odradek.log.producer_state.ProducerStateManager.write_snapshot",
+    }[crash_point]
+    original_delete = Segment.delete_files
+    deleted: list[int] = []
 
     def crash(*args: object, **kwargs: object) -> None:
+        if crash_point == "between deletions" and not deleted:
+            deleted.append(1)
+            original_delete(*args)  # type: ignore[arg-type]
+            return
         raise Crash
 
     with monkeypatch.context() as m:
@@ -771,3 +779,45 @@ def test_truncate_to_the_end_drops_an_epoch_led_without_data(tmp_path: Path) -> 
     assert log.leader_epoch_entries == [(1, 0), (4, 6)]
     assert log.end_offset_for_epoch(4) == (4, 12)
     log.close()
+
+
+def test_crash_after_cut_then_new_data_then_crash_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A producer snapshot taken past the cut must not outlive the truncation: after a
+    crash, new data past its offset would make it look valid on the next recovery."""
+    d = tmp_path / "p"
+    log = open_log(d)
+    for seq in range(20):
+        log.append(idem(7, seq))  # rolls write snapshots well past offset 3
+    log.drain()
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise Crash
+
+    with monkeypatch.context() as m:
+        m.setattr("odradek.log.partition_log.clamp_checkpoint", crash)
+        with pytest.raises(Crash):
+            log.truncate_to(3)
+    again = open_log(d)  # crashed after the cut
+    assert again.end_offset == 3
+    for seq in range(25):
+        again.append(idem(8, seq))  # another producer, past the old snapshot's offset
+    third = open_log(d)  # crashed again, no roll or close since
+    assert third.producer_state.entries[7].last_seq == 2
+    assert third.append(idem(7, 3)).base_offset == third.end_offset - 1
+    third.close()
+
+
+def test_segment_cut_trims_its_own_indexes(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "p", LogConfig(index_interval_bytes=1))
+    txn_history(log)  # aborted entries end at 5 and 9, all in one segment
+    log.close()
+    seg = Segment.existing(tmp_path / "p", 0, 1, shared_file_cache())
+    seg.ensure_loaded()
+    pos = next(p for p, h in seg.iter_headers() if h.base_offset == 6)
+    seg.truncate_to(pos, 6)
+    assert seg.next_offset == 6 and seg.size == pos
+    assert [e.last_offset for e in seg.txn_index.entries] == [5]
+    assert all(r < 6 for r in seg.offset_index.rel_offsets + seg.time_index.rel_offsets)
+    seg.close()
