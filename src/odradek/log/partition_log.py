@@ -2,8 +2,9 @@
 
 Layout: one directory per partition holding ``<base offset:020d>.log`` segment
 files with their ``.index`` / ``.timeindex`` companions (Kafka naming), plus
-``producer.snapshot`` (idempotence state), ``log-start-offset`` (after
-DeleteRecords / retention), ``cleaner-offset-checkpoint`` (first dirty offset
+``producer.snapshot`` (idempotence state), ``leader-epoch-checkpoint`` (the
+leader epoch cache), ``log-start-offset`` (after DeleteRecords / retention),
+``cleaner-offset-checkpoint`` (first dirty offset
 of a compacted log), ``<base>.corrupt`` (a quarantined segment, see below) and
 ``.clean_shutdown`` (written by a clean ``close()``: start and end offsets and
 the active segment's size). Compaction (``compact()``, see
@@ -70,7 +71,19 @@ broker's housekeeping uses ``asyncio.to_thread``). They take the lock only for
 short steps (choosing segments, swapping a cleaned segment in, detaching
 deleted ones): reading and writing whole segments, fsyncs and file deletion
 happen outside it, on sealed segments appends never touch. One maintenance
-lock per partition keeps compaction and retention from overlapping.
+lock per partition keeps compaction, retention and truncation from overlapping.
+
+Replication
+-----------
+``append_as_follower`` writes batches fetched from a leader as they are
+(offsets, leader epochs and timestamps kept); ``leader-epoch-checkpoint``
+holds the leader epoch cache (``odradek.log.leader_epoch``), loaded on first
+use and rebuilt from batch headers when missing; ``truncate_to`` and
+``truncate_fully_and_start_at`` cut a diverged log back. See
+docs/architecture.md, "Replication primitives in the log", for the rules and
+the crash-safe order of the steps. If either truncation raises (a disk error),
+the in-memory log no longer matches the disk: drop it and reopen the
+directory, which recovers.
 """
 
 from __future__ import annotations
