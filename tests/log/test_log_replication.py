@@ -5,6 +5,7 @@ truncateTo and truncateFullyAndStartAt)."""
 from __future__ import annotations
 
 import tempfile
+import threading
 from itertools import pairwise
 from pathlib import Path
 
@@ -821,3 +822,63 @@ def test_segment_cut_trims_its_own_indexes(tmp_path: Path) -> None:
     assert [e.last_offset for e in seg.txn_index.entries] == [5]
     assert all(r < 6 for r in seg.offset_index.rel_offsets + seg.time_index.rel_offsets)
     seg.close()
+
+
+def test_follower_appends_and_truncations_beside_reads_in_a_thread(tmp_path: Path) -> None:
+    """A fetcher appending and truncating while another thread reads: every read sees
+    whole, CRC-valid batches in offset order, and the result is what a serial run gives."""
+    log = open_log(tmp_path / "p", LogConfig(segment_bytes=400, flush_messages=5))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    reads: list[int] = []
+
+    def read_all() -> None:
+        try:
+            while not stop.is_set():
+                offset = log.start_offset
+                try:
+                    data = log.read(offset, 1 << 16)
+                    log.end_offset_for_epoch(log.latest_epoch)
+                except OffsetOutOfRangeError:
+                    continue  # truncated under it: fine
+                bases = [h.base_offset for _, h in iter_batches(data)]
+                assert bases == sorted(bases)
+                for pos, h in iter_batches(data):
+                    decode_records(data[pos : pos + h.size])  # checks the CRC
+                reads.append(len(bases))
+                stop.wait(0.0005)  # let the fetcher in (the GIL favours a spinning thread)
+        except BaseException as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=read_all, daemon=True)
+    reader.start()
+    model: list[tuple[int, int, int, list[bytes]]] = []
+    epoch = 0
+    for i in range(150):
+        if i % 10 == 9:
+            cut = model[len(model) * 2 // 3][0] if model else log.end_offset
+            log.truncate_to(cut)
+            model = [b for b in model if b[0] < cut]
+            epoch += 1
+            continue
+        end = log.end_offset
+        vals = [b"%d-%d" % (i, j) for j in range(i % 3 + 1)]
+        log.append_as_follower(
+            build_batch(
+                [(None, v, ()) for v in vals],
+                timestamp_ms=500_000,
+                base_offset=end,
+                partition_leader_epoch=epoch,
+            )
+        )
+        model.append((end, end + len(vals) - 1, epoch, vals))
+    stop.set()
+    reader.join(timeout=60)
+    assert not errors, errors
+    assert len(reads) > 10 and max(reads) > 1
+    assert read_back(log) == model
+    starts: dict[int, int] = {}
+    for base, _, e, _ in model:
+        starts.setdefault(e, base)
+    assert log.leader_epoch_entries == sorted(starts.items())
+    log.close()
