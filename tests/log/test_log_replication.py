@@ -882,3 +882,27 @@ def test_follower_appends_and_truncations_beside_reads_in_a_thread(tmp_path: Pat
         starts.setdefault(e, base)
     assert log.leader_epoch_entries == sorted(starts.items())
     log.close()
+
+
+def test_truncate_into_the_batch_holding_the_log_start_empties_the_log(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "p")
+    log.append(batch(0, 3))  # 0-2
+    log.append(batch(1, 2))  # 3-4
+    log.delete_records_before(1)  # the log starts inside the first batch
+    assert log.truncate_to(2) == 1  # that batch goes whole: nothing readable is left
+    assert (log.start_offset, log.end_offset) == (1, 1)
+    assert (
+        log.append_as_follower(batch(2, base_offset=1, partition_leader_epoch=3)).base_offset == 1
+    )
+    log.close()
+
+
+def test_assign_epoch_follows_kafka_and_persists(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "p")
+    log.append(batch(0, 4))  # epoch 0 from offset 0
+    log.assign_epoch(2, 4)
+    log.assign_epoch(2, 9)  # the latest epoch again: nothing changes
+    assert log.leader_epoch_entries == [(0, 0), (2, 4)]
+    assert log.latest_epoch == 2
+    log.close()
+    assert (tmp_path / "p" / LEADER_EPOCH_FILE).read_text() == "0\n2\n0 0\n2 4\n"
