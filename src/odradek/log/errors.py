@@ -22,6 +22,7 @@ __all__ = [
     "InvalidTxnStateError",
     "LogError",
     "MessageTooLargeError",
+    "OffsetMismatchError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "UnknownProducerIdError",
@@ -44,6 +45,13 @@ class OffsetOutOfRangeError(LogError):
     """OFFSET_OUT_OF_RANGE (1): the offset is below the log start or past the log end."""
 
     error_code: ClassVar[int] = 1
+
+
+class OffsetMismatchError(LogError):
+    """A follower's fetched batches do not continue its log: the first base offset is not
+    the log end offset, or the batches' offsets overlap or leave a gap. Nothing was
+    written. Internal to replication (Kafka's UnexpectedAppendOffsetException /
+    OffsetsOutOfOrderException), so it maps to UNKNOWN_SERVER_ERROR."""
 
 
 class MessageTooLargeError(LogError):

@@ -2,8 +2,9 @@
 
 Layout: one directory per partition holding ``<base offset:020d>.log`` segment
 files with their ``.index`` / ``.timeindex`` companions (Kafka naming), plus
-``producer.snapshot`` (idempotence state), ``log-start-offset`` (after
-DeleteRecords / retention), ``cleaner-offset-checkpoint`` (first dirty offset
+``producer.snapshot`` (idempotence state), ``leader-epoch-checkpoint`` (the
+leader epoch cache), ``log-start-offset`` (after DeleteRecords / retention),
+``cleaner-offset-checkpoint`` (first dirty offset
 of a compacted log), ``<base>.corrupt`` (a quarantined segment, see below) and
 ``.clean_shutdown`` (written by a clean ``close()``: start and end offsets and
 the active segment's size). Compaction (``compact()``, see
@@ -70,7 +71,19 @@ broker's housekeeping uses ``asyncio.to_thread``). They take the lock only for
 short steps (choosing segments, swapping a cleaned segment in, detaching
 deleted ones): reading and writing whole segments, fsyncs and file deletion
 happen outside it, on sealed segments appends never touch. One maintenance
-lock per partition keeps compaction and retention from overlapping.
+lock per partition keeps compaction, retention and truncation from overlapping.
+
+Replication
+-----------
+``append_as_follower`` writes batches fetched from a leader as they are
+(offsets, leader epochs and timestamps kept); ``leader-epoch-checkpoint``
+holds the leader epoch cache (``odradek.log.leader_epoch``), loaded on first
+use and rebuilt from batch headers when missing; ``truncate_to`` and
+``truncate_fully_and_start_at`` cut a diverged log back. See
+docs/architecture.md, "Replication primitives in the log", for the rules and
+the crash-safe order of the steps. If either truncation raises (a disk error),
+the in-memory log no longer matches the disk: drop it and reopen the
+directory, which recovers.
 """
 
 from __future__ import annotations
@@ -100,21 +113,33 @@ from odradek.log.compaction import (
     swap_in,
 )
 from odradek.log.config import LogConfig
-from odradek.log.errors import CorruptSegmentError, MessageTooLargeError, OffsetOutOfRangeError
+from odradek.log.errors import (
+    CorruptRecordError,
+    CorruptSegmentError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    OffsetMismatchError,
+    OffsetOutOfRangeError,
+)
 from odradek.log.files import FileCache, FileRegion, shared_file_cache
 from odradek.log.index import fsync_dir, write_file_atomic
+from odradek.log.leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache
 from odradek.log.producer_state import CompletedTxn, ProducerStateManager
 from odradek.log.segment import Segment, segment_name
 from odradek.log.txn_index import AbortedTxn
 from odradek.protocol.records import (
+    BATCH_OVERHEAD,
     LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
     BatchHeader,
     RecordError,
+    crc32c,
     decode_batch_records,
     iter_batches,
     marker_is_abort,
     parse_header,
     set_log_append_time,
+    unpack_header,
     validate_batches_raw,
 )
 
@@ -131,6 +156,9 @@ _ITER_CHUNK = 1 << 20
 # base_offset, batch_length, partition_leader_epoch: the patched, CRC-free prefix
 _PREFIX = struct.Struct(">qii")
 _WORKER_THREADS = 2
+_EPOCHS_NOT_LOADED = -2  # ``_latest_epoch`` before the epoch cache is loaded
+_CRC_START = 21  # the CRC32C covers a batch from its attributes on
+_MAX_CODEC = 4  # zstd
 
 _workers: ThreadPoolExecutor | None = None
 _workers_lock = threading.Lock()
@@ -231,6 +259,12 @@ class PartitionLog:
         # so reads never pay for loading it (a header scan without a snapshot).
         self._maybe_open_transactions = True
         self.leader_epoch = 0
+        # The leader epoch cache, loaded on first use; ``_latest_epoch`` mirrors its
+        # latest epoch so the leader append path pays one integer compare for it.
+        self._epochs: LeaderEpochCache | None = None
+        self._latest_epoch = _EPOCHS_NOT_LOADED
+        # Bumped by every truncation: a producer snapshot taken before it is stale.
+        self._truncations = 0
 
     # ------------------------------------------------------------------ open / recovery
 
@@ -539,12 +573,14 @@ class PartitionLog:
                 pos += h.size
             updates = producers.prepare(checks, check_sequence=from_client)
 
+        epoch = self.leader_epoch
+        if epoch != self._latest_epoch:
+            self._note_leader_epoch(epoch, first)
         self._begin_change()
         total = len(view)
         self._maybe_roll(total, last, now)
         seg = self._segments[-1]
         seg_pos = seg.size
-        epoch = self.leader_epoch
         if len(raws) == 1 and append_time < 0:
             # Common case: no copy of the payload, just a patched 16-byte prefix.
             t = raws[0]
@@ -634,10 +670,13 @@ class PartitionLog:
             snapshot = None
             if self._producers is not None:
                 snapshot = self._producers.snapshot_bytes(new.base_offset)
-            self._submit(self._finish_rolled, old, new.base_offset, snapshot)
+            self._submit(self._finish_rolled, old, new.base_offset, snapshot, self._truncations)
 
-    def _finish_rolled(self, old: Segment, rolled_at: int, snapshot: bytes | None) -> None:
-        """Worker: index files, fsync of the sealed segment, producer snapshot."""
+    def _finish_rolled(
+        self, old: Segment, rolled_at: int, snapshot: bytes | None, truncations: int
+    ) -> None:
+        """Worker: index files, fsync of the sealed segment, producer snapshot (unless
+        the log was truncated since the roll: the snapshot would describe lost data)."""
         with self._finishing:
             if old.file.retired:
                 return  # deleted meanwhile (retention, topic deletion): nothing to finish
@@ -645,7 +684,11 @@ class PartitionLog:
                 old.write_index_files(fsync=True)
                 old.txn_index.sync()
                 old.fsync()
-                if snapshot is not None and rolled_at > self._snapshot_written:
+                if (
+                    snapshot is not None
+                    and rolled_at > self._snapshot_written
+                    and truncations == self._truncations
+                ):
                     path = self.directory / PRODUCER_SNAPSHOT_FILE
                     write_file_atomic(path, snapshot, fsync=True)
                     self._snapshot_written = rolled_at
@@ -656,6 +699,324 @@ class PartitionLog:
                 raise
         with self._lock:
             self._dirty_segments.discard(old)
+
+    # ------------------------------------------------------------------ replication
+
+    def append_as_follower(
+        self, data: bytes | bytearray | memoryview, *, allow_gaps: bool | None = None
+    ) -> AppendInfo:
+        """Append batches fetched from the leader, exactly as the leader wrote them.
+
+        Base offsets, partition leader epochs and timestamps are kept (nothing is
+        patched or restamped). Each batch's framing and CRC32C are checked, control
+        batches allowed, records not walked; max.message.bytes does not apply (the
+        leader accepted them, as Kafka's follower path). The first base offset must be
+        the log end offset and each batch must start where the previous one ended,
+        else ``OffsetMismatchError`` and nothing is written. ``allow_gaps`` (default:
+        when the log is compacted) accepts a first batch or a batch past that point:
+        a compacted leader has removed whole batches, so its log has gaps. Producer
+        state follows as on the leader (sequences, open transactions, markers, the
+        aborted-transaction index) without checking sequences, and the leader epoch
+        cache learns each batch's epoch before the bytes are written.
+        """
+        self._check_open()
+        view = memoryview(data)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        gaps = self.config.compact_enabled if allow_gaps is None else allow_gaps
+        raws = _check_replicated(view, gaps)
+        with self._lock:
+            self._check_open()
+            return self._append_as_follower_locked(view, raws, gaps)
+
+    def _append_as_follower_locked(
+        self, view: memoryview, raws: list[Any], gaps: bool
+    ) -> AppendInfo:
+        seg = self._segments[-1]
+        seg.ensure_loaded()
+        end = seg.next_offset
+        first = raws[0][0]
+        if first != end and not (gaps and first > end):
+            raise OffsetMismatchError(
+                f"fetched batches start at offset {first}, the log ends at {end}: nothing written"
+            )
+        last = raws[-1][0] + raws[-1][6]
+        now = self._now_ms()
+        producers = self._producer_state() if any(t[9] >= 0 for t in raws) else None
+        self._note_batch_epochs(raws, end)
+        self._begin_change()
+        self._maybe_roll(len(view), last, now)
+        seg = self._segments[-1]
+        seg_pos = seg.size
+        try:
+            seg.write(view)
+        except BaseException:
+            self._truncate_epochs_from_end(end)  # the entries just written describe nothing
+            raise
+        if seg.created_ms is None:
+            seg.created_ms = now
+        records = 0
+        pos = 0
+        for t in raws:
+            size = t[1] + LOG_OVERHEAD
+            seg.note_batch(seg_pos + pos, t[0], t[0] + t[6] + 1, t[8], size)
+            if producers is not None and t[9] >= 0:
+                h = BatchHeader(*t)
+                abort = h.is_control and marker_is_abort(view, pos)
+                done = producers.replay(h, abort=abort)
+                if done is not None and done.aborted:
+                    seg.txn_index.append(_aborted_entry(producers, done))
+            records += t[12]
+            pos += size
+        self._dirty_segments.add(seg)
+        self._unflushed_messages += records
+        flushed = None
+        cfg = self.config
+        if (
+            self._unflushed_messages >= cfg.flush_messages
+            or now - self._last_flush_ms >= cfg.flush_ms
+        ):
+            self._unflushed_messages = 0
+            self._last_flush_ms = now
+            flushed = self._submit(self.flush)
+        return AppendInfo(first, last, -1, self._start_offset, flushed=flushed)
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch at and after ``offset``; return the new log end offset.
+
+        For a follower whose log diverged from its new leader's. Truncation is at
+        batch boundaries, as Kafka's: an ``offset`` inside a batch removes that whole
+        batch, so the new end is that batch's base offset (or, in a compacted log's
+        gap, the end of the batch before). ``offset`` must lie within
+        [start_offset, end_offset]; at end_offset only epoch cache entries starting
+        there (an epoch led without data) go. Later segments are
+        deleted, the one holding the cut is cut (its indexes and aborted-transaction
+        entries with it), the producer state is rebuilt as recovery does (snapshot
+        below the cut plus a header replay) and the leader epoch cache loses the
+        entries from the new end on. Everything is fsynced before returning. The
+        steps run in an order that leaves a prefix of the old log at any crash point;
+        ``open`` recovers from there (stale snapshots and cache entries past the end
+        are ignored or dropped). The caller must not append concurrently (a
+        follower's fetcher does both in turn).
+        """
+        with self._maintenance:
+            self.drain()
+            with self._lock:
+                self._check_open()
+                if offset < self._start_offset or offset > self.end_offset:
+                    raise OffsetOutOfRangeError(
+                        f"cannot truncate to {offset}: the log holds "
+                        f"[{self._start_offset}, {self.end_offset}]"
+                    )
+                if offset < self.end_offset:
+                    self._truncate_locked(offset)
+                else:
+                    # Nothing to cut, but an epoch this broker started as leader without
+                    # writing anything must go (Kafka does the same).
+                    self._truncate_epochs_from_end(offset)
+                return self.end_offset
+
+    def _truncate_locked(self, offset: int) -> None:
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        seg = self._segments[i]
+        seg.ensure_loaded()
+        try:
+            found = seg.find_batch(offset)
+        except CorruptSegmentError:
+            hole = seg.hole_for_offset(offset)
+            assert hole is not None
+            found = (hole.position, hole.first_offset)  # the quarantined range goes whole
+        cut_pos, cut_offset = found if found is not None else (seg.size, seg.next_offset)
+        if cut_offset < self._start_offset:
+            # The batch holding the log start is cut: nothing readable is left.
+            self._truncate_fully_locked(self._start_offset)
+            return
+        self._begin_change()
+        self._truncations += 1
+        # 1. A producer snapshot taken past the cut describes data about to go.
+        snapshot_path = self.directory / PRODUCER_SNAPSHOT_FILE
+        saved = ProducerStateManager.read_snapshot(snapshot_path)
+        if saved is not None and saved[1] > cut_offset:
+            snapshot_path.unlink()
+            fsync_dir(self.directory)
+        # 2. Later segments, newest first (a crash leaves a prefix of the log), then the cut.
+        doomed = self._segments[i + 1 :]
+        del self._segments[i + 1 :]
+        del self._bases[i + 1 :]
+        for s in reversed(doomed):
+            self._dirty_segments.discard(s)
+            s.delete_files()
+        if doomed:
+            fsync_dir(self.directory)
+        _link(self._segments)
+        seg.truncate_to(cut_pos, cut_offset)
+        seg.created_ms = self._now_ms() if not seg.is_empty else None
+        end = seg.next_offset
+        clamp_checkpoint(self.directory, end)
+        # 3. State derived from the log: epoch cache, producer state (and its snapshot).
+        self._truncate_epochs_from_end(end)
+        producers = self._load_producers(self.directory, self._segments, self._start_offset, end)
+        self._producers = producers
+        self._maybe_open_transactions = bool(producers.ongoing)
+        producers.write_snapshot(snapshot_path, end, fsync=True)
+        self._snapshot_written = end
+        for s in self._segments[i:]:
+            s.txn_index.sync()
+        fsync_dir(self.directory)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop the whole log and start it empty at ``offset`` (log start and end).
+
+        For a follower whose log lies wholly below the leader's start offset or
+        diverged past what truncation can repair. Producer state and the epoch
+        cache are cleared. Crash-safe like ``truncate_to``: the epoch cache file is
+        removed first (so a crash midway rebuilds it from what remains) and the
+        segments go newest first.
+        """
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"cannot start a log at offset {offset}")
+        with self._maintenance:
+            self.drain()
+            with self._lock:
+                self._check_open()
+                self._truncate_fully_locked(offset)
+
+    def _truncate_fully_locked(self, offset: int) -> None:
+        self._begin_change()
+        self._truncations += 1
+        cache = LeaderEpochCache(self.directory / LEADER_EPOCH_FILE)
+        cache.delete_file()
+        (self.directory / PRODUCER_SNAPSHOT_FILE).unlink(missing_ok=True)
+        for s in reversed(self._segments):
+            s.delete_files()
+        self._dirty_segments.clear()
+        fsync_dir(self.directory)
+        new = Segment.create(self.directory, offset, self.config.index_interval_bytes, self._files)
+        self._segments[:] = [new]
+        self._bases[:] = [offset]
+        _link(self._segments)
+        self._start_offset = offset
+        self._write_start_offset()
+        clamp_checkpoint(self.directory, offset)
+        self._producers = ProducerStateManager()
+        self._maybe_open_transactions = False
+        self._snapshot_written = -1
+        cache.write()  # empty: the log holds no epoch yet
+        self._epochs = cache
+        self._latest_epoch = cache.latest_epoch
+        fsync_dir(self.directory)
+
+    # ------------------------------------------------------------------ leader epochs
+
+    def start_leader_epoch(self, epoch: int) -> None:
+        """Become leader in ``epoch``: stamp it into appended batches and record it as
+        starting at the log end now, before any data (Kafka does the same on becoming
+        leader, so OffsetsForLeaderEpoch for the new epoch answers the log end)."""
+        with self._lock:
+            self._check_open()
+            self.leader_epoch = epoch
+            self._note_leader_epoch(epoch, self.end_offset)
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest leader epoch in the epoch cache, -1 when it is empty."""
+        with self._lock:
+            self._check_open()
+            return self._epoch_cache().latest_epoch
+
+    @property
+    def leader_epoch_entries(self) -> list[tuple[int, int]]:
+        """The epoch cache: (epoch, start offset) pairs, oldest first."""
+        with self._lock:
+            self._check_open()
+            return list(self._epoch_cache().entries)
+
+    def end_offset_for_epoch(self, requested_epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for an OffsetsForLeaderEpoch request, Kafka's answer
+        (see ``LeaderEpochCache.end_offset_for``)."""
+        with self._lock:
+            self._check_open()
+            return self._epoch_cache().end_offset_for(requested_epoch, self.end_offset)
+
+    def assign_epoch(self, epoch: int, start_offset: int) -> None:
+        """Record ``epoch`` as starting at ``start_offset`` (Kafka's ``assign`` rules)."""
+        with self._lock:
+            self._check_open()
+            cache = self._epoch_cache()
+            if cache.assign(epoch, start_offset):
+                cache.write()
+            self._latest_epoch = cache.latest_epoch
+
+    def _epoch_cache(self) -> LeaderEpochCache:
+        """The epoch cache, loaded on first use (lock held): the checkpoint file fitted
+        to the log, or, if it is missing or unreadable, rebuilt from batch headers."""
+        if self._epochs is None:
+            path = self.directory / LEADER_EPOCH_FILE
+            entries = LeaderEpochCache.read_file(path)
+            cache = LeaderEpochCache(path, entries)
+            changed = False
+            if entries is None:
+                changed = self._scan_epochs(cache) or path.exists()
+            if cache.clamp(self._start_offset, self.end_offset) or changed:
+                cache.write()
+            self._epochs = cache
+            self._latest_epoch = cache.latest_epoch
+        return self._epochs
+
+    def _scan_epochs(self, cache: LeaderEpochCache) -> bool:
+        """Rebuild ``cache`` from the batch headers; True if it found any epoch.
+
+        Epochs never decrease along a log, so a segment whose first and last batches
+        carry the same epoch holds no other: only segments where it changes are
+        walked (a log written by one leader costs two header reads per segment).
+        """
+        for seg in self._segments:
+            seg.ensure_loaded()
+            if seg.is_empty:
+                continue
+            span = _epoch_span(seg)
+            if span is not None and span[1] == span[2]:
+                if span[1] >= 0:
+                    cache.assign(span[1], span[0])
+                continue
+            for _, h in _headers_from(seg, seg.base_offset):
+                if h.partition_leader_epoch >= 0:
+                    cache.assign(h.partition_leader_epoch, h.base_offset)
+        return bool(cache.entries)
+
+    def _note_leader_epoch(self, epoch: int, offset: int) -> None:
+        """A leader append (or leadership) in ``epoch`` from ``offset``: record the epoch
+        if it is newer than the cache's latest (lock held; off the fast path)."""
+        cache = self._epoch_cache()
+        if epoch > cache.latest_epoch:
+            cache.assign(epoch, offset)
+            cache.write()
+        self._latest_epoch = cache.latest_epoch
+
+    def _note_batch_epochs(self, raws: list[Any], end: int) -> None:
+        """The epochs of fetched batches, recorded (durably) before they are written."""
+        latest = self._latest_epoch
+        if all(t[2] == latest or t[2] < 0 for t in raws):
+            return
+        cache = self._epoch_cache()
+        changed = False
+        for t in raws:
+            if t[2] >= 0 and cache.assign(t[2], t[0]):
+                changed = True
+        if changed:
+            cache.write()
+        self._latest_epoch = cache.latest_epoch
+
+    def _truncate_epochs_from_end(self, end: int) -> None:
+        cache = self._epoch_cache()
+        if cache.truncate_from_end(end):
+            cache.write()
+        self._latest_epoch = cache.latest_epoch
+
+    def _truncate_epochs_from_start(self) -> None:
+        """The log start moved: a loaded cache follows (an unloaded one is fitted on load)."""
+        if self._epochs is not None and self._epochs.truncate_from_start(self._start_offset):
+            self._epochs.write()
 
     # ------------------------------------------------------------------ background work
 
@@ -869,6 +1230,7 @@ class PartitionLog:
             self._begin_change()
             self._start_offset = offset
             self._write_start_offset()
+            self._truncate_epochs_from_start()
             n = 0
             segs = self._segments
             while n < len(segs) - 1 and segs[n + 1].base_offset <= offset:
@@ -892,6 +1254,7 @@ class PartitionLog:
         if new_start > self._start_offset:
             self._start_offset = new_start
             self._write_start_offset()
+            self._truncate_epochs_from_start()
         if self._producers is not None:
             self._producers.evict_below(self._start_offset)
         self._submit(_delete_segment_files, doomed)
@@ -1127,3 +1490,60 @@ def _rebuild_txn_index(seg: Segment, from_offset: int, aborted: list[AbortedTxn]
     kept = [e for e in current if e.last_offset < from_offset]
     if kept + aborted != current:
         seg.txn_index.replace(kept + aborted)
+
+
+def _epoch_span(seg: Segment) -> tuple[int, int, int] | None:
+    """(base offset and epoch of the first batch, epoch of the last batch) of a
+    non-empty segment, or None if it cannot be read that cheaply."""
+    try:
+        first = next(_headers_from(seg, seg.base_offset), None)
+        found = seg.find_batch(seg.next_offset - 1)
+    except CorruptSegmentError:
+        return None
+    if first is None or found is None:
+        return None
+    raw = seg.pread(BATCH_OVERHEAD, found[0])
+    if len(raw) < BATCH_OVERHEAD:
+        return None
+    h = first[1]
+    return h.base_offset, h.partition_leader_epoch, unpack_header(raw)[2]
+
+
+def _check_replicated(view: memoryview, gaps: bool) -> list[Any]:
+    """Raw headers of batches fetched from a leader, after the checks a follower makes.
+
+    Framing, magic and CRC32C as ``validate_batches_raw``; a records count may be
+    below last_offset_delta + 1, even 0 (a compacted batch keeps its offset range);
+    each batch starts at the previous one's next offset (or later, with ``gaps``).
+    """
+    end = len(view)
+    if end == 0:
+        raise InvalidRecordError("no record batch in fetched data")
+    headers: list[Any] = []
+    pos = 0
+    expected = -1
+    while pos < end:
+        if end - pos < BATCH_OVERHEAD:
+            raise CorruptRecordError(f"fetched data ends in a cut batch header at byte {pos}")
+        t = unpack_header(view, pos)
+        size = t[1] + LOG_OVERHEAD
+        if t[1] < MIN_BATCH_LENGTH or pos + size > end:
+            raise CorruptRecordError(f"fetched batch at byte {pos} has a bad length {t[1]}")
+        if t[3] != 2:
+            raise CorruptRecordError(f"fetched batch at byte {pos} has magic {t[3]}")
+        if crc32c(view[pos + _CRC_START : pos + size]) != t[4]:
+            raise CorruptRecordError(f"fetched batch at byte {pos} failed CRC32C")
+        if t[5] & 0x07 > _MAX_CODEC or t[6] < 0 or not 0 <= t[12] <= t[6] + 1:
+            raise InvalidRecordError(
+                f"fetched batch at byte {pos}: codec {t[5] & 0x07}, last_offset_delta {t[6]}, "
+                f"records_count {t[12]}"
+            )
+        if expected >= 0 and t[0] != expected and not (gaps and t[0] > expected):
+            raise OffsetMismatchError(
+                f"fetched batch at byte {pos} starts at offset {t[0]}, expected {expected}: "
+                "nothing written"
+            )
+        expected = t[0] + t[6] + 1
+        headers.append(t)
+        pos += size
+    return headers

@@ -11,7 +11,8 @@ inside the segment). A walk that breaks has found corruption: the segment
 CRC-valid batch, records the range and the offsets it held in ``<base>.corrupt``
 (kept until an operator acts), logs an error, and from then on reads skip the
 range and answer for offsets inside it with ``CorruptSegmentError``. Nothing is
-truncated or deleted here, except a torn tail by ``recover(truncate_torn_tail=True)``.
+truncated or deleted here, except a torn tail by ``recover(truncate_torn_tail=True)``
+and a replica's diverged tail by ``truncate_to``.
 
 Not thread-safe on its own: the partition log serializes access; the fields a
 worker thread reads without that lock (a sealed segment's size, indexes, holes)
@@ -301,6 +302,38 @@ class Segment:
         """Seal and write both index files."""
         self.seal()
         self.write_index_files(fsync=fsync)
+
+    def truncate_to(self, position: int, offset: int) -> None:
+        """Cut the file at ``position``, the boundary of the batch based at ``offset``
+        (replica truncation): everything from there goes, fsynced; the indexes,
+        quarantined ranges and aborted-transaction entries follow, and size, end
+        offset and max timestamp are learnt again from the kept part."""
+        self.ensure_loaded()
+        if position < self.size:
+            with self.files.use(self.file) as fd:
+                os.ftruncate(fd, position)
+                os.fsync(fd)
+        kept_holes = tuple(h for h in self.holes if h.end_position <= position)
+        if kept_holes != self.holes:
+            self.holes = kept_holes
+            if kept_holes:
+                self._write_corrupt_marker()
+            else:
+                self.corrupt_path.unlink(missing_ok=True)
+        self.offset_index.truncate_to_position(position)
+        self.time_index.truncate_to_rel_offset(offset - self.base_offset)
+        self.write_index_files(fsync=True)
+        entries = self.txn_index.entries
+        kept = [e for e in entries if e.last_offset < offset]
+        if kept != entries:
+            self.txn_index.replace(kept)
+            self.txn_index.sync()
+        # Relearn size, end offset and max timestamp: the index files just written
+        # check out, so this walks only the kept tail after their last entry.
+        self.loaded = False
+        self.assumed = False
+        self.drop_read_hint()
+        self.ensure_loaded()
 
     # ------------------------------------------------------------------ the batch chain
 
