@@ -800,11 +800,12 @@ def test_crash_after_cut_then_new_data_then_crash_again(
         m.setattr("odradek.log.partition_log.clamp_checkpoint", crash)
         with pytest.raises(Crash):
             log.truncate_to(3)
-    again = open_log(d)  # crashed after the cut
+    unrolled = LogConfig(segment_bytes=1 << 20)  # no roll rewrites the snapshot below
+    again = open_log(d, unrolled)  # crashed after the cut
     assert again.end_offset == 3
     for seq in range(25):
         again.append(idem(8, seq))  # another producer, past the old snapshot's offset
-    third = open_log(d)  # crashed again, no roll or close since
+    third = open_log(d, unrolled)  # crashed again, no roll or close since
     assert third.producer_state.entries[7].last_seq == 2
     assert third.append(idem(7, 3)).base_offset == third.end_offset - 1
     third.close()

@@ -743,7 +743,7 @@ class PartitionLog:
         last = raws[-1][0] + raws[-1][6]
         now = self._now_ms()
         producers = self._producer_state() if any(t[9] >= 0 for t in raws) else None
-        self._note_batch_epochs(raws, end)
+        self._note_batch_epochs(raws)
         self._begin_change()
         self._maybe_roll(len(view), last, now)
         seg = self._segments[-1]
@@ -993,7 +993,7 @@ class PartitionLog:
             cache.write()
         self._latest_epoch = cache.latest_epoch
 
-    def _note_batch_epochs(self, raws: list[Any], end: int) -> None:
+    def _note_batch_epochs(self, raws: list[Any]) -> None:
         """The epochs of fetched batches, recorded (durably) before they are written."""
         latest = self._latest_epoch
         if all(t[2] == latest or t[2] < 0 for t in raws):
