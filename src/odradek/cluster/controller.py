@@ -102,13 +102,15 @@ class Controller:
         new = state
         gone = [b for b in dict.fromkeys((state.leader, *state.isr)) if b >= 0 and b not in live]
         for dead in gone:
-            changed = partition_after_broker_loss(replicas, new, dead, live, unclean)
+            changed = partition_after_broker_loss(replicas, new, dead, live, unclean=unclean)
             if changed is not None:
                 new = changed
         if new.leader < 0:
             for candidate in (*new.isr, *replicas):
                 if candidate in live:
-                    changed = partition_after_broker_return(replicas, new, candidate, live, unclean)
+                    changed = partition_after_broker_return(
+                        replicas, new, candidate, live, unclean=unclean
+                    )
                     if changed is not None:
                         new = changed
                         break

@@ -31,7 +31,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from odradek.cluster.controller import Controller
-from odradek.cluster.decisions import InvalidReplicationFactor, assign_replicas
+from odradek.cluster.decisions import DecisionError, assign_replicas
 from odradek.cluster.fetcher import ReplicaFetcher
 from odradek.cluster.metadata import EtcdMetadataStore, LeaseKeeper
 from odradek.cluster.model import (
@@ -79,6 +79,10 @@ TOPIC_VISIBLE_TIMEOUT_S = 30.0
 def parse_endpoint(text: str) -> tuple[str, int]:
     host, _, port = text.removeprefix("http://").rpartition(":")
     return host, int(port)
+
+
+def _outcome(task: asyncio.Task[Any]) -> BaseException | None:
+    return None if task.cancelled() else task.exception()
 
 
 def cluster_id_for(cluster_name: str) -> str:
@@ -254,15 +258,17 @@ class ClusterNode:
             follow = asyncio.create_task(self._follow(self.revision + 1))
             campaign = asyncio.create_task(self._campaign(lease))
             lost = asyncio.create_task(lease.lost.wait())
-            done, _ = await asyncio.wait({follow, lost}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (follow, campaign, lost):
-                task.cancel()
-            await asyncio.gather(follow, campaign, lost, return_exceptions=True)
+            try:
+                done, _ = await asyncio.wait({follow, lost}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (follow, campaign, lost):
+                    task.cancel()
+                await asyncio.gather(follow, campaign, lost, return_exceptions=True)
             if lost in done:
                 log.error("broker %d lost its etcd lease: giving up every role", self.broker_id)
                 await self._give_up_roles()
-            elif follow.exception() is not None:
-                log.warning("metadata watch ended: %r; reloading", follow.exception())
+            else:
+                log.warning("metadata watch ended: %r; reloading", _outcome(follow))
             while not self._stopping:
                 try:
                     if lost in done:
@@ -623,10 +629,8 @@ class ClusterNode:
         try:
             start = uuid.uuid4().int % max(len(live), 1)  # spread first replicas as Kafka
             return assign_replicas(partitions, factor, live, start_index=start)
-        except InvalidReplicationFactor as exc:
-            raise TopicError(INVALID_REPLICATION_FACTOR, str(exc)) from None
-        except ValueError as exc:
-            raise TopicError(INVALID_REPLICATION_FACTOR, str(exc)) from None
+        except DecisionError as exc:
+            raise TopicError(exc.error_code, str(exc)) from None
 
     async def _held(self, name: str, revision: int) -> Topic | TopicError:
         from odradek.broker.topics import TopicError
