@@ -147,6 +147,8 @@ class ClusterTopics(Protocol):
 
     def next_producer_id(self) -> int: ...
 
+    async def add_partitions(self, name: str, total: int) -> None: ...
+
 
 def deletion_dir_name(partition_dir: str, topic_id: uuid.UUID) -> str:
     """`<topic>-<p>.<id>-delete`, the topic cut short so the name fits (as Kafka does)."""
@@ -697,6 +699,9 @@ class TopicManager:
         if total > MAX_PARTITIONS:
             raise TopicError(37, f"{total} partitions is more than one node should hold")
         if validate_only or name in self._pending:
+            return
+        if self.cluster is not None:  # placed and stored in etcd; the watch opens them here
+            await self.cluster.add_partitions(name, total)
             return
         loop = asyncio.get_running_loop()
         self._pending[name] = loop.create_future()

@@ -28,10 +28,20 @@ import base64
 import contextlib
 import logging
 import uuid
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from odradek.cluster.controller import Controller
-from odradek.cluster.decisions import DecisionError, assign_replicas
+from odradek.cluster.decisions import (
+    DecisionError,
+    Reassignment,
+    assign_added_partitions,
+    assign_replicas,
+    cancel_reassignment,
+    elect_leader,
+    preferred_leader_election,
+    start_reassignment,
+)
 from odradek.cluster.fetcher import ReplicaFetcher
 from odradek.cluster.metadata import EtcdMetadataStore, LeaseKeeper
 from odradek.cluster.model import (
@@ -47,6 +57,7 @@ from odradek.cluster.model import (
     MetadataError,
     MetadataWatchLost,
     PartitionChange,
+    PartitionState,
     TopicAssignment,
     TopicChange,
     TopicConfigChange,
@@ -79,6 +90,28 @@ TOPIC_VISIBLE_TIMEOUT_S = 30.0
 def parse_endpoint(text: str) -> tuple[str, int]:
     host, _, port = text.removeprefix("http://").rpartition(":")
     return host, int(port)
+
+
+class NoReassignmentInProgress(DecisionError):
+    error_code = 85  # NO_REASSIGNMENT_IN_PROGRESS
+
+
+class ElectionNotNeeded(DecisionError):
+    error_code = 84  # ELECTION_NOT_NEEDED
+
+
+class PreferredLeaderNotAvailable(DecisionError):
+    error_code = 80  # PREFERRED_LEADER_NOT_AVAILABLE
+
+
+class EligibleLeadersNotAvailable(DecisionError):
+    error_code = 83  # ELIGIBLE_LEADERS_NOT_AVAILABLE
+
+
+class ConcurrentChange(DecisionError):
+    """A compare-and-swap lost to another writer; the client retries."""
+
+    error_code = 7  # REQUEST_TIMED_OUT: retriable for every client
 
 
 def _outcome(task: asyncio.Task[Any]) -> BaseException | None:
@@ -176,6 +209,7 @@ class ClusterNode:
         self.brokers: dict[int, BrokerInfo] = {}
         self.controller_info: ControllerInfo | None = None
         self.assignments: dict[str, TopicAssignment] = {}
+        self.topic_revisions: dict[str, int] = {}  # mod revision of each topic's key (CAS)
         self.topic_configs: dict[str, dict[str, str]] = {}
         self.states: dict[tuple[str, int], VersionedPartitionState] = {}
         self.revision = 0
@@ -331,6 +365,7 @@ class ClusterNode:
         ]
         for name in local_only:
             await self._topic_deleted(name)
+        self.topic_revisions = dict(metadata.topic_revisions)
         for assignment in metadata.topics.values():
             await self._topic_put(assignment)
         self.states = dict(metadata.partitions)
@@ -384,7 +419,14 @@ class ClusterNode:
             self._set_controller(change.controller)
         elif isinstance(change, TopicChange):
             if change.kind is ChangeKind.PUT and change.assignment is not None:
+                self.topic_revisions[change.topic] = change.revision
                 await self._topic_put(change.assignment)
+                # Replicas may have changed (reassignment, new partitions): roles follow.
+                for key, state in list(self.states.items()):
+                    if key[0] == change.topic:
+                        self._partition_put(state)
+                if self.controller is not None:
+                    self.controller.poke()
             else:
                 await self._topic_deleted(change.topic)
         elif isinstance(change, TopicConfigChange):
@@ -428,6 +470,7 @@ class ClusterNode:
 
     async def _topic_deleted(self, name: str) -> None:
         self.assignments.pop(name, None)
+        self.topic_revisions.pop(name, None)
         self.topic_configs.pop(name, None)
         for key in [k for k in self.states if k[0] == name]:
             del self.states[key]
@@ -676,6 +719,124 @@ class ClusterNode:
 
     def next_producer_id(self) -> int:
         return self.producer_ids.next_id()
+
+    # --- partition administration (AlterPartitionReassignments, ElectLeaders) ------------
+
+    def _live(self) -> frozenset[int]:
+        return frozenset(self.brokers)
+
+    async def reassign(self, topic: str, partition: int, target: list[int] | None) -> None:
+        """Start (or, with None, cancel) moving a partition's replicas (KIP-455).
+
+        The new replica list (target first, then the leaving replicas) goes to etcd
+        by compare-and-swap on the topic; the new replicas start fetching at once and
+        the controller completes the move when the whole target is in the ISR.
+        Raises DecisionError (Kafka's error code) or LookupError (unknown partition).
+        """
+        assignment = self.assignments.get(topic)
+        state = self.states.get((topic, partition))
+        if assignment is None or state is None or partition not in assignment.replicas:
+            raise LookupError(f"unknown partition {topic}-{partition}")
+        ongoing = Reassignment.of(assignment, partition)
+        in_progress = bool(ongoing.adding or ongoing.removing)
+        new_state = None
+        if in_progress:
+            original, new_state = cancel_reassignment(
+                ongoing, state.state, self._live(), unclean=self.unclean
+            )
+        else:
+            original = ongoing.replicas
+        if target is None:
+            if not in_progress:
+                raise NoReassignmentInProgress(f"no reassignment of {topic}-{partition} runs")
+            wanted = Reassignment(original, (), ())
+        else:
+            wanted = start_reassignment(original, target, live=self._live())
+        if new_state is not None:  # the revert changes leadership or the ISR first
+            update = await self.store.update_partition(
+                state,
+                leader=new_state.leader,
+                leader_epoch=new_state.leader_epoch,
+                isr=new_state.isr,
+            )
+            if not update.succeeded:
+                raise ConcurrentChange(f"{topic}-{partition} changed meanwhile; retry")
+        await self._write_assignment(wanted.applied_to(assignment, partition))
+
+    async def _write_assignment(self, assignment: TopicAssignment, **options: Any) -> None:
+        update = await self.store.update_topic_assignment(
+            assignment, expected_revision=self.topic_revisions.get(assignment.name, 0), **options
+        )
+        if not update.succeeded:
+            raise ConcurrentChange(f"topic {assignment.name!r} changed meanwhile; retry")
+        if update.current is not None:
+            await self.wait_for_revision(update.current.mod_revision, TOPIC_VISIBLE_TIMEOUT_S)
+
+    def reassignments(self) -> dict[tuple[str, int], Reassignment]:
+        """Every partition reassignment in progress."""
+        found = {}
+        for name, assignment in self.assignments.items():
+            for partition in assignment.replicas:
+                ongoing = Reassignment.of(assignment, partition)
+                if ongoing.adding or ongoing.removing:
+                    found[name, partition] = ongoing
+        return found
+
+    async def elect(self, topic: str, partition: int, *, preferred: bool) -> None:
+        """ElectLeaders: the preferred replica (if live and in sync), or, unclean, any live
+        replica for a partition without a leader. Raises DecisionError or LookupError."""
+        state = self.states.get((topic, partition))
+        replicas = self.replicas_of(topic, partition)
+        if state is None or not replicas:
+            raise LookupError(f"unknown partition {topic}-{partition}")
+        live = self._live()
+        if preferred:
+            wanted = preferred_leader_election(replicas, state.state, live)
+            if wanted is None:
+                if state.state.leader == replicas[0]:
+                    raise ElectionNotNeeded("the preferred replica already leads")
+                raise PreferredLeaderNotAvailable("the preferred replica is not live and in sync")
+        else:
+            if state.state.leader in live:
+                raise ElectionNotNeeded(f"{topic}-{partition} has a live leader")
+            elected = elect_leader(replicas, state.state.isr, live, unclean=True)
+            if elected is None:
+                raise EligibleLeadersNotAvailable("no replica of the partition is live")
+            wanted = PartitionState(
+                elected[0], state.state.leader_epoch + 1, elected[1], state.state.partition_epoch
+            )
+        update = await self.store.update_partition(
+            state,
+            leader=wanted.leader,
+            leader_epoch=wanted.leader_epoch,
+            isr=wanted.isr,
+            controller=self._claim,
+        )
+        if not update.succeeded:
+            raise ConcurrentChange(f"{topic}-{partition} changed meanwhile; retry")
+        self.leader_elections += 1
+
+    async def add_partitions(self, name: str, total: int) -> None:
+        """CreatePartitions: place the new partitions and store them with their states."""
+        from odradek.broker.topics import TopicError
+
+        assignment = self.assignments.get(name)
+        if assignment is None:
+            raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        live = {b: info.rack for b, info in sorted(self.brokers.items())}
+        try:
+            replicas = assign_added_partitions(
+                assignment.replicas, total, live, topic=name, start_index=None
+            )
+        except DecisionError as exc:
+            raise TopicError(exc.error_code, str(exc)) from None
+        added = {p: r for p, r in replicas.items() if p not in assignment.replicas}
+        states = {p: PartitionState(r[0], 0, tuple(r)) for p, r in added.items()}
+        grown = replace(assignment, replicas={**assignment.replicas, **added})
+        try:
+            await self._write_assignment(grown, added_partition_states=states)
+        except ConcurrentChange as exc:
+            raise TopicError(REQUEST_TIMED_OUT, str(exc)) from None
 
     # --- views for Metadata and the CLI ----------------------------------------------------
 

@@ -14,6 +14,7 @@ from odradek.broker.apis import (  # noqa: F401
     leader_epochs,
     list_offsets,
     metadata,
+    partition_admin,
     produce,
     sasl,
     scram_credentials,
