@@ -42,7 +42,7 @@ from odradek.cluster.decisions import (
     preferred_leader_election,
     start_reassignment,
 )
-from odradek.cluster.fetcher import ReplicaFetcher
+from odradek.cluster.fetcher import LeaderConnection, ReplicaFetcher
 from odradek.cluster.metadata import EtcdMetadataStore, LeaseKeeper
 from odradek.cluster.model import (
     BrokerChange,
@@ -66,6 +66,8 @@ from odradek.cluster.model import (
     VersionedPartitionState,
 )
 from odradek.cluster.replication import Replica, ReplicaManager, Role
+from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.codec import build, decode_response, request_type
 
 if TYPE_CHECKING:
     from odradek.broker.server import Broker
@@ -85,6 +87,7 @@ PRODUCER_ID_BLOCK = 1000
 ISR_CHECK_EVERY_S = 1.0
 REJOIN_BACKOFF_S = (0.2, 5.0)
 TOPIC_VISIBLE_TIMEOUT_S = 30.0
+MARKER_TIMEOUT_S = 30.0
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
@@ -215,6 +218,7 @@ class ClusterNode:
         self.revision = 0
         self._revision_seen = asyncio.Event()
         self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._connections: dict[int, LeaderConnection] = {}  # to other brokers (markers)
         self.controller: Controller | None = None
         self._claim: ControllerClaim | None = None
         self.lease: LeaseKeeper | None = None
@@ -232,6 +236,8 @@ class ClusterNode:
 
     async def start(self) -> None:
         """Join: register, load the metadata, follow it. Returns once the view is loaded."""
+        self.broker.txns.remote_marker = self
+        self.broker.topics.change_listeners.append(self._start_coordinators)
         await self.store.__aenter__()
         await self._join()
         await self.producer_ids.prime()
@@ -554,27 +560,110 @@ class ClusterNode:
             if replica.state is current:
                 self.replicas.isr_change_failed(replica)
 
+    def _coordinator_runner(self, topic: str, partition: int) -> Any:
+        """The group or transaction coordinator runner of a partition of their topic."""
+        if topic == OFFSETS_TOPIC:
+            runners: list[Any] = self.broker.groups.runners
+        elif topic == TXN_TOPIC:
+            runners = self.broker.txns.runners
+        else:
+            return None
+        return runners[partition] if 0 <= partition < len(runners) else None
+
     def _high_watermark_moved(self, topic: str, partition: int) -> None:
         self.broker.notify_append(topic, partition)
-        if topic == OFFSETS_TOPIC:
-            runners = self.broker.groups.runners
-            if 0 <= partition < len(runners):
-                replica = self.replicas.get(topic, partition)
-                if replica is not None:
-                    runners[partition].replicated(replica.high_watermark)
+        runner = self._coordinator_runner(topic, partition)
+        replica = self.replicas.get(topic, partition)
+        if runner is not None and replica is not None:
+            runner.replicated(replica.high_watermark)
 
     def _role_changed(self, replica: Replica, before: Role) -> None:
-        if replica.topic != OFFSETS_TOPIC:
+        runner = self._coordinator_runner(replica.topic, replica.partition)
+        if runner is None:
             return
-        runners = self.broker.groups.runners
-        if not 0 <= replica.partition < len(runners):
-            return
-        runner = runners[replica.partition]
         if replica.role is Role.LEADER:
             runner.gate = _CoordinatorGate(self, replica)
             runner.become_leader()
         elif runner.leading:
             asyncio.get_running_loop().create_task(runner.resign())
+
+    def _start_coordinators(self) -> None:
+        """Runners created after their partitions' roles were set (the topic was adopted
+        after the states arrived, or at start-up) take their role now."""
+        for topic in (OFFSETS_TOPIC, TXN_TOPIC):
+            for (name, partition), replica in list(self.replicas.replicas.items()):
+                if name != topic:
+                    continue
+                runner = self._coordinator_runner(name, partition)
+                if runner is not None and replica.role is Role.LEADER and runner.gate is None:
+                    self._role_changed(replica, Role.NONE)
+
+    # --- transaction markers (the transaction runtime's RemoteMarkerWriter) ---------------
+
+    def leads_here(self, topic: str, partition: int) -> bool:
+        replica = self.replicas.get(topic, partition)
+        return replica is not None and replica.role is Role.LEADER
+
+    async def write(
+        self, tp: tuple[str, int], producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        """WriteTxnMarkers to the partition's leader; raises unless it wrote the marker."""
+        topic, partition = tp
+        state = self.states.get(tp)
+        if state is None:
+            return  # the topic is gone: nothing to mark
+        leader = state.state.leader
+        address = self.address_of(leader) if leader >= 0 else None
+        if address is None:
+            raise ConnectionError(f"{topic}-{partition} has no live leader")
+        request = build(
+            request_type(ApiKey.WRITE_TXN_MARKERS, 1),
+            {
+                "markers": [
+                    {
+                        "producer_id": producer_id,
+                        "producer_epoch": producer_epoch,
+                        "transaction_result": commit,
+                        "topics": [{"name": topic, "partition_indexes": [partition]}],
+                        "coordinator_epoch": 0,
+                    }
+                ]
+            },
+        )
+        connection = self._connection_to(leader, address)
+        payload = await connection.send(ApiKey.WRITE_TXN_MARKERS, 1, request)
+        _, response = decode_response(ApiKey.WRITE_TXN_MARKERS, 1, payload)
+        for marker in response.markers:
+            for t in marker.topics:
+                for p in t.partitions:
+                    if int(p.error_code):
+                        raise RuntimeError(
+                            f"broker {leader} refused the marker for {topic}-{partition}: "
+                            f"error {int(p.error_code)}"
+                        )
+
+    async def replicated(self, topic: str, partition: int, last_offset: int) -> None:
+        """Wait until the ISR holds a marker this broker wrote as leader."""
+        replica = self.replicas.get(topic, partition)
+        if replica is None:
+            return
+        self.replicas.leader_appended(replica)
+        error = await self.replicas.wait_replicated(replica, last_offset, MARKER_TIMEOUT_S)
+        if error:
+            raise RuntimeError(f"marker in {topic}-{partition} not replicated: error {error}")
+
+    def _connection_to(self, broker_id: int, address: tuple[str, int]) -> LeaderConnection:
+        connection = self._connections.get(broker_id)
+        if connection is None or (connection.host, connection.port) != address:
+            if connection is not None:
+                connection.close()
+            connection = LeaderConnection(
+                *address,
+                f"odradek-broker-{self.broker_id}",
+                int(self.broker.config["replica.socket.timeout.ms"]) / 1000,
+            )
+            self._connections[broker_id] = connection
+        return connection
 
     async def _check_isr(self) -> None:
         while True:
@@ -621,7 +710,9 @@ class ClusterNode:
             replication = int(config["offsets.topic.replication.factor"])
             configs = self.broker.groups.offsets_topic_configs()
         else:
-            return COORDINATOR_NOT_AVAILABLE, -1, f"{topic} is not available in cluster mode"
+            partitions = int(config["transaction.state.log.num.partitions"])
+            replication = int(config["transaction.state.log.replication.factor"])
+            configs = self.broker.txns.topic_configs()
         wanted = NewTopic(topic, partitions, replication, dict(configs), internal_configs=True)
         (result,) = await self.create_topics([wanted], internal=True)
         from odradek.broker.topics import TopicError

@@ -20,4 +20,5 @@ from odradek.broker.apis import (  # noqa: F401
     scram_credentials,
     topic_admin,
     transactions,
+    write_txn_markers,
 )
