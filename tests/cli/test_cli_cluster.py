@@ -312,3 +312,24 @@ def test_a_dir_that_is_not_a_cluster_is_one_line_error(tmp_path: Path) -> None:
             f"odradek: {tmp_path / 'none'} is not a cluster data dir (no cluster.json; "
             "'odradek cluster up' creates one)\n"
         )
+
+
+def test_up_names_a_broker_that_cannot_start_with_its_log_and_exits_1(tmp_path: Path) -> None:
+    data_dir = tmp_path / "dev"
+    try:
+        up = in_process(
+            "cluster", "up", "--brokers", "1", "--data-dir", str(data_dir), "--set", "no.such=1"
+        )
+        log = data_dir.resolve() / "logs" / "broker-1.log"
+        assert up.code == 1 and up.out == ""
+        *tail, last = up.err.splitlines()
+        assert tail[0] == f"--- last lines of {log} ---" and tail[-1] == "---"
+        assert any("unknown broker setting 'no.such'" in line for line in tail)
+        assert last == (
+            f"odradek: broker 1 exited during start (log: {log}); "
+            f"'odradek cluster down --data-dir {data_dir}' stops the rest"
+        )
+        down = in_process("cluster", "down", "--data-dir", str(data_dir))
+        assert [line.split()[0] for line in down.lines] == ["etcd"]  # etcd was left running
+    finally:
+        LocalCluster.open(data_dir).stop_all(timeout_s=5.0)

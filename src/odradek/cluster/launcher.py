@@ -36,10 +36,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypeVar
 
 from odradek.childproc import log_tail, spawn_logged
 from odradek.cluster.etcd_server import EtcdServer, EtcdStartError, find_etcd_binary
@@ -62,6 +63,8 @@ LOG_TAIL_LINES = 20
 # Brokers started with --etcd do not register yet; once they do, a broker counts as
 # serving only after its registration appears in etcd.
 WAIT_FOR_REGISTRATION = False
+
+T = TypeVar("T")
 
 _POLL_INTERVAL_S = 0.1
 _PROBE_TIMEOUT_S = 2.0
@@ -357,9 +360,20 @@ def registered_broker_ids(
             return set((await store.brokers()).items)
 
     try:
-        return asyncio.run(asyncio.wait_for(read(), timeout_s))
+        return run_coroutine(lambda: asyncio.wait_for(read(), timeout_s))
     except Exception:  # any failure to read means "not registered yet"
         return set()
+
+
+def run_coroutine(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to its end from synchronous code, also when called inside a running
+    event loop (an async test): then on a thread of its own, with its own loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="odradek-cluster") as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,9 +591,9 @@ class LocalCluster:
         broker = self._broker(member)
         return ProcessInfo("broker", broker.id, broker.host, broker.port, pid, started)
 
-    def is_serving(self, member: Member) -> bool:
+    def is_serving(self, member: Member, *, registered: set[int] | None = None) -> bool:
         """Running and answering: etcd's /health, a broker's ApiVersions (and registered,
-        with `wait_for_registration`)."""
+        with `wait_for_registration`; `registered` saves reading etcd again)."""
         if not self.is_running(member):
             return False
         if member == ETCD:
@@ -589,7 +603,9 @@ class LocalCluster:
             return False
         if not self.wait_for_registration:
             return True
-        return member in registered_broker_ids(self.etcd_endpoint(), self.cluster_name)
+        if registered is None:
+            registered = registered_broker_ids(self.etcd_endpoint(), self.cluster_name)
+        return member in registered
 
     # -- start -----------------------------------------------------------------
 
@@ -709,12 +725,15 @@ class LocalCluster:
     def _wait_serving(self, members: list[Member], deadline: float) -> None:
         waiting = list(members)
         while waiting:
+            registered = None
+            if self.wait_for_registration and waiting != [ETCD]:
+                registered = registered_broker_ids(self.etcd_endpoint(), self.cluster_name)
             for member in list(waiting):
                 if not self.is_running(member):
                     raise NotServingError(
                         member, "exited during start", self.layout.log_path(member)
                     )
-                if self.is_serving(member):
+                if self.is_serving(member, registered=registered):
                     waiting.remove(member)
             if not waiting:
                 return
