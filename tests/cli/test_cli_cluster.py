@@ -157,7 +157,7 @@ def test_up_refuses_to_shrink_or_change_settings_of_a_running_cluster(
         f"odradek: the cluster in {cluster_dir} has 2 brokers; it cannot shrink to 1 "
         "(run 'odradek cluster down' and use a new data dir)\n"
     )
-    reset = in_process("cluster", "up", "--data-dir", str(cluster_dir), "--set", "a=b")
+    reset = in_process("cluster", "up", "--data-dir", str(cluster_dir), "--set", "num.partitions=3")
     assert reset.code == 2 and len(reset.err.splitlines()) == 1
     assert "--set would change how the running cluster" in reset.err
 
@@ -288,6 +288,9 @@ def test_status_of_an_unreachable_etcd_is_one_line(tmp_path: Path) -> None:
         (["up"], "the following arguments are required: --data-dir"),
         (["up", "--data-dir", "D", "--format", "xml"], "argument --format/-o: invalid choice"),
         (["down"], "the following arguments are required: --data-dir"),
+        (["up", "--data-dir", "D", "--set", "no.such=1"], "unknown broker setting 'no.such'"),
+        (["up", "--data-dir", "D", "--set", "num.partitions=0"], "--set num.partitions=0: "),
+        (["up", "--data-dir", "D", "--set", "node.id=4"], "--set node.id: cluster up sets it"),
         (["status"], "one of the arguments --etcd --data-dir is required"),
         (["status", "--etcd", "nowhere"], "--etcd expects HOST:PORT, got 'nowhere'"),
         (["status", "--etcd", "h:1", "--cluster-name", "a/b"], "--cluster-name: "),
@@ -296,6 +299,7 @@ def test_status_of_an_unreachable_etcd_is_one_line(tmp_path: Path) -> None:
 def test_bad_arguments_are_one_line_errors(argv: list[str], message: str) -> None:
     outcome = in_process("cluster", *argv)
     assert outcome.code == 2 and outcome.out == ""
+    assert not Path("D").exists()
     assert len(outcome.err.splitlines()) == 1 and message in outcome.err, outcome.err
 
 
@@ -318,13 +322,14 @@ def test_up_names_a_broker_that_cannot_start_with_its_log_and_exits_1(tmp_path: 
     data_dir = tmp_path / "dev"
     try:
         up = in_process(
-            "cluster", "up", "--brokers", "1", "--data-dir", str(data_dir), "--set", "no.such=1"
-        )
+            "cluster", "up", "--brokers", "1", "--data-dir", str(data_dir),
+            "--set", "group.min.session.timeout.ms=1900000",  # above the max: broker refuses
+        )  # fmt: skip
         log = data_dir.resolve() / "logs" / "broker-1.log"
         assert up.code == 1 and up.out == ""
         *tail, last = up.err.splitlines()
         assert tail[0] == f"--- last lines of {log} ---" and tail[-1] == "---"
-        assert any("unknown broker setting 'no.such'" in line for line in tail)
+        assert any("group.min.session.timeout.ms (1900000) must not exceed" in x for x in tail)
         assert last == (
             f"odradek: broker 1 exited during start (log: {log}); "
             f"'odradek cluster down --data-dir {data_dir}' stops the rest"

@@ -174,7 +174,7 @@ def _rack_count(text: str) -> int:
 def run_up(args: argparse.Namespace) -> int:
     from odradek.cluster.launcher import ClusterError, LocalCluster, NotServingError
 
-    settings = dict(args.set) if args.set is not None else None
+    settings = _checked_settings(args.set) if args.set is not None else None
     try:
         cluster = LocalCluster.prepare(
             args.data_dir, brokers=args.brokers, rack_count=args.rack_count, settings=settings
@@ -204,6 +204,40 @@ def run_up(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+# Chosen by `cluster up` for each broker (its --listen, --etcd, --node-id, --rack, --data-dir).
+LAUNCHER_SETTINGS = frozenset(
+    {
+        "listeners",
+        "advertised.listeners",
+        "node.id",
+        "broker.id",
+        "etcd.endpoints",
+        "broker.rack",
+        "log.dirs",
+        "log.dir",
+    }
+)
+
+
+def _checked_settings(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """--set pairs, each a known broker setting with a valid value (cross-setting checks
+    are the broker's, at start)."""
+    from odradek.broker.config import BrokerConfig, ConfigError
+
+    config = BrokerConfig()
+    settings = {}
+    for name, value in pairs:
+        name = name.strip()
+        if name in LAUNCHER_SETTINGS:
+            raise CliError(f"--set {name}: cluster up sets it for each broker")
+        try:
+            config.set(name, value)
+        except ConfigError as exc:
+            raise CliError(f"--set {name}={value}: {exc}") from None
+        settings[name] = value
+    return settings
 
 
 def run_down(args: argparse.Namespace) -> int:
