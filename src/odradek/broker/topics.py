@@ -134,12 +134,16 @@ class NewTopic:
     replication_factor: int = -1
     configs: dict[str, str | None] = field(default_factory=dict)
     internal_configs: bool = False  # configs the broker sets on its own topics
+    # Manual replica assignment (CreateTopics `assignments`): partition -> broker ids.
+    assignments: dict[int, tuple[int, ...]] | None = None
 
 
 class ClusterTopics(Protocol):
     """Where topics are created and deleted in cluster mode (odradek.cluster.node)."""
 
-    async def create_topics(self, wanted: list[NewTopic]) -> list[Topic | TopicError]: ...
+    async def create_topics(
+        self, wanted: list[NewTopic], *, existing_ok: bool = False
+    ) -> list[Topic | TopicError]: ...
 
     async def delete_topics(self, names: list[str]) -> dict[str, TopicError | None]: ...
 
@@ -541,7 +545,14 @@ class TopicManager:
                 waits[name] = self._pending[name]
             else:
                 missing.append(name)
-        created = await self.create_topics([NewTopic(n) for n in missing]) if missing else []
+        if self.cluster is not None and missing:
+            # Another broker may have created it a moment ago: wait for it here instead
+            # of answering TOPIC_ALREADY_EXISTS to a client that only wanted to use it.
+            created = await self.cluster.create_topics(
+                [NewTopic(n) for n in missing], existing_ok=True
+            )
+        else:
+            created = await self.create_topics([NewTopic(n) for n in missing]) if missing else []
         found.update(zip(missing, created, strict=True))
         for name, future in waits.items():
             found[name] = await asyncio.shield(future)

@@ -724,31 +724,46 @@ class ClusterNode:
     # --- topics (TopicManager's ClusterTopics) ---------------------------------------------
 
     async def create_topics(
-        self, wanted: list[NewTopic], *, internal: bool = False
+        self, wanted: list[NewTopic], *, internal: bool = False, existing_ok: bool = False
     ) -> list[Topic | TopicError]:
-        """Place replicas, write each topic to etcd, and wait until this broker holds it."""
+        """Place replicas, write each topic to etcd, and wait until this broker holds it.
+
+        `existing_ok` (auto-creation): a topic that exists already, or that another
+        broker creates meanwhile, is waited for and returned instead of refused.
+        """
         from odradek.broker.topics import TopicError
 
         topics = self.broker.topics
         results: list[Topic | TopicError] = []
         for request in wanted:
+            if existing_ok and request.name in self.assignments:
+                revision = self.topic_revisions.get(request.name, self.revision)
+                results.append(await self._held(request.name, revision))
+                continue
             try:
                 if not internal and request.name in (OFFSETS_TOPIC, TXN_TOPIC):
                     raise TopicError(TOPIC_ALREADY_EXISTS, f"{request.name} is internal")
                 if request.name in self.assignments:
                     raise TopicError(TOPIC_ALREADY_EXISTS, f"topic {request.name!r} already exists")
                 topic, count = topics.prepare(request)
-                factor = request.replication_factor
-                if factor == -1:
-                    factor = int(self.broker.config["default.replication.factor"])
-                replicas = self._place(count, factor)
+                if request.assignments is not None:
+                    replicas = self._checked_assignment(request.assignments)
+                else:
+                    factor = request.replication_factor
+                    if factor == -1:
+                        factor = int(self.broker.config["default.replication.factor"])
+                    replicas = self._place(count, factor)
                 assignment = TopicAssignment(request.name, topic.topic_id, replicas)
                 revision = await self.store.create_topic(assignment, topic.configs)
             except TopicError as exc:
                 results.append(exc)
                 continue
             except TopicExistsError as exc:
-                results.append(TopicError(TOPIC_ALREADY_EXISTS, str(exc)))
+                if existing_ok:  # created by another broker meanwhile: wait until held here
+                    snapshot = await self.store.controller()
+                    results.append(await self._held(request.name, snapshot.revision))
+                else:
+                    results.append(TopicError(TOPIC_ALREADY_EXISTS, str(exc)))
                 continue
             except (MetadataError, OSError) as exc:
                 results.append(TopicError(REQUEST_TIMED_OUT, f"cluster metadata: {exc}"))
@@ -765,6 +780,26 @@ class ClusterNode:
             return assign_replicas(partitions, factor, live, start_index=start)
         except DecisionError as exc:
             raise TopicError(exc.error_code, str(exc)) from None
+
+    def _checked_assignment(
+        self, assignments: dict[int, tuple[int, ...]]
+    ) -> dict[int, tuple[int, ...]]:
+        """A manual assignment, checked as Kafka checks one (partitions 0..n-1, one
+        replication factor, no repeats, registered brokers)."""
+        from odradek.broker.topics import TopicError
+
+        if sorted(assignments) != list(range(len(assignments))):
+            raise TopicError(39, "partitions of a manual assignment must be 0..n-1")
+        factors = {len(r) for r in assignments.values()}
+        if len(factors) != 1 or 0 in factors:
+            raise TopicError(39, "every partition needs the same, non-zero number of replicas")
+        for partition, replicas in sorted(assignments.items()):
+            if len(set(replicas)) != len(replicas):
+                raise TopicError(39, f"partition {partition} repeats a replica: {list(replicas)}")
+            unknown = sorted(set(replicas) - set(self.brokers))
+            if unknown:
+                raise TopicError(39, f"partition {partition}: brokers {unknown} are not live")
+        return dict(assignments)
 
     async def _held(self, name: str, revision: int) -> Topic | TopicError:
         from odradek.broker.topics import TopicError
