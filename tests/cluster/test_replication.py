@@ -9,6 +9,9 @@ compared on disk at the end, with the cluster stopped.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -142,6 +145,29 @@ def test_acks_all_needs_min_insync_replicas(cluster: LocalCluster, admin: AdminC
     try:
         # The controller drops the dead broker from the ISR once its lease ends.
         wait_for(lambda: follower not in partitions(admin, "strict")[0].isrs, "ISR shrink")
+        described = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "odradek",
+                "topics",
+                "describe",
+                "strict",
+                "described",
+                "--under-replicated",
+                "--format",
+                "json",
+                "--bootstrap",
+                cluster.bootstrap_servers(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        shown = {t["name"]: t["partitions"] for t in json.loads(described.stdout)}
+        assert [p["under_replicated"] for p in shown["strict"]] == [True]
+        assert all(p["under_replicated"] for p in shown["described"])  # RF 3, one broker down
         with pytest.raises(RuntimeError) as refused:
             produce(cluster, "strict", [b"x"], acks="all", **{"message.timeout.ms": 3000})
         codes = {e.code() for e in refused.value.args[0]}
