@@ -24,6 +24,8 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kafka import TopicPartition as KafkaPythonPartition
 from kafka.admin import KafkaAdminClient
 
+from odradek.client import Consumer as OdradekConsumer
+from odradek.client import Producer as OdradekProducer
 from odradek.cluster.launcher import LocalCluster
 from odradek.log import LogConfig, PartitionLog
 from odradek.protocol.records import decode_batch_records, iter_batches
@@ -206,6 +208,35 @@ def test_leader_failover_keeps_every_acknowledged_record(
     wait_for(lambda: isr_whole(admin, "failover"), "the old leader back in the ISR")
     offsets = [offset for _, offset, _ in first + second]
     assert offsets == list(range(400)), "acknowledged once each, in order, no gap"
+
+
+def test_odradek_client_follows_a_leader_change(cluster: LocalCluster, admin: AdminClient) -> None:
+    """Odradek's own producer and consumer ride through a leader failover: sends after
+    the kill go to the new leader (NOT_LEADER_OR_FOLLOWER / a dead connection refresh
+    the metadata), every record is acknowledged once and read back once, in order."""
+    create(admin, "own-client", 1, 3, config={"min.insync.replicas": "2"})
+    bootstrap = cluster.bootstrap_servers()
+    with OdradekProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2) as producer:
+        before = [producer.send("own-client", value=b"before-%d" % i) for i in range(100)]
+        producer.flush(DEADLINE_S)
+        leader = partitions(admin, "own-client")[0].leader
+        cluster.kill(leader)
+        try:
+            after = [producer.send("own-client", value=b"after-%d" % i) for i in range(100)]
+            producer.flush(DEADLINE_S)
+            offsets = [f.result(0).offset for f in before + after]
+        finally:
+            cluster.restart(leader, timeout_s=START_TIMEOUT_S)
+    assert offsets == list(range(200))
+    assert partitions(admin, "own-client")[0].leader != leader or isr_whole(admin, "own-client")
+    with OdradekConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([("own-client", 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(values) < 200 and time.monotonic() < deadline:
+            values += [r.value for r in consumer.poll(0.5)]
+    assert values == [b"before-%d" % i for i in range(100)] + [b"after-%d" % i for i in range(100)]
+    wait_for(lambda: isr_whole(admin, "own-client"), "the old leader back in the ISR")
 
 
 def test_a_returning_leader_truncates_what_the_new_leader_never_had(
