@@ -256,6 +256,10 @@ def run(args: argparse.Namespace) -> int:
             await run_broker(broker, stop)
         except OSError as exc:
             raise CliError(f"cannot listen: {exc.strerror or exc}") from None
+        except Exception as exc:
+            if type(exc).__name__ == "ClusterJoinError":  # no import: aetcd is optional
+                raise CliError(str(exc)) from None
+            raise
 
     asyncio.run(main())
     return 0

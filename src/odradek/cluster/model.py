@@ -22,6 +22,10 @@ class MetadataError(Exception):
     """Base class of the metadata store's own errors."""
 
 
+class ClusterJoinError(MetadataError):
+    """A broker could not join its cluster at start-up (etcd unreachable, id taken)."""
+
+
 class BrokerIdInUseError(MetadataError):
     """Another live broker holds the registration for this broker id."""
 

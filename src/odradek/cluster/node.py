@@ -49,6 +49,7 @@ from odradek.cluster.model import (
     BrokerIdInUseError,
     BrokerInfo,
     ChangeKind,
+    ClusterJoinError,
     ClusterMetadata,
     ControllerChange,
     ControllerClaim,
@@ -115,6 +116,11 @@ class ConcurrentChange(DecisionError):
     """A compare-and-swap lost to another writer; the client retries."""
 
     error_code = 7  # REQUEST_TIMED_OUT: retriable for every client
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def _outcome(task: asyncio.Task[Any]) -> BaseException | None:
@@ -238,9 +244,20 @@ class ClusterNode:
         """Join: register, load the metadata, follow it. Returns once the view is loaded."""
         self.broker.txns.remote_marker = self
         self.broker.topics.change_listeners.append(self._start_coordinators)
-        await self.store.__aenter__()
-        await self._join()
-        await self.producer_ids.prime()
+        where = "{}:{}".format(*self.etcd_endpoint)
+        try:
+            await self.store.__aenter__()
+            await self._join()
+            await self.producer_ids.prime()
+        except BrokerIdInUseError as exc:
+            await self._close_quietly()
+            raise ClusterJoinError(f"broker id {self.broker_id} is taken: {exc}") from None
+        except Exception as exc:  # etcd down or refusing: one clear line, not a traceback
+            await self._close_quietly()
+            raise ClusterJoinError(
+                f"cannot join cluster {self.cluster_name!r} through etcd at {where}: "
+                f"{_first_line(exc)}"
+            ) from None
         self._session_task = asyncio.create_task(self._run_session(), name="cluster-session")
         self._tasks.append(asyncio.create_task(self._check_isr(), name="cluster-isr"))
 
@@ -269,6 +286,10 @@ class ClusterNode:
             len(self.assignments),
         )
         self.ready.set()
+
+    async def _close_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.store.close()
 
     async def stop(self) -> None:
         self._stopping = True
