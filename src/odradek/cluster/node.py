@@ -89,6 +89,7 @@ ISR_CHECK_EVERY_S = 1.0
 REJOIN_BACKOFF_S = (0.2, 5.0)
 TOPIC_VISIBLE_TIMEOUT_S = 30.0
 MARKER_TIMEOUT_S = 30.0
+READY_WAIT_S = 10.0
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
@@ -863,6 +864,13 @@ class ClusterNode:
             await self.store.set_topic_configs(name, configs)
         except Exception:
             log.exception("could not store the configs of %s in etcd", name)
+
+    async def wait_ready(self, timeout_s: float = READY_WAIT_S) -> None:
+        """Until this broker has joined and loaded the metadata (bounded: then answer
+        with what it has, and the client asks again)."""
+        if not self.ready.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.ready.wait(), timeout_s)
 
     def next_producer_id(self) -> int:
         return self.producer_ids.next_id()
