@@ -59,7 +59,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -71,6 +71,7 @@ import aetcd.utils
 import grpc
 
 from odradek.cluster.model import (
+    SECURITY_DOCUMENTS,
     BrokerChange,
     BrokerIdInUseError,
     BrokerInfo,
@@ -86,6 +87,7 @@ from odradek.cluster.model import (
     PartitionChange,
     PartitionState,
     PartitionUpdate,
+    SecurityChange,
     Snapshot,
     TopicAssignment,
     TopicChange,
@@ -179,6 +181,7 @@ class KeyLayout:
     topic_configs: bytes = field(init=False)
     partitions: bytes = field(init=False)
     producer_ids: bytes = field(init=False)
+    security: bytes = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.prefix.startswith(b"/") or self.prefix.endswith(b"/"):
@@ -191,6 +194,7 @@ class KeyLayout:
         object.__setattr__(self, "topic_configs", p + b"/topic_configs/")
         object.__setattr__(self, "partitions", p + b"/partitions/")
         object.__setattr__(self, "producer_ids", p + b"/producer_id_block")
+        object.__setattr__(self, "security", p + b"/security/")
 
     @classmethod
     def for_cluster(cls, cluster_name: str) -> Self:
@@ -639,6 +643,40 @@ class EtcdMetadataStore:
         async for change in self._watch(self.keys.prefix + b"/", start_revision):
             yield change
 
+    # -- security documents (ACLs, SCRAM credentials) -------------------------
+
+    async def update_security(
+        self,
+        name: str,
+        change: Callable[[dict[str, Any] | None], dict[str, Any]],
+    ) -> int:
+        """Read-modify-write one security document by compare-and-swap; the revision.
+
+        `change` gets the stored document (None if never written) and returns the
+        new one; it is called again with the newer document whenever another
+        broker wrote in between, so concurrent changes from different brokers
+        compose instead of overwriting each other.
+        """
+        if name not in SECURITY_DOCUMENTS:
+            raise ValueError(f"unknown security document {name!r}")
+        key = self.keys.security + name.encode()
+        while True:
+            got = await self._client.get(key)
+            current = None if got is None else decode_value(got.value)
+            unchanged = (
+                self._txn.Version(key) == 0
+                if got is None
+                else self._txn.Mod(key) == got.mod_revision
+            )
+            succeeded, responses = await self._client.transaction(
+                compare=[unchanged],
+                success=[self._txn.Put(key, encode_value(change(current))), self._txn.Get(key)],
+                failure=[],
+            )
+            if succeeded:
+                [(_, written)] = responses[1]
+                return int(written.mod_revision)
+
     # -- producer ids ----------------------------------------------------------
 
     async def allocate_producer_ids(self, count: int) -> int:
@@ -683,6 +721,7 @@ class EtcdMetadataStore:
         topic_revisions: dict[str, int] = {}
         configs: dict[str, dict[str, str]] = {}
         partitions: dict[tuple[str, int], VersionedPartitionState] = {}
+        security: dict[str, dict[str, Any]] = {}
         for kv in result:
             key = kv.key
             if key.startswith(keys.brokers):
@@ -701,6 +740,8 @@ class EtcdMetadataStore:
                 configs[name] = {str(k): str(v) for k, v in decode_value(kv.value).items()}
             elif key == keys.producer_ids:
                 pass  # read by allocate_producer_ids only
+            elif key.startswith(keys.security):
+                security[key[len(keys.security) :].decode()] = decode_value(kv.value)
             elif key.startswith(keys.partitions):
                 topic, number = keys.parse_partition(key)
                 partitions[topic, number] = VersionedPartitionState(
@@ -709,7 +750,14 @@ class EtcdMetadataStore:
             else:
                 log.warning("ignoring unknown metadata key %r", key)
         metadata = ClusterMetadata(
-            brokers, controller, controller_epoch, topics, configs, partitions, topic_revisions
+            brokers,
+            controller,
+            controller_epoch,
+            topics,
+            configs,
+            partitions,
+            topic_revisions,
+            security,
         )
         return Snapshot(metadata, int(result.header.revision))
 
@@ -792,6 +840,11 @@ class EtcdMetadataStore:
             return ControllerChange(kind, info, kv.mod_revision)
         if key in (keys.controller_epoch, keys.producer_ids):
             return None
+        if key.startswith(keys.security):
+            document = decode_value(kv.value) if put else None
+            return SecurityChange(
+                kind, key[len(keys.security) :].decode(), document, kv.mod_revision
+            )
         if key.startswith(keys.topics):
             name = key[len(keys.topics) :].decode()
             assignment = TopicAssignment.decode(name, kv.value) if put else None

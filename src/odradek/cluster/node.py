@@ -28,8 +28,9 @@ import base64
 import contextlib
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from odradek.cluster.controller import Controller
 from odradek.cluster.decisions import (
@@ -59,6 +60,7 @@ from odradek.cluster.model import (
     MetadataWatchLost,
     PartitionChange,
     PartitionState,
+    SecurityChange,
     TopicAssignment,
     TopicChange,
     TopicConfigChange,
@@ -75,6 +77,7 @@ if TYPE_CHECKING:
     from odradek.broker.topics import NewTopic, Topic, TopicError
 
 log = logging.getLogger("odradek.cluster")
+T = TypeVar("T")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
@@ -249,6 +252,7 @@ class ClusterNode:
         try:
             await self.store.__aenter__()
             await self._join()
+            await self._publish_local_security()
             await self.producer_ids.prime()
         except BrokerIdInUseError as exc:
             await self._close_quietly()
@@ -384,6 +388,8 @@ class ClusterNode:
         self.brokers = dict(metadata.brokers)
         self._set_controller(metadata.controller)
         self.topic_configs = {k: dict(v) for k, v in metadata.topic_configs.items()}
+        for name, document in metadata.security.items():
+            self._take_security(name, document)
         for name in [n for n in self.assignments if n not in metadata.topics]:
             await self._topic_deleted(name)
         local_only = [
@@ -463,6 +469,9 @@ class ClusterNode:
                 topic = self.broker.topics.get(change.topic)
                 if topic is not None and topic.configs != change.configs:
                     self.broker.topics.apply_configs(topic, dict(change.configs))
+        elif isinstance(change, SecurityChange):
+            if change.document is not None:
+                self._take_security(change.name, change.document)
         elif isinstance(change, PartitionChange):
             key = (change.topic, change.partition)
             if change.state is not None:
@@ -874,6 +883,55 @@ class ClusterNode:
 
     def next_producer_id(self) -> int:
         return self.producer_ids.next_id()
+
+    # --- security (ACLs and SCRAM credentials are cluster-wide, in etcd) ------------------
+
+    def _security_store(self, name: str) -> Any:
+        security = self.broker.security
+        return security.acls if name == "acls" else security.credentials
+
+    def _take_security(self, name: str, document: dict[str, Any]) -> None:
+        store = self._security_store(name)
+        if store.to_document() != document:
+            store.load_document(document)
+            log.info("took the cluster's %s from etcd", name)
+
+    async def change_security(self, name: str, change: Callable[[Any], T]) -> T:
+        """Apply `change` to the cluster's ACLs ("acls") or SCRAM credentials ("scram")
+        in etcd, compare-and-swap, retried on the newer document if another broker
+        wrote in between; returns `change`'s result once this broker holds the result."""
+        kind = type(self._security_store(name))
+        outcome: list[T] = []
+
+        def edit(current: dict[str, Any] | None) -> dict[str, Any]:
+            base = current if current is not None else self._security_store(name).to_document()
+            store = kind.detached(base)
+            outcome[:] = [change(store)]
+            return store.to_document()  # type: ignore[no-any-return]
+
+        revision = await self.store.update_security(name, edit)
+        await self.wait_for_revision(revision, TOPIC_VISIBLE_TIMEOUT_S)
+        return outcome[0]
+
+    async def _publish_local_security(self) -> None:
+        """On joining: what this broker holds that etcd has not got yet goes there: the
+        `--add-scram` users (new credentials only, as Kafka's storage tool), and the
+        ACLs of a single node that becomes the first broker of a cluster."""
+        local_scram = self.broker.security.credentials.to_document()["credentials"]
+        if local_scram:
+
+            def add_missing(current: dict[str, Any] | None) -> dict[str, Any]:
+                entries = list((current or {}).get("credentials", []))
+                held = {(e["user"], e["mechanism"]) for e in entries}
+                entries += [e for e in local_scram if (e["user"], e["mechanism"]) not in held]
+                return {"credentials": entries}
+
+            await self.store.update_security("scram", add_missing)
+        local_acls = self.broker.security.acls.to_document()
+        if local_acls["acls"]:
+            await self.store.update_security(
+                "acls", lambda current: current if current is not None else local_acls
+            )
 
     # --- partition administration (AlterPartitionReassignments, ElectLeaders) ------------
 
