@@ -61,7 +61,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import aetcd
 import aetcd.exceptions
@@ -100,6 +100,8 @@ from odradek.cluster.model import (
     decode_value,
     encode_value,
 )
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -659,10 +661,22 @@ class EtcdMetadataStore:
         """
         if name not in SECURITY_DOCUMENTS:
             raise ValueError(f"unknown security document {name!r}")
-        key = self.keys.security + name.encode()
+
+        def edit(raw: bytes | None) -> tuple[bytes, None]:
+            return encode_value(change(None if raw is None else decode_value(raw))), None
+
+        revision, _ = await self._read_modify_write(self.keys.security + name.encode(), edit)
+        return revision
+
+    async def _read_modify_write(
+        self, key: bytes, edit: Callable[[bytes | None], tuple[bytes, T]]
+    ) -> tuple[int, T]:
+        """Replace `key`'s value with ``edit(value)[0]`` by compare-and-swap, reading
+        and editing again while another writer got in between; the revision written
+        and ``edit``'s second item."""
         while True:
             got = await self._client.get(key)
-            current = None if got is None else decode_value(got.value)
+            value, outcome = edit(None if got is None else got.value)
             unchanged = (
                 self._txn.Version(key) == 0
                 if got is None
@@ -670,12 +684,12 @@ class EtcdMetadataStore:
             )
             succeeded, responses = await self._client.transaction(
                 compare=[unchanged],
-                success=[self._txn.Put(key, encode_value(change(current))), self._txn.Get(key)],
+                success=[self._txn.Put(key, value), self._txn.Get(key)],
                 failure=[],
             )
             if succeeded:
                 [(_, written)] = responses[1]
-                return int(written.mod_revision)
+                return int(written.mod_revision), outcome
 
     # -- producer ids ----------------------------------------------------------
 
@@ -687,22 +701,13 @@ class EtcdMetadataStore:
         """
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
-        key = self.keys.producer_ids
-        while True:
-            got = await self._client.get(key)
-            first = 0 if got is None else int(got.value)
-            unchanged = (
-                self._txn.Version(key) == 0
-                if got is None
-                else self._txn.Mod(key) == got.mod_revision
-            )
-            succeeded, _ = await self._client.transaction(
-                compare=[unchanged],
-                success=[self._txn.Put(key, str(first + count).encode())],
-                failure=[],
-            )
-            if succeeded:
-                return first
+
+        def reserve(raw: bytes | None) -> tuple[bytes, int]:
+            first = 0 if raw is None else int(raw)
+            return str(first + count).encode(), first
+
+        _, first = await self._read_modify_write(self.keys.producer_ids, reserve)
+        return first
 
     # -- everything at once ---------------------------------------------------
 
