@@ -275,6 +275,17 @@ def process_is_ours(pid: int | None, member_dir: Path) -> bool:
     )
 
 
+def _has_exited(pid: int | None) -> bool:
+    """Whether `pid` has ended: no such process, or a zombie (its sockets are closed)."""
+    if pid is None:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X", "x")
+
+
 # Processes this Python process started and has not reaped yet, by pid: polled so
 # they do not linger as zombies, and kept referenced so Popen never warns that a
 # process it still runs was forgotten (they are meant to outlive us).
@@ -808,10 +819,16 @@ class LocalCluster:
                 os.kill(pid, sig)
 
     def _wait_gone(self, members: list[Member], timeout_s: float) -> list[Member]:
-        """Those of `members` still running after `timeout_s`."""
+        """Those of `members` (running, and just signalled) still there after `timeout_s`.
+
+        Waits for the pid to end, not for its command line to stop naming us: that
+        empties while the process is still exiting, before its sockets are closed.
+        """
+        pids = {m: self.pid(m) for m in members}
         deadline = time.monotonic() + timeout_s
         while True:
-            left = [m for m in members if self.is_running(m)]
+            _reap_children()
+            left = [m for m in members if not _has_exited(pids[m])]
             if not left or time.monotonic() >= deadline:
                 return left
             time.sleep(_POLL_INTERVAL_S / 2)
