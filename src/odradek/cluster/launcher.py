@@ -68,6 +68,7 @@ T = TypeVar("T")
 
 _POLL_INTERVAL_S = 0.1
 _PROBE_TIMEOUT_S = 2.0
+_PORT_RELEASE_GRACE_S = 2.0
 
 
 class ClusterError(Exception):
@@ -726,7 +727,11 @@ class LocalCluster:
 
     def _check_ports_free(self, member: Member, ports: list[int]) -> None:
         host = self.state.etcd.host if member == ETCD else self._broker(member).host
+        # a process that just crashed may still be closing its sockets: give it a moment
+        deadline = time.monotonic() + _PORT_RELEASE_GRACE_S
         for port in ports:
+            while not _port_is_free(host, port) and time.monotonic() < deadline:
+                time.sleep(_POLL_INTERVAL_S)
             if not _port_is_free(host, port):
                 raise ClusterError(
                     f"port {port} of {member_name(member)} is in use by another process "
