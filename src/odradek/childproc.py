@@ -17,6 +17,40 @@ from typing import Self
 STOP_TIMEOUT_S = 10.0
 
 
+def spawn_logged(
+    command: Sequence[str],
+    log_path: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    new_session: bool = False,
+) -> subprocess.Popen[bytes]:
+    """Start `command` with stdin from /dev/null and stdout and stderr appended to `log_path`.
+
+    With `new_session` the process leads a session of its own: no terminal, and a
+    Ctrl-C or the exit of the process that started it does not reach it (detached).
+    """
+    log = open(log_path, "ab")  # noqa: SIM115 - handed to the child process
+    try:
+        return subprocess.Popen(
+            list(command),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env) if env is not None else None,
+            start_new_session=new_session,
+        )
+    finally:
+        log.close()
+
+
+def log_tail(log_path: Path, lines: int = 40, *, label: str = "process") -> str:
+    """The last `lines` lines of a log file (a placeholder when there is none)."""
+    try:
+        return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no {label} log)"
+
+
 class ChildProcess(ABC):
     """Lifecycle of one child process whose output goes to `log_path`."""
 
@@ -30,18 +64,14 @@ class ChildProcess(ABC):
     def start(self) -> Self:
         """Spawn (via `_spawn`) and wait until the process is ready to serve."""
 
-    def _spawn(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> None:
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
-        try:
-            self._proc = subprocess.Popen(
-                list(command),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=dict(env) if env is not None else None,
-            )
-        finally:
-            log.close()
+    def _spawn(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        *,
+        new_session: bool = False,
+    ) -> None:
+        self._proc = spawn_logged(command, self.log_path, env=env, new_session=new_session)
 
     @property
     def running(self) -> bool:
@@ -80,11 +110,13 @@ class ChildProcess(ABC):
             proc.wait(timeout=STOP_TIMEOUT_S)
             raise RuntimeError(f"{self.label} ignored signal {sig} for {STOP_TIMEOUT_S}s") from None
 
+    def detach(self) -> subprocess.Popen[bytes] | None:
+        """Stop tracking the process and hand it over (it keeps running); None if none."""
+        proc, self._proc = self._proc, None
+        return proc
+
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return f"(no {self.label} log)"
+        return log_tail(self.log_path, lines, label=self.label)
 
     def __enter__(self) -> Self:
         return self.start()

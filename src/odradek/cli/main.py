@@ -14,7 +14,17 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from odradek import __version__
-from odradek.cli import acls, consume, groups, produce, serve, topics, transactions, users
+from odradek.cli import (
+    acls,
+    cluster,
+    consume,
+    groups,
+    produce,
+    serve,
+    topics,
+    transactions,
+    users,
+)
 from odradek.cli.errors import CliError
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -41,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     serve.add_parser(commands)
+    cluster.add_parser(commands)
     topics.add_parser(commands)
     produce.add_parser(commands)
     consume.add_parser(commands)

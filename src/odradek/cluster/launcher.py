@@ -1,0 +1,845 @@
+"""A development cluster on loopback: one etcd and N brokers as detached processes.
+
+What ``odradek cluster up|down|status`` and the fault-injection tests drive. Not for
+production (there, run a real etcd cluster and each broker under a service manager).
+
+Everything lives under one data dir (`ClusterLayout`)::
+
+    DIR/cluster.json        the state: etcd's and each broker's host, ports, pid,
+                            rack, and the --set settings every broker gets
+    DIR/etcd/               etcd's data
+    DIR/broker-<id>/        broker <id>'s data dir (ids 1..N)
+    DIR/logs/etcd.log       each process's stdout and stderr, appended on every start
+    DIR/logs/broker-<id>.log
+
+Processes are detached (a session of their own, stdin from /dev/null, output to
+their log), so they outlive the command that started them; the pids in
+``cluster.json`` are how a later command finds them. A recorded pid is trusted
+only while ``/proc/<pid>/cmdline`` names that process's own directory under DIR,
+so a pid the kernel reused for something else is never signalled or counted as
+running. Ports are chosen once (free ports on 127.0.0.1) and kept, so a restarted
+process is found where clients and etcd's stored member URLs expect it.
+
+A process is *serving* when etcd answers ``/health``, and when a broker answers an
+ApiVersions request and, with ``wait_for_registration``, is registered in etcd
+(`EtcdMetadataStore.brokers` lists its id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Self, TypeVar
+
+from odradek.childproc import log_tail, spawn_logged
+from odradek.cluster.etcd_server import EtcdServer, EtcdStartError, find_etcd_binary
+
+ETCD: Literal["etcd"] = "etcd"
+Member = int | Literal["etcd"]
+"""A broker id, or `ETCD`."""
+
+LOOPBACK = "127.0.0.1"
+MAX_BROKERS = 16
+DEFAULT_BROKERS = 3
+DEFAULT_START_TIMEOUT_S = 60.0
+DEFAULT_STOP_TIMEOUT_S = 10.0
+DEFAULT_CLUSTER_NAME = "odradek"  # the broker setting etcd.cluster.name's default
+CLUSTER_NAME_SETTING = "etcd.cluster.name"
+STATE_FILE = "cluster.json"
+STATE_VERSION = 1
+LOG_TAIL_LINES = 20
+
+# Brokers started with --etcd do not register yet; once they do, a broker counts as
+# serving only after its registration appears in etcd.
+WAIT_FOR_REGISTRATION = False
+
+T = TypeVar("T")
+
+_POLL_INTERVAL_S = 0.1
+_PROBE_TIMEOUT_S = 2.0
+
+
+class ClusterError(Exception):
+    """A problem with the cluster's arguments or state, said in one line."""
+
+
+class NotServingError(ClusterError):
+    """A process did not come up in time, or exited while starting."""
+
+    def __init__(self, member: Member, reason: str, log_path: Path) -> None:
+        super().__init__(f"{member_name(member)} {reason} (log: {log_path})")
+        self.member = member
+        self.log_path = log_path
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return log_tail(self.log_path, lines, label=member_name(self.member))
+
+
+def member_name(member: Member) -> str:
+    return "etcd" if member == ETCD else f"broker {member}"
+
+
+# ---------------------------------------------------------------------------
+# Layout and state
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterLayout:
+    """Where a cluster's files live under its data dir (an absolute path)."""
+
+    root: Path
+
+    @classmethod
+    def of(cls, data_dir: str | Path) -> Self:
+        return cls(Path(data_dir).expanduser().resolve())
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / STATE_FILE
+
+    @property
+    def etcd_dir(self) -> Path:
+        return self.root / "etcd"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    def broker_dir(self, broker_id: int) -> Path:
+        return self.root / f"broker-{broker_id}"
+
+    def member_dir(self, member: Member) -> Path:
+        return self.etcd_dir if member == ETCD else self.broker_dir(member)
+
+    def log_path(self, member: Member) -> Path:
+        name = "etcd" if member == ETCD else f"broker-{member}"
+        return self.logs_dir / f"{name}.log"
+
+
+@dataclass(slots=True)
+class EtcdRecord:
+    host: str
+    port: int
+    peer_port: int
+    pid: int | None = None
+
+
+@dataclass(slots=True)
+class BrokerRecord:
+    id: int
+    host: str
+    port: int
+    rack: str | None = None
+    pid: int | None = None
+
+
+@dataclass(slots=True)
+class ClusterState:
+    """What ``cluster.json`` holds."""
+
+    etcd: EtcdRecord
+    brokers: dict[int, BrokerRecord]
+    settings: dict[str, str] = field(default_factory=dict)
+    rack_count: int | None = None
+
+    @property
+    def cluster_name(self) -> str:
+        return self.settings.get(CLUSTER_NAME_SETTING, DEFAULT_CLUSTER_NAME)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "etcd": {
+                "host": self.etcd.host,
+                "port": self.etcd.port,
+                "peer_port": self.etcd.peer_port,
+                "pid": self.etcd.pid,
+            },
+            "brokers": [
+                {"id": b.id, "host": b.host, "port": b.port, "rack": b.rack, "pid": b.pid}
+                for _, b in sorted(self.brokers.items())
+            ],
+            "settings": dict(self.settings),
+            "rack_count": self.rack_count,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> Self:
+        """Raises KeyError, TypeError or ValueError for a malformed state."""
+        if value.get("version") != STATE_VERSION:
+            raise ValueError(f"unknown state version {value.get('version')!r}")
+        e = value["etcd"]
+        etcd = EtcdRecord(_str(e["host"]), _port(e["port"]), _port(e["peer_port"]), _pid(e["pid"]))
+        brokers = {}
+        for b in value["brokers"]:
+            rack = b["rack"]
+            record = BrokerRecord(
+                _int(b["id"]),
+                _str(b["host"]),
+                _port(b["port"]),
+                None if rack is None else _str(rack),
+                _pid(b["pid"]),
+            )
+            brokers[record.id] = record
+        if sorted(brokers) != list(range(1, len(brokers) + 1)):
+            raise ValueError("broker ids must be 1..N")
+        settings = {_str(k): _str(v) for k, v in value["settings"].items()}
+        rack_count = value["rack_count"]
+        return cls(etcd, brokers, settings, None if rack_count is None else _int(rack_count))
+
+    @classmethod
+    def load(cls, layout: ClusterLayout) -> Self:
+        try:
+            raw = layout.state_file.read_text()
+        except FileNotFoundError:
+            raise ClusterError(
+                f"{layout.root} is not a cluster data dir (no {STATE_FILE}; "
+                "'odradek cluster up' creates one)"
+            ) from None
+        except OSError as exc:
+            raise ClusterError(f"cannot read {layout.state_file}: {exc.strerror or exc}") from None
+        try:
+            return cls.from_json(json.loads(raw))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ClusterError(f"{layout.state_file} is not a cluster state file: {exc}") from None
+
+    def save(self, layout: ClusterLayout) -> None:
+        """Write atomically: a reader sees the old state or the new one, never half."""
+        temporary = layout.state_file.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
+        with open(temporary, "w") as out:
+            json.dump(self.to_json(), out, indent=2)
+            out.write("\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, layout.state_file)
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected a whole number, got {value!r}")
+    return value
+
+
+def _port(value: Any) -> int:
+    if not 0 < _int(value) < 65536:
+        raise ValueError(f"{value} is not a port")
+    return int(value)
+
+
+def _pid(value: Any) -> int | None:
+    return None if value is None else _int(value)
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def rack_of(broker_id: int, rack_count: int | None) -> str | None:
+    """Racks r0..r(K-1), assigned round-robin by broker id."""
+    return None if rack_count is None else f"r{(broker_id - 1) % rack_count}"
+
+
+# ---------------------------------------------------------------------------
+# Processes
+
+
+def process_is_ours(pid: int | None, member_dir: Path) -> bool:
+    """Whether `pid` runs and its command line names `member_dir` (or a path under it).
+
+    A zombie has an empty command line, so it counts as gone; a pid reused by an
+    unrelated process does not name the directory.
+    """
+    if pid is None or pid <= 0:
+        return False
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    directory = str(member_dir)
+    return any(
+        arg == directory or arg.startswith(directory + os.sep)
+        for arg in raw.decode(errors="replace").split("\0")
+    )
+
+
+# Processes this Python process started and has not reaped yet, by pid: polled so
+# they do not linger as zombies, and kept referenced so Popen never warns that a
+# process it still runs was forgotten (they are meant to outlive us).
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _adopt(proc: subprocess.Popen[bytes] | None) -> int:
+    if proc is None:
+        raise ClusterError("process handle missing after start")
+    _children[proc.pid] = proc
+    return proc.pid
+
+
+def _reap_children() -> None:
+    for pid, proc in list(_children.items()):
+        if proc.poll() is not None:
+            del _children[pid]
+
+
+def _port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # as servers bind: a port held only by TIME_WAIT connections is free
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _free_ports(host: str, count: int, avoid: Iterable[int] = ()) -> list[int]:
+    """`count` distinct free ports (held open together so the OS hands out distinct ones)."""
+    taken = set(avoid)
+    sockets: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+            if port not in taken:
+                taken.add(port)
+                ports.append(port)
+    finally:
+        for sock in sockets:
+            sock.close()
+    return ports
+
+
+def answers_api_versions(host: str, port: int, timeout_s: float = _PROBE_TIMEOUT_S) -> bool:
+    """Whether a Kafka broker at host:port completes an ApiVersions exchange."""
+    from odradek.client.config import CommonConfig
+    from odradek.client.connection import BrokerConnection
+    from odradek.client.errors import KafkaError
+
+    timeout_ms = int(timeout_s * 1000)
+    config = CommonConfig(
+        client_id="odradek-cluster-probe",
+        socket_connection_setup_timeout_ms=timeout_ms,
+        request_timeout_ms=timeout_ms,
+    )
+    connection = BrokerConnection(-1, host, port, config)
+    try:
+        connection.ensure_ready(timeout_s)
+        return True
+    except (KafkaError, OSError):
+        return False
+    finally:
+        connection.close()
+
+
+def registered_broker_ids(
+    endpoint: tuple[str, int], cluster_name: str, timeout_s: float = _PROBE_TIMEOUT_S
+) -> set[int]:
+    """Ids of the brokers registered in etcd (empty when etcd cannot be read)."""
+    from odradek.cluster.metadata import EtcdMetadataStore
+
+    async def read() -> set[int]:
+        async with EtcdMetadataStore(
+            *endpoint, cluster_name=cluster_name, request_timeout_s=max(1, int(timeout_s))
+        ) as store:
+            return set((await store.brokers()).items)
+
+    try:
+        return run_coroutine(lambda: asyncio.wait_for(read(), timeout_s))
+    except Exception:  # any failure to read means "not registered yet"
+        return set()
+
+
+def run_coroutine(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to its end from synchronous code, also when called inside a running
+    event loop (an async test): then on a thread of its own, with its own loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="odradek-cluster") as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """One process of the cluster, as ``cluster up`` prints it."""
+
+    kind: Literal["etcd", "broker"]
+    id: int | None
+    host: str
+    port: int
+    pid: int
+    started: bool = False  # by this call (else it was running already)
+
+    @property
+    def member(self) -> Member:
+        return ETCD if self.id is None else self.id
+
+    def line(self) -> str:
+        if self.kind == "etcd":
+            return f"etcd {self.host}:{self.port} pid {self.pid}"
+        return f"broker {self.id} {self.host}:{self.port} pid {self.pid}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "id": self.id,
+            "host": self.host,
+            "port": self.port,
+            "pid": self.pid,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StopInfo:
+    """A process `stop_all` ended, and whether it took SIGKILL."""
+
+    process: ProcessInfo
+    killed: bool
+
+    def line(self) -> str:
+        how = "killed (ignored SIGTERM)" if self.killed else "stopped"
+        return f"{self.process.line()} {how}"
+
+
+# ---------------------------------------------------------------------------
+# The cluster
+
+
+class LocalCluster:
+    """Supervises the processes of one data dir; see the module docs.
+
+    `prepare` creates or extends the state, `open` reads an existing one; neither
+    starts anything. Each method acts on the processes at once and writes the
+    state file; pids recorded by an earlier command are honoured.
+    """
+
+    def __init__(
+        self,
+        layout: ClusterLayout,
+        state: ClusterState,
+        *,
+        wait_for_registration: bool = WAIT_FOR_REGISTRATION,
+    ) -> None:
+        self.layout = layout
+        self.state = state
+        self.wait_for_registration = wait_for_registration
+
+    # -- construction --------------------------------------------------------
+
+    @classmethod
+    def open(cls, data_dir: str | Path, **options: Any) -> Self:
+        """The cluster recorded in `data_dir` (`ClusterError` if there is none)."""
+        layout = ClusterLayout.of(data_dir)
+        return cls(layout, ClusterState.load(layout), **options)
+
+    @classmethod
+    def prepare(
+        cls,
+        data_dir: str | Path,
+        *,
+        brokers: int | None = None,
+        rack_count: int | None = None,
+        settings: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> Self:
+        """The cluster of `data_dir`, created (new ports) or extended to `brokers`.
+
+        `brokers` defaults to the recorded count (3 for a new cluster); fewer than
+        recorded is an error. New `settings` or `rack_count` replace the recorded
+        ones only while nothing runs; None keeps them.
+        """
+        if brokers is not None and not 1 <= brokers <= MAX_BROKERS:
+            raise ClusterError(f"--brokers must be 1..{MAX_BROKERS}, got {brokers}")
+        if rack_count is not None and rack_count < 1:
+            raise ClusterError(f"--rack-count must be at least 1, got {rack_count}")
+        layout = ClusterLayout.of(data_dir)
+        if layout.root.exists() and not layout.root.is_dir():
+            raise ClusterError(f"{layout.root} is not a directory")
+        if not layout.state_file.exists():
+            if layout.root.exists() and any(layout.root.iterdir()):
+                raise ClusterError(
+                    f"{layout.root} is not empty and holds no {STATE_FILE}: not a cluster "
+                    "data dir (give a new or empty directory)"
+                )
+            cluster = cls(layout, cls._new_state(rack_count, settings), **options)
+        else:
+            cluster = cls(layout, ClusterState.load(layout), **options)
+            cluster._change_options(rack_count, settings)
+        if brokers is None:
+            brokers = len(cluster.state.brokers) or DEFAULT_BROKERS
+        cluster._grow(brokers)
+        layout.root.mkdir(parents=True, exist_ok=True)
+        cluster.state.save(layout)
+        return cluster
+
+    @staticmethod
+    def _new_state(rack_count: int | None, settings: Mapping[str, str] | None) -> ClusterState:
+        client_port, peer_port = _free_ports(LOOPBACK, 2)
+        return ClusterState(
+            EtcdRecord(LOOPBACK, client_port, peer_port), {}, dict(settings or {}), rack_count
+        )
+
+    def _change_options(self, rack_count: int | None, settings: Mapping[str, str] | None) -> None:
+        changes = []
+        if rack_count is not None and rack_count != self.state.rack_count:
+            changes.append("--rack-count")
+        if settings is not None and dict(settings) != self.state.settings:
+            changes.append("--set")
+        if not changes:
+            return
+        running = self.running_members()
+        if running:
+            raise ClusterError(
+                f"{' and '.join(changes)} would change how the running cluster in "
+                f"{self.layout.root} was started: run 'odradek cluster down' first"
+            )
+        if rack_count is not None:
+            self.state.rack_count = rack_count
+            for broker in self.state.brokers.values():
+                broker.rack = rack_of(broker.id, rack_count)
+        if settings is not None:
+            self.state.settings = dict(settings)
+
+    def _grow(self, count: int) -> None:
+        recorded = len(self.state.brokers)
+        if count < recorded:
+            raise ClusterError(
+                f"the cluster in {self.layout.root} has {recorded} brokers; it cannot shrink "
+                f"to {count} (run 'odradek cluster down' and use a new data dir)"
+            )
+        used = [self.state.etcd.port, self.state.etcd.peer_port]
+        used += [b.port for b in self.state.brokers.values()]
+        ports = _free_ports(LOOPBACK, count - recorded, avoid=used)
+        for broker_id, port in zip(range(recorded + 1, count + 1), ports, strict=True):
+            rack = rack_of(broker_id, self.state.rack_count)
+            self.state.brokers[broker_id] = BrokerRecord(broker_id, LOOPBACK, port, rack)
+
+    # -- addresses -------------------------------------------------------------
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return sorted(self.state.brokers)
+
+    def broker_address(self, broker_id: int) -> str:
+        broker = self._broker(broker_id)
+        return f"{broker.host}:{broker.port}"
+
+    def bootstrap_servers(self) -> str:
+        return ",".join(self.broker_address(b) for b in self.broker_ids)
+
+    def etcd_endpoint(self) -> tuple[str, int]:
+        """(host, port) of etcd's client endpoint, what `EtcdMetadataStore` takes."""
+        return self.state.etcd.host, self.state.etcd.port
+
+    @property
+    def cluster_name(self) -> str:
+        return self.state.cluster_name
+
+    def _broker(self, broker_id: int) -> BrokerRecord:
+        try:
+            return self.state.brokers[broker_id]
+        except KeyError:
+            raise ClusterError(
+                f"no broker {broker_id} in {self.layout.root} (brokers: "
+                f"{', '.join(map(str, self.broker_ids))})"
+            ) from None
+
+    # -- what runs ------------------------------------------------------------
+
+    def pid(self, member: Member) -> int | None:
+        return self.state.etcd.pid if member == ETCD else self._broker(member).pid
+
+    def _set_pid(self, member: Member, pid: int | None) -> None:
+        if member == ETCD:
+            self.state.etcd.pid = pid
+        else:
+            self._broker(member).pid = pid
+
+    def is_running(self, member: Member) -> bool:
+        """Whether the recorded process runs (and is really ours)."""
+        _reap_children()
+        return process_is_ours(self.pid(member), self.layout.member_dir(member))
+
+    def members(self) -> list[Member]:
+        return [ETCD, *self.broker_ids]
+
+    def running_members(self) -> list[Member]:
+        return [m for m in self.members() if self.is_running(m)]
+
+    def info(self, member: Member, *, started: bool = False) -> ProcessInfo:
+        pid = self.pid(member) or 0
+        if member == ETCD:
+            etcd = self.state.etcd
+            return ProcessInfo("etcd", None, etcd.host, etcd.port, pid, started)
+        broker = self._broker(member)
+        return ProcessInfo("broker", broker.id, broker.host, broker.port, pid, started)
+
+    def is_serving(self, member: Member, *, registered: set[int] | None = None) -> bool:
+        """Running and answering: etcd's /health, a broker's ApiVersions (and registered,
+        with `wait_for_registration`; `registered` saves reading etcd again)."""
+        if not self.is_running(member):
+            return False
+        if member == ETCD:
+            return self._etcd_server().healthy()
+        broker = self._broker(member)
+        if not answers_api_versions(broker.host, broker.port):
+            return False
+        if not self.wait_for_registration:
+            return True
+        if registered is None:
+            registered = registered_broker_ids(self.etcd_endpoint(), self.cluster_name)
+        return member in registered
+
+    # -- start -----------------------------------------------------------------
+
+    def start_all(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> list[ProcessInfo]:
+        """Start what is not running (etcd first) and return once all are serving.
+
+        Raises `NotServingError` naming the first process that exited or did not
+        serve by the deadline; what did start stays running (`stop_all` ends it).
+        """
+        return self._start(self.members(), timeout_s)
+
+    def start(self, member: Member, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> ProcessInfo:
+        """Start one process unless it runs, and wait until it serves."""
+        [info] = self._start([member], timeout_s)
+        return info
+
+    def restart(self, member: Member, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> ProcessInfo:
+        """Stop gracefully (SIGTERM, SIGKILL after `DEFAULT_STOP_TIMEOUT_S`), start, wait."""
+        self.stop(member)
+        return self.start(member, timeout_s)
+
+    def _start(self, members: list[Member], timeout_s: float) -> list[ProcessInfo]:
+        if timeout_s <= 0:
+            raise ClusterError(f"the start timeout must be positive, got {timeout_s}")
+        deadline = time.monotonic() + timeout_s
+        started: set[Member] = set()
+        if ETCD in members:
+            if not self.is_running(ETCD):
+                self._spawn_etcd(deadline)
+                started.add(ETCD)
+            self._wait_serving([ETCD], deadline)
+        brokers = [m for m in members if m != ETCD]
+        for broker_id in brokers:
+            if not self.is_running(broker_id):
+                self._spawn_broker(broker_id)
+                started.add(broker_id)
+        self._wait_serving(brokers, deadline)
+        return [self.info(m, started=m in started) for m in members]
+
+    def _etcd_server(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> EtcdServer:
+        etcd = self.state.etcd
+        return EtcdServer(
+            self.layout.etcd_dir,
+            host=etcd.host,
+            client_port=etcd.port,
+            peer_port=etcd.peer_port,
+            start_timeout_s=max(timeout_s, 0.1),
+            log_path=self.layout.log_path(ETCD),
+            detached=True,
+        )
+
+    def _spawn_etcd(self, deadline: float) -> None:
+        try:
+            binary = find_etcd_binary()
+        except EtcdStartError as exc:
+            raise ClusterError(str(exc)) from None
+        if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+            raise ClusterError(f"etcd binary {binary} is missing or not executable")
+        etcd = self.state.etcd
+        self._check_ports_free(ETCD, [etcd.port, etcd.peer_port])
+        self.layout.logs_dir.mkdir(parents=True, exist_ok=True)
+        server = self._etcd_server(deadline - time.monotonic())
+        try:
+            server.start()  # returns once healthy
+        except EtcdStartError as exc:
+            reason = str(exc).partition(":\n")[0].removeprefix("etcd ")
+            raise NotServingError(ETCD, reason, server.log_path) from None
+        finally:
+            proc = server.detach()
+            if proc is not None:
+                self._set_pid(ETCD, _adopt(proc))
+                self.state.save(self.layout)
+
+    def broker_command(self, broker_id: int) -> list[str]:
+        broker = self._broker(broker_id)
+        etcd = self.state.etcd
+        command = [
+            sys.executable,
+            "-m",
+            "odradek",
+            "serve",
+            "--data-dir",
+            str(self.layout.broker_dir(broker_id)),
+            "--listen",
+            f"{broker.host}:{broker.port}",
+            "--etcd",
+            f"{etcd.host}:{etcd.port}",
+            "--node-id",
+            str(broker_id),
+        ]
+        if broker.rack is not None:
+            command += ["--rack", broker.rack]
+        for key, value in self.state.settings.items():
+            command += ["--set", f"{key}={value}"]
+        return command
+
+    def _spawn_broker(self, broker_id: int) -> None:
+        broker = self._broker(broker_id)
+        self._check_ports_free(broker_id, [broker.port])
+        self.layout.broker_dir(broker_id).mkdir(parents=True, exist_ok=True)
+        self.layout.logs_dir.mkdir(parents=True, exist_ok=True)
+        proc = spawn_logged(
+            self.broker_command(broker_id), self.layout.log_path(broker_id), new_session=True
+        )
+        broker.pid = _adopt(proc)
+        self.state.save(self.layout)
+
+    def _check_ports_free(self, member: Member, ports: list[int]) -> None:
+        host = self.state.etcd.host if member == ETCD else self._broker(member).host
+        for port in ports:
+            if not _port_is_free(host, port):
+                raise ClusterError(
+                    f"port {port} of {member_name(member)} is in use by another process "
+                    f"({STATE_FILE} in {self.layout.root} keeps each process on its port)"
+                )
+
+    def _wait_serving(self, members: list[Member], deadline: float) -> None:
+        waiting = list(members)
+        while waiting:
+            registered = None
+            if self.wait_for_registration and waiting != [ETCD]:
+                registered = registered_broker_ids(self.etcd_endpoint(), self.cluster_name)
+            for member in list(waiting):
+                if not self.is_running(member):
+                    raise NotServingError(
+                        member, "exited during start", self.layout.log_path(member)
+                    )
+                if self.is_serving(member, registered=registered):
+                    waiting.remove(member)
+            if not waiting:
+                return
+            if time.monotonic() >= deadline:
+                member = waiting[0]
+                what = self.info(member)
+                raise NotServingError(
+                    member,
+                    f"(pid {what.pid}) not serving on {what.host}:{what.port} by the deadline",
+                    self.layout.log_path(member),
+                )
+            time.sleep(_POLL_INTERVAL_S)
+
+    # -- stop and signals ------------------------------------------------------
+
+    def stop_all(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> list[StopInfo]:
+        """SIGTERM the brokers, SIGKILL those still there after `timeout_s`; then etcd."""
+        stopped = self._stop([b for b in self.broker_ids if self.is_running(b)], timeout_s)
+        if self.is_running(ETCD):
+            stopped += self._stop([ETCD], timeout_s)
+        return stopped
+
+    def stop(self, member: Member, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> StopInfo | None:
+        """Stop one process gracefully; None if it was not running."""
+        if not self.is_running(member):
+            self._forget(member)
+            return None
+        [info] = self._stop([member], timeout_s)
+        return info
+
+    def kill(self, member: Member) -> None:
+        """SIGKILL (a crash: nothing flushed) and wait until the process is gone."""
+        if self.is_running(member):
+            self._signal(member, signal.SIGKILL)
+            self._wait_gone([member], DEFAULT_STOP_TIMEOUT_S)
+        self._forget(member)
+
+    def pause(self, member: Member) -> None:
+        """SIGSTOP: the process freezes (a long GC pause, a hung host) but keeps its sockets."""
+        self._require_running(member)
+        self._signal(member, signal.SIGSTOP)
+
+    def resume(self, member: Member) -> None:
+        """SIGCONT after `pause`."""
+        self._require_running(member)
+        self._signal(member, signal.SIGCONT)
+
+    def _stop(self, members: list[Member], timeout_s: float) -> list[StopInfo]:
+        infos = {m: self.info(m) for m in members}
+        for member in members:
+            self._signal(member, signal.SIGTERM)
+            self._signal(member, signal.SIGCONT)  # a paused process acts on SIGTERM
+        stubborn = self._wait_gone(members, timeout_s)
+        for member in stubborn:
+            self._signal(member, signal.SIGKILL)
+        still_there = self._wait_gone(stubborn, DEFAULT_STOP_TIMEOUT_S)
+        if still_there:
+            names = ", ".join(member_name(m) for m in still_there)
+            raise ClusterError(f"{names} did not exit even after SIGKILL")
+        for member in members:
+            self._forget(member)
+        return [StopInfo(infos[m], m in stubborn) for m in members]
+
+    def _require_running(self, member: Member) -> None:
+        if not self.is_running(member):
+            raise ClusterError(f"{member_name(member)} is not running")
+
+    def _signal(self, member: Member, sig: int) -> None:
+        pid = self.pid(member)
+        if pid is not None and self.is_running(member):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    def _wait_gone(self, members: list[Member], timeout_s: float) -> list[Member]:
+        """Those of `members` still running after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = [m for m in members if self.is_running(m)]
+            if not left or time.monotonic() >= deadline:
+                return left
+            time.sleep(_POLL_INTERVAL_S / 2)
+
+    def _forget(self, member: Member) -> None:
+        if self.pid(member) is not None:
+            self._set_pid(member, None)
+            self.state.save(self.layout)
+
+    # -- as a context manager (tests) ----------------------------------------
+
+    def __enter__(self) -> Self:
+        try:
+            self.start_all()
+        except BaseException:
+            self.stop_all()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
+    @contextlib.contextmanager
+    def paused(self, member: Member) -> Iterator[None]:
+        """`pause` for the block, `resume` after it (even if it raises)."""
+        self.pause(member)
+        try:
+            yield
+        finally:
+            if self.is_running(member):
+                self.resume(member)
