@@ -118,8 +118,11 @@ def unhealthy_partitions(md: ClusterMetadata, brokers: list[int]) -> list[str]:
     return problems
 
 
-def wait_fully_replicated(cluster: LocalCluster, timeout_s: float) -> ClusterMetadata:
-    """Until every broker is registered and every partition's ISR holds all its replicas."""
+def wait_fully_replicated(
+    cluster: LocalCluster, timeout_s: float, context: Callable[[], str] = str
+) -> ClusterMetadata:
+    """Until every broker is registered and every partition's ISR holds all its replicas
+    (`context` adds to the message if not)."""
     last: list[ClusterMetadata] = []
 
     def probe() -> ClusterMetadata | None:
@@ -127,10 +130,11 @@ def wait_fully_replicated(cluster: LocalCluster, timeout_s: float) -> ClusterMet
         last[:] = [md]
         return None if unhealthy_partitions(md, cluster.broker_ids) else md
 
-    def context() -> str:
-        return describe_metadata(last[0]) if last else "etcd never answered"
+    def state() -> str:
+        seen = describe_metadata(last[0]) if last else "etcd never answered"
+        return f"{seen}\n{context()}\nbroker logs: {log_paths(cluster)}"
 
-    return wait_for("every ISR full again", probe, timeout_s, context)
+    return wait_for("every ISR full again", probe, timeout_s, state)
 
 
 def controller_id(md: ClusterMetadata) -> int | None:

@@ -175,6 +175,7 @@ def test_group_survives_its_coordinator_being_killed(cluster: LocalCluster, clie
                     f"{member.name} rebalanced {len(rebalances)} times after the kill "
                     f"(held {sorted(held)})\n{context()}"
                 )
+                print(f"{member.name}: {len(rebalances)} rebalance(s) after the kill", flush=True)
                 assert not member.errors() or all(
                     e["ev"] == "commit_error" for e in member.errors()
                 ), f"{member.name}: {member.errors()}\n{context()}"
@@ -184,4 +185,4 @@ def test_group_survives_its_coordinator_being_killed(cluster: LocalCluster, clie
         probe.close()
         if killed is not None and not cluster.is_running(killed):
             cluster.start(killed)
-        wait_fully_replicated(cluster, HEALTHY_TIMEOUT_S)
+        wait_fully_replicated(cluster, HEALTHY_TIMEOUT_S, context)

@@ -94,7 +94,7 @@ HEALTHY_TIMEOUT_S = 60.0  # every ISR full and the group Stable before the next 
 COMMIT_EVERY = 50  # messages a member consumes between synchronous commits
 MAX_IN_FLIGHT = 500  # per producer
 PRODUCE_INTERVAL_S = 0.01
-FLUSH_TIMEOUT_S = 60.0
+FLUSH_TIMEOUT_S = 30.0
 JOIN_TIMEOUT_S = 30.0
 
 
@@ -393,7 +393,7 @@ def inject(run: Run, index: int, fault: Fault) -> None:
         f"{RECOVERY_BOUND_S} s\n{run.context()}"
     )
     healthy_from = time.monotonic()
-    md = wait_fully_replicated(run.cluster, HEALTHY_TIMEOUT_S)
+    md = wait_fully_replicated(run.cluster, HEALTHY_TIMEOUT_S, run.context)
     wait_for(
         f"fault {index}: group Stable with {MEMBERS} members",
         lambda: True if run.probe.stable_members(GROUP) == MEMBERS else None,
@@ -440,7 +440,7 @@ def run_faults(cluster: LocalCluster, count: int) -> None:
         wait_for(
             "the group formed", lambda: True if group_recovered(run, 0.0) else None, 60, run.context
         )
-        wait_fully_replicated(cluster, HEALTHY_TIMEOUT_S)
+        wait_fully_replicated(cluster, HEALTHY_TIMEOUT_S, run.context)
         for index, fault in enumerate(schedule):
             inject(run, index, fault)
     finally:
@@ -452,7 +452,7 @@ def run_faults(cluster: LocalCluster, count: int) -> None:
         "the final committed offsets", lambda: run.probe.committed(GROUP), 30, run.context
     )
     run.probe.close()
-    final = wait_fully_replicated(cluster, HEALTHY_TIMEOUT_S)
+    final = wait_fully_replicated(cluster, HEALTHY_TIMEOUT_S, run.context)
     run.say(f"final: {describe_metadata(final)}")
     times = ", ".join(f"{r:.2f} s" for r in run.recoveries)
     run.say(f"recovery times: {times} (bound {RECOVERY_BOUND_S} s)")
