@@ -558,6 +558,10 @@ def check_commits(run: Run, committed: dict[tuple[str, int], int], final) -> Non
     for _, key, value in offsets_records(run, final):
         if isinstance(key, OffsetCommitKey) and key.topic == TOPIC and value is not None:
             stored[key.partition].append(decode_offset_commit_value(value).offset)
+    assert sorted(stored) == sorted(p for t, p in committed if t == TOPIC), (
+        f"commits stored for partitions {sorted(stored)}, OffsetFetch answered "
+        f"{sorted(committed)}\n{run.context()}"
+    )
     for partition, history in stored.items():
         backwards = [(a, b) for a, b in itertools.pairwise(history) if b < a]
         assert not backwards, (
