@@ -199,6 +199,14 @@ class GroupProbe:
             return None
         return len(description.members)
 
+    def controller_id(self) -> int | None:
+        """The controller a broker's Metadata answer names."""
+        try:
+            return self._client().describe_cluster(timeout_ms=3000).controller_id
+        except Exception as exc:
+            self._reset(exc)
+            return None
+
     def committed(self, group_id: str) -> dict[tuple[str, int], int] | None:
         try:
             offsets = self._client().list_consumer_group_offsets(group_id, timeout_ms=3000)

@@ -337,6 +337,10 @@ def resolve_target(run: Run, fault: Fault) -> int:
         )
     else:
         broker = controller_id(md)
+        answered = run.probe.controller_id()
+        assert answered == broker, (
+            f"Metadata names controller {answered}, etcd {broker}\n{run.context()}"
+        )
     assert broker in run.cluster.broker_ids, (
         f"no live broker for {fault.target.value}: {describe_metadata(md)}\n{run.context()}"
     )
