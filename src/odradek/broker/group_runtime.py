@@ -221,7 +221,11 @@ class ShardRunner:
         # ISR holds what it wrote (acks=all): responses wait in `_deferred`, in order.
         self.gate: ReplicationGate | None = None
         self.leading = True  # a single node leads every partition
-        self._deferred: collections.deque[tuple[int, Result]] = collections.deque()
+        # (offset the high watermark must pass, what to do then, what to do if leadership
+        # goes first), in offset order.
+        self._deferred: collections.deque[tuple[int, Callable[[], None], Callable[[], None]]] = (
+            collections.deque()
+        )
         self._worker: asyncio.Task[None] | None = None
         self._timer_failures: dict[str, int] = {}
         # Counters, exported as metrics.
@@ -272,7 +276,9 @@ class ShardRunner:
 
     def _fail_pending(self, error: ErrorCode = ErrorCode.COORDINATOR_NOT_AVAILABLE) -> None:
         """Answer every request still waiting with `error` (clients retry or rediscover)."""
-        self._deferred.clear()
+        while self._deferred:
+            _, _, abandon = self._deferred.popleft()
+            abandon()
         for pending in self._pending.values():
             if not pending.future.done():
                 pending.future.set_result(error_response(pending.request, error))
@@ -310,8 +316,22 @@ class ShardRunner:
     def replicated(self, high_watermark: int) -> None:
         """The ISR holds everything below `high_watermark`: answer what waited for it."""
         while self._deferred and self._deferred[0][0] <= high_watermark:
-            _, result = self._deferred.popleft()
-            self._answer_all(result)
+            _, act, _ = self._deferred.popleft()
+            act()
+
+    def _when_replicated(
+        self, act: Callable[[], None], abandon: Callable[[], None] = lambda: None
+    ) -> bool:
+        """In a cluster, hold `act` until the ISR has everything written so far (and
+        everything held before it has run); True if held."""
+        gate = self.gate
+        if gate is None:
+            return False
+        end = self.plog.end_offset
+        if not self._deferred and gate.high_watermark() >= end:
+            return False
+        self._deferred.append((end, act, abandon))
+        return True
 
     async def _load_until_loaded(self) -> None:
         """Load the partition; a failed load is reported, counted and retried with backoff."""
@@ -398,7 +418,10 @@ class ShardRunner:
         self, producer_id: int, producer_epoch: int, commit: bool
     ) -> None:
         """Write a transaction's COMMIT or ABORT marker here and apply it (the transaction
-        coordinator's marker for this partition). Raises if the marker could not be written."""
+        coordinator's marker for this partition). Raises if the marker could not be written
+        (in a cluster: also when this broker does not lead the partition)."""
+        if not self.leading or not self.loaded:
+            raise RuntimeError(f"{OFFSETS_TOPIC}-{self.partition} is not served here now")
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         await self._queue.put(("marker", (producer_id, producer_epoch, commit, future)))
         await future
@@ -470,7 +493,12 @@ class ShardRunner:
         except Exception as exc:
             future.set_exception(exc)
             return
-        future.set_result(None)  # durable: a failed replay below reloads from the log
+        if self.gate is not None:
+            self.gate.appended()
+        # Written (in a cluster: once on the whole ISR); a failed replay below reloads.
+        lost = RuntimeError(f"{OFFSETS_TOPIC}-{self.partition}: leadership moved")
+        if not self._when_replicated(lambda: _resolve(future), lambda: _fail(future, lost)):
+            _resolve(future)
         try:
             self.shard.replay_end_transaction(producer_id, commit)
         except Exception as exc:
@@ -576,18 +604,12 @@ class ShardRunner:
         return encode(result.records)
 
     def _deliver(self, result: Result) -> None:
-        gate = self.gate
-        if gate is not None:
-            if result.records:
-                gate.appended()
-            end = self.plog.end_offset
-            # Behind a response still waiting, or above what the ISR holds: wait too, so
-            # answers leave in order and never tell of state a failover could lose.
-            if result.responses and (self._deferred or gate.high_watermark() < end):
-                self._deferred.append((end, result))
-                self._deliver_events(result)
-                return
-        self._answer_all(result)
+        if self.gate is not None and result.records:
+            self.gate.appended()
+        # Behind an answer still waiting, or above what the ISR holds: wait too, so
+        # answers leave in order and never tell of state a failover could lose.
+        if not (result.responses and self._when_replicated(lambda: self._answer_all(result))):
+            self._answer_all(result)
         self._deliver_events(result)
 
     def _answer_all(self, result: Result) -> None:
@@ -612,6 +634,16 @@ class ShardRunner:
 
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
+
+
+def _resolve(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
 
 
 def _refused_error(request: Request, refused: AppendRefused) -> ErrorCode | int:

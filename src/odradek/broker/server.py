@@ -547,7 +547,13 @@ class Broker:
 
 async def run_broker(broker: Broker, stop: asyncio.Event) -> None:
     """Serve until `stop` is set, then shut down cleanly."""
-    await broker.start()
+    try:
+        await broker.start()
+    except BaseException:
+        # Half started (e.g. it could not join its cluster): close what is open.
+        with contextlib.suppress(Exception):
+            await broker.stop()
+        raise
     try:
         await stop.wait()
     finally:

@@ -134,18 +134,24 @@ class NewTopic:
     replication_factor: int = -1
     configs: dict[str, str | None] = field(default_factory=dict)
     internal_configs: bool = False  # configs the broker sets on its own topics
+    # Manual replica assignment (CreateTopics `assignments`): partition -> broker ids.
+    assignments: dict[int, tuple[int, ...]] | None = None
 
 
 class ClusterTopics(Protocol):
     """Where topics are created and deleted in cluster mode (odradek.cluster.node)."""
 
-    async def create_topics(self, wanted: list[NewTopic]) -> list[Topic | TopicError]: ...
+    async def create_topics(
+        self, wanted: list[NewTopic], *, existing_ok: bool = False
+    ) -> list[Topic | TopicError]: ...
 
     async def delete_topics(self, names: list[str]) -> dict[str, TopicError | None]: ...
 
     def configs_changed(self, name: str, configs: dict[str, str]) -> None: ...
 
     def next_producer_id(self) -> int: ...
+
+    async def add_partitions(self, name: str, total: int) -> None: ...
 
 
 def deletion_dir_name(partition_dir: str, topic_id: uuid.UUID) -> str:
@@ -539,7 +545,14 @@ class TopicManager:
                 waits[name] = self._pending[name]
             else:
                 missing.append(name)
-        created = await self.create_topics([NewTopic(n) for n in missing]) if missing else []
+        if self.cluster is not None and missing:
+            # Another broker may have created it a moment ago: wait for it here instead
+            # of answering TOPIC_ALREADY_EXISTS to a client that only wanted to use it.
+            created = await self.cluster.create_topics(
+                [NewTopic(n) for n in missing], existing_ok=True
+            )
+        else:
+            created = await self.create_topics([NewTopic(n) for n in missing]) if missing else []
         found.update(zip(missing, created, strict=True))
         for name, future in waits.items():
             found[name] = await asyncio.shield(future)
@@ -697,6 +710,9 @@ class TopicManager:
         if total > MAX_PARTITIONS:
             raise TopicError(37, f"{total} partitions is more than one node should hold")
         if validate_only or name in self._pending:
+            return
+        if self.cluster is not None:  # placed and stored in etcd; the watch opens them here
+            await self.cluster.add_partitions(name, total)
             return
         loop = asyncio.get_running_loop()
         self._pending[name] = loop.create_future()

@@ -24,22 +24,25 @@ marker for a transaction already closed in a partition changes nothing).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import dataclasses
 import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from odradek.broker.config import BrokerConfig
 from odradek.broker.group_runtime import (
     OFFSETS_TOPIC,
     AsyncioTimer,
     GroupCoordinatorRuntime,
+    ReplicationGate,
     loop_clock_ms,
     wall_clock_ms,
 )
-from odradek.broker.topics import TopicManager
+from odradek.broker.topics import Topic, TopicManager
 from odradek.log import PartitionLog
 from odradek.log.errors import InvalidProducerEpochError, LogError, MessageTooLargeError
 from odradek.protocol.records import build_batch, build_end_txn_marker, decode_batch_records
@@ -54,7 +57,15 @@ from odradek.transaction import (
     loading_response,
     partition_for,
 )
-from odradek.transaction.types import MarkerJob, Request, Response, TopicPartition, TxnEvent
+from odradek.transaction.types import (
+    EndTxnResponse,
+    InitProducerIdResponse,
+    MarkerJob,
+    Request,
+    Response,
+    TopicPartition,
+    TxnEvent,
+)
 
 log = logging.getLogger("odradek.transaction")
 
@@ -74,6 +85,19 @@ class BrokerProducerIds:
 
     def next_producer_id(self) -> int:
         return self._topics.allocate_producer_id()
+
+
+class RemoteMarkerWriter(Protocol):
+    """Markers in a cluster (odradek.cluster.node): where a partition is led, and the
+    way to the others."""
+
+    def leads_here(self, topic: str, partition: int) -> bool: ...
+
+    async def write(
+        self, tp: TopicPartition, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None: ...
+
+    async def replicated(self, topic: str, partition: int, last_offset: int) -> None: ...
 
 
 class _Refused(Exception):
@@ -119,6 +143,11 @@ class TxnShardRunner:
         self._timer_failures: dict[str, int] = {}
         self.operation_failures = 0
         self.reloads = 0
+        # Cluster mode, as ShardRunner: serve only while leading the partition, and act on
+        # a result (answer, write markers) only once the ISR holds its records.
+        self.gate: ReplicationGate | None = None
+        self.leading = True
+        self._deferred: collections.deque[tuple[int, TxnResult]] = collections.deque()
 
     def _new_shard(self) -> TransactionCoordinatorShard:
         return TransactionCoordinatorShard(
@@ -135,9 +164,38 @@ class TxnShardRunner:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
+            self._worker = None
         await self._cancel_marker_jobs()
         self.timer.cancel_all()
         self._fail_queued()
+
+    # --- cluster mode: following leadership of the partition ----------------------------
+
+    def become_leader(self) -> None:
+        """This broker leads the partition now: load it (LOAD_IN_PROGRESS meanwhile); the
+        load restarts the markers of every transaction that was completing."""
+        self.leading = True
+        if self._worker is None:
+            self.loaded = False
+            self.start()
+
+    async def resign(self) -> None:
+        """Another broker leads the partition: drop its state, answer NOT_COORDINATOR."""
+        self.leading = False
+        await self.stop()
+        self._deferred.clear()
+        self._fail_queued(TxnError.NOT_COORDINATOR)
+        if self.loaded:
+            self.shard.on_unloaded()
+        self.loaded = False
+        self.shard = self._new_shard()
+        log.info("%s-%d: unloaded (no longer leader)", TXN_TOPIC, self.partition)
+
+    def replicated(self, high_watermark: int) -> None:
+        """The ISR holds everything below `high_watermark`: act on what waited for it."""
+        while self._deferred and self._deferred[0][0] <= high_watermark:
+            _, result = self._deferred.popleft()
+            self._act(result)
 
     async def _cancel_marker_jobs(self) -> None:
         tasks = list(self._marker_tasks)
@@ -147,11 +205,16 @@ class TxnShardRunner:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def _fail_queued(self) -> None:
+    def _fail_queued(self, error: TxnError = TxnError.COORDINATOR_NOT_AVAILABLE) -> None:
         while not self._queue.empty():
             kind, item = self._queue.get_nowait()
             if kind == "request" and not item[1].done():
-                item[1].set_result(error_response(item[0], TxnError.COORDINATOR_NOT_AVAILABLE))
+                item[1].set_result(error_response(item[0], error))
+        for _, result in self._deferred:
+            for future, response in result.responses:
+                if not future.done():
+                    future.set_result(_failed(response, error))
+        self._deferred.clear()
 
     async def _load_until_loaded(self) -> None:
         delay_s = 0.5
@@ -213,6 +276,8 @@ class TxnShardRunner:
     # --- entry points ------------------------------------------------------------------
 
     async def call(self, request: Request) -> Response:
+        if not self.leading:
+            return error_response(request, TxnError.NOT_COORDINATOR)
         if not self.loaded:
             return loading_response(request)
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
@@ -223,6 +288,8 @@ class TxnShardRunner:
         self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition
     ) -> TxnError:
         """KIP-890 verification of a transactional write, read from the current state."""
+        if not self.leading:
+            return TxnError.NOT_COORDINATOR
         if not self.loaded:
             return TxnError.COORDINATOR_LOAD_IN_PROGRESS
         return self.shard.verify(transactional_id, producer_id, producer_epoch, tp)
@@ -349,7 +416,19 @@ class TxnShardRunner:
             raise _Diverged("replay of appended records failed") from exc
 
     def _after(self, result: TxnResult) -> None:
-        """The records are durable: answer, log what happened, write the markers."""
+        """The records are written: once durable (in a cluster: on the whole ISR), answer,
+        log what happened, write the markers."""
+        gate = self.gate
+        if gate is not None:
+            if result.records:
+                gate.appended()
+            end = self.plog.end_offset
+            if self._deferred or gate.high_watermark() < end:
+                self._deferred.append((end, result))
+                return
+        self._act(result)
+
+    def _act(self, result: TxnResult) -> None:
         for future, response in result.responses:
             if not future.done():
                 future.set_result(response)
@@ -395,6 +474,15 @@ class TxnShardRunner:
             asyncio.get_running_loop().call_later(0.01, self._enqueue_written, job)
 
 
+def _failed(response: Response, error: TxnError) -> Response:
+    """`response` (held back until replicated) turned into `error`: leadership moved first."""
+    if dataclasses.is_dataclass(response) and hasattr(response, "error_code"):
+        if isinstance(response, InitProducerIdResponse | EndTxnResponse):
+            return type(response)(int(error))
+        return dataclasses.replace(response, error_code=int(error))
+    return response
+
+
 def _log_event(event: TxnEvent) -> None:
     fields = " ".join(f"{k}={v}" for k, v in event.fields.items())
     log.info("%s transactional_id=%s %s", event.kind, event.transactional_id, fields)
@@ -414,29 +502,47 @@ class TransactionCoordinatorRuntime:
         self.groups = groups
         self.notify_append = notify_append
         self.verification = bool(config["transaction.partition.verification.enable"])
-        num_partitions = int(config["transaction.state.log.num.partitions"])
-        self.num_partitions = num_partitions
+        self.config = config
+        self.cluster_mode = config.cluster_mode
+        self.num_partitions = int(config["transaction.state.log.num.partitions"])
         self.runners: list[TxnShardRunner] = []
-        if config.cluster_mode:
-            # Transactions are not replicated yet: in a cluster every transactional
-            # request answers COORDINATOR_NOT_AVAILABLE (docs/operations.md).
-            return
-        topic = topics.create_internal(
-            TXN_TOPIC,
-            num_partitions,
-            {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(config["transaction.state.log.segment.bytes"]),
-            },
-        )
-        if len(topic.partitions) != num_partitions:
+        self._started = False
+        # Cluster mode: markers for partitions other brokers lead go there (WriteTxnMarkers).
+        self.remote_marker: RemoteMarkerWriter | None = None
+        if not self.cluster_mode:
+            self._create_runners(
+                topics.create_internal(TXN_TOPIC, self.num_partitions, self.topic_configs())
+            )
+        else:
+            # The topic is created in etcd on the first FindCoordinator, as Kafka does;
+            # the runners appear when this broker holds it, and run while it leads.
+            topics.change_listeners.append(self._topics_changed)
+
+    def topic_configs(self) -> dict[str, str]:
+        configs = {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
+        }
+        if self.cluster_mode:
+            configs["min.insync.replicas"] = str(self.config["transaction.state.log.min.isr"])
+        return configs
+
+    def _topics_changed(self) -> None:
+        if not self.runners:
+            topic = self.topics.get(TXN_TOPIC)
+            if topic is not None:
+                self._create_runners(topic)
+
+    def _create_runners(self, topic: Topic) -> None:
+        if len(topic.partitions) != self.num_partitions:
             log.warning(
                 "%s has %d partitions; transaction.state.log.num.partitions=%d is ignored",
                 TXN_TOPIC,
                 len(topic.partitions),
-                num_partitions,
+                self.num_partitions,
             )
         self.num_partitions = len(topic.partitions)
+        config = self.config
         self.core_config = TxnConfig(
             max_timeout_ms=int(config["transaction.max.timeout.ms"]),
             id_expiration_ms=int(config["transactional.id.expiration.ms"]),
@@ -445,17 +551,23 @@ class TransactionCoordinatorRuntime:
             ),
             num_partitions=self.num_partitions,
         )
-        ids = BrokerProducerIds(topics)
+        ids = BrokerProducerIds(self.topics)
         self.runners = [
             TxnShardRunner(
                 index, plog, self.core_config, producer_ids=ids, write_marker=self.write_marker
             )
             for index, plog in enumerate(topic.partitions)
         ]
+        for runner in self.runners:
+            runner.leading = not self.cluster_mode
+            if self._started and not self.cluster_mode:
+                runner.start()
 
     def start(self) -> None:
-        for runner in self.runners:
-            runner.start()
+        self._started = True
+        if not self.cluster_mode:  # in a cluster, runners start when they lead
+            for runner in self.runners:
+                runner.start()
 
     async def stop(self) -> None:
         await asyncio.gather(*(runner.stop() for runner in self.runners))
@@ -465,6 +577,10 @@ class TransactionCoordinatorRuntime:
 
     def runner_for(self, transactional_id: str) -> TxnShardRunner:
         return self.runners[self.partition_of(transactional_id)]
+
+    def leads(self, transactional_id: str) -> bool:
+        """Whether this broker coordinates the transactional id now."""
+        return bool(self.runners) and self.runner_for(transactional_id).leading
 
     async def call(self, transactional_id: str, request: Request) -> Response:
         if not self.runners:
@@ -476,8 +592,10 @@ class TransactionCoordinatorRuntime:
     ) -> TxnError:
         if not self.verification:
             return TxnError.NONE
-        if not self.runners:
-            return TxnError.COORDINATOR_NOT_AVAILABLE
+        if self.cluster_mode and not self.leads(transactional_id):
+            # The coordinator is another broker: Kafka asks it (AddPartitionsToTxn v4
+            # verify-only); Odradek does not yet, so the write goes unverified.
+            return TxnError.NONE
         return self.runner_for(transactional_id).verify(
             transactional_id, producer_id, producer_epoch, tp
         )
@@ -485,7 +603,23 @@ class TransactionCoordinatorRuntime:
     async def write_marker(
         self, tp: TopicPartition, producer_id: int, producer_epoch: int, commit: bool
     ) -> None:
-        """One marker into one partition (``__consumer_offsets`` through its coordinator)."""
+        """One marker into one partition (``__consumer_offsets`` through its coordinator).
+
+        In a cluster, through the partition's leader: this broker if it leads the
+        partition (the marker then waits for the ISR), else a WriteTxnMarkers request
+        to the leader (`remote_marker`). Raises when it could not be written: the
+        caller retries.
+        """
+        topic, partition = tp
+        if self.remote_marker is not None and not self.remote_marker.leads_here(topic, partition):
+            await self.remote_marker.write(tp, producer_id, producer_epoch, commit)
+            return
+        await self.write_local_marker(tp, producer_id, producer_epoch, commit)
+
+    async def write_local_marker(
+        self, tp: TopicPartition, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        """A marker into a partition this broker leads (WriteTxnMarkers lands here too)."""
         topic, partition = tp
         if topic == OFFSETS_TOPIC:
             if 0 <= partition < self.groups.num_partitions:
@@ -501,9 +635,11 @@ class TransactionCoordinatorRuntime:
             producer_id, producer_epoch, commit=commit, timestamp_ms=wall_clock_ms()
         )
         try:
-            plog.append(marker, from_client=False)
+            info = plog.append(marker, from_client=False)
         except InvalidProducerEpochError as exc:
             # A newer epoch already wrote here: this marker's transaction is over.
             log.warning("dropping a stale marker for %s-%d: %s", topic, partition, exc)
             return
         self.notify_append(topic, partition)
+        if self.remote_marker is not None:
+            await self.remote_marker.replicated(topic, partition, info.last_offset)

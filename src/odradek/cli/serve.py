@@ -158,8 +158,12 @@ def _settings(args: argparse.Namespace) -> tuple[BrokerConfig, str | None]:
             if not sep or not name.strip():
                 raise ConfigError(f"--set expects key=value, got {item!r}")
             config.set(name.strip(), value)
-        shortcuts = (("etcd.endpoints", args.etcd), ("node.id", args.node_id))
-        for name, value in (*shortcuts, ("broker.rack", args.rack)):
+        shortcuts = (
+            ("etcd.endpoints", getattr(args, "etcd", None)),
+            ("node.id", getattr(args, "node_id", None)),
+            ("broker.rack", getattr(args, "rack", None)),
+        )
+        for name, value in shortcuts:
             if value is not None:  # the dedicated flags win over --set and the file
                 config.set(name, str(value))
         config.check()
@@ -256,6 +260,10 @@ def run(args: argparse.Namespace) -> int:
             await run_broker(broker, stop)
         except OSError as exc:
             raise CliError(f"cannot listen: {exc.strerror or exc}") from None
+        except Exception as exc:
+            if type(exc).__name__ == "ClusterJoinError":  # no import: aetcd is optional
+                raise CliError(str(exc)) from None
+            raise
 
     asyncio.run(main())
     return 0

@@ -98,6 +98,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="also show each partition's size on disk and its log directory (DescribeLogDirs)",
     )
+    describe.add_argument(
+        "--under-replicated",
+        action="store_true",
+        help="only partitions whose ISR is smaller than their replicas, or without a leader "
+        "(kafka-topics' --under-replicated-partitions and --unavailable-partitions)",
+    )
     add_format_option(describe)
     add_connection_options(describe)
     describe.set_defaults(run=run_describe)
@@ -336,6 +342,8 @@ def run_describe(args: argparse.Namespace) -> int:
                 "leader": p.leader,
                 "replicas": list(p.replicas),
                 "isr": list(p.isr),
+                "under_replicated": len(p.isr) < len(p.replicas),
+                "offline": p.leader < 0,
                 "log_start_offset": p.log_start_offset,
                 "log_end_offset": p.log_end_offset,
                 "records": _records(p.log_start_offset, p.log_end_offset),
@@ -344,6 +352,10 @@ def run_describe(args: argparse.Namespace) -> int:
                 log_dir, size = sizes.get((name, p.partition), (None, None))
                 partition["log_dir"] = log_dir
                 partition["size_bytes"] = size
+            if args.under_replicated and not (
+                partition["under_replicated"] or partition["offline"]
+            ):
+                continue
             partitions.append(partition)
         topics.append(
             {
@@ -374,6 +386,12 @@ def run_describe(args: argparse.Namespace) -> int:
             out.print()
         _print_topic(out, topic, all_configs=args.all_configs)
     return 0
+
+
+def _partition_state(partition: dict[str, Any]) -> str:
+    if partition["offline"]:
+        return "offline"
+    return "under-replicated" if partition["under_replicated"] else ""
 
 
 def _replica_sizes(admin: Any, names: list[str]) -> dict[tuple[str, int], tuple[str, int]]:
@@ -424,9 +442,12 @@ def _print_topic(out: Any, topic: dict[str, Any], *, all_configs: bool) -> None:
     out.print()
     columns = ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG START", "LOG END", "RECORDS"]
     numeric = ("PARTITION", "LEADER", "LOG START", "LOG END", "RECORDS", "BYTES")
+    # A STATE column only when some partition is under-replicated or offline (a cluster).
+    any_flagged = any(p["under_replicated"] or p["offline"] for p in parts)
     t = render.table(
         *columns,
         *(["BYTES"] if with_sizes else []),
+        *(["STATE"] if any_flagged else []),
         numeric=numeric,
         show_footer=len(parts) > 1,
     )
@@ -442,6 +463,8 @@ def _print_topic(out: Any, topic: dict[str, Any], *, all_configs: bool) -> None:
         ]
         if with_sizes:
             row.append(render.number(p["size_bytes"]))
+        if any_flagged:
+            row.append(_partition_state(p))
         t.add_row(*row)
     if len(parts) > 1:
         t.columns[0].footer = "TOTAL"

@@ -1,7 +1,17 @@
-"""Cluster mode, step 1: cluster metadata and controller election on etcd (issue 15).
+"""Cluster mode: replicated partitions and failover, metadata on etcd (issue 15).
 
-Nothing outside this package imports it yet; `odradek serve` without etcd is
-unchanged. Modules:
+Only a broker with ``etcd.endpoints`` uses it; `odradek serve` without etcd is the
+single embedded node, unchanged. The design is in docs/cluster.md. Modules:
+
+* `odradek.cluster.node` is one broker's membership: its etcd session, its view of
+  the metadata (one ordered watch), its roles, topic creation, coordinators that
+  follow leadership, markers sent to partition leaders.
+* `odradek.cluster.replication` is the leader/follower side of each partition:
+  the high watermark, the ISR (shrink/expand by CAS), acks=all.
+* `odradek.cluster.fetcher` is the followers' fetching from leaders (Fetch with a
+  replica id, OffsetForLeaderEpoch truncation).
+* `odradek.cluster.controller` is the controller loop (elections, completing
+  reassignments), deciding with `decisions`.
 
 * `odradek.cluster.etcd_server` starts and stops one local etcd (tests, and
   ``odradek cluster up``).
@@ -65,8 +75,8 @@ controller makes carry its `ControllerClaim` (the ``create_revision`` of its
 ``/controller`` key) as a further compare, so a controller whose lease ended is
 fenced even if it has not noticed yet (`NotControllerError`).
 
-How the next steps use this store
----------------------------------
+How the broker uses this store (node.py, controller.py, replication.py)
+-----------------------------------------------------------------------
 * **Broker start-up**: grant a lease (TTL about ``broker.session.timeout.ms``),
   `register_broker`, then `try_become_controller`. Every broker loads `cluster()`
   (everything at one revision) and follows `watch_cluster` from
@@ -76,9 +86,10 @@ How the next steps use this store
   When `LeaseKeeper.lost` fires the broker must stop acting as leader,
   coordinator or controller until it has re-registered on a new lease. Its
   Metadata responses are built from this cache.
-* **Controller** (the broker holding a claim): on CreateTopics it picks replicas
-  (rack-aware from `BrokerInfo.rack`) and calls `create_topic` with the initial
-  leader = first live replica and ISR = live replicas; when `watch_brokers`
+* **Topic creation** (any broker, on CreateTopics or auto-creation): it picks
+  replicas (rack-aware from `BrokerInfo.rack`) and calls `create_topic` with the
+  initial leader = first replica and ISR = every replica (all live).
+* **Controller** (the broker holding a claim): when the watch
   reports a DELETE it elects a new leader from the ISR for each partition the
   broker led (``leader_epoch + 1``) via `update_partition`; on a returning broker,
   preferred-leader election and reassignment are more `update_partition` calls
@@ -111,7 +122,8 @@ AlterPartition). After every ISR change the controller calls
 `decisions.reassignment_progress`: once every target replica is in the ISR, it
 a partition state without the removed replicas (electing a new leader if the
 old one is leaving), then the target as the replicas (no adding/removing).
-Brokers that are no longer replicas stop fetching and delete the partition.
+Brokers that are no longer replicas stop fetching (their copy stays on disk until
+the topic is deleted).
 Cancelling (`decisions.cancel_reassignment`) restores the original replicas;
 a new reassignment of a moving partition cancels the running one first. The two
 writes of a completion are separate transactions, partition state FIRST: a
@@ -127,6 +139,8 @@ Known limits, for the next round
   port); a production broker needs a list of members and failover between them.
 * Topic deletion removes the metadata at once; brokers delete their logs when
   they see the DELETE (no tombstone state yet).
+* Every broker opens a log for every partition of every topic (replica or not);
+  inter-broker traffic is plain (no TLS/SASL).
 * Completing a reassignment writes the partition state and the topic key in two
   compare-and-swaps (they have separate revisions), safe only in that order;
   one transaction comparing both revisions would make it atomic.

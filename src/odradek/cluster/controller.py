@@ -11,9 +11,9 @@ any live replica takes over, data loss accepted). Every write carries the
 controller's claim, so a controller that lost its lease cannot change anything
 even before it notices (`NotControllerError`).
 
-Partition reassignments (AlterPartitionReassignments) and preferred-leader
-elections (ElectLeaders) are requests the controller's `reassign` and
-`elect_preferred` serve; reassignment progress is checked by the same `reconcile`.
+A partition reassignment (AlterPartitionReassignments, started by any broker through
+a compare-and-swap on the topic: `ClusterNode.reassign`) is completed here, by the
+same `reconcile`, once every target replica is in the ISR.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ import logging
 from typing import TYPE_CHECKING
 
 from odradek.cluster.decisions import (
+    Reassignment,
     partition_after_broker_loss,
     partition_after_broker_return,
-    preferred_leader_election,
+    reassignment_progress,
 )
 from odradek.cluster.model import (
     ControllerClaim,
@@ -93,6 +94,36 @@ class Controller:
             wanted = self.decide(replicas, current.state, live)
             if wanted is not None and wanted != current.state:
                 await self._write(current, wanted)
+        for (topic, partition), ongoing in sorted(node.reassignments().items()):
+            await self._progress(topic, partition, ongoing, live)
+
+    async def _progress(
+        self, topic: str, partition: int, ongoing: Reassignment, live: frozenset[int]
+    ) -> None:
+        """Complete a reassignment whose whole target is in the ISR: the state first (the
+        ISR without the leaving replicas, a new leader if the old one leaves), then the
+        replica list; a controller that dies between the two finishes on its successor."""
+        node = self.node
+        current = node.states.get((topic, partition))
+        assignment = node.assignments.get(topic)
+        if current is None or assignment is None:
+            return
+        replicas, state = reassignment_progress(ongoing, current.state, live)
+        if replicas is None:
+            return
+        if state is not None and state != current.state:
+            await self._write(current, state)
+            return  # the watch brings the new state; the next pass writes the replicas
+        completed = Reassignment(replicas, (), ()).applied_to(assignment, partition)
+        update = await node.store.update_topic_assignment(
+            completed,
+            expected_revision=node.topic_revisions.get(topic, 0),
+            controller=self.claim,
+        )
+        if update.succeeded:
+            log.info("%s-%d: reassignment to %s completed", topic, partition, list(replicas))
+        else:
+            self._dirty.set()
 
     def decide(
         self, replicas: tuple[int, ...], state: PartitionState, live: frozenset[int]
@@ -140,21 +171,3 @@ class Controller:
             wanted.leader_epoch,
             list(wanted.isr),
         )
-
-    async def elect_preferred(self, topic: str, partition: int) -> tuple[int, str | None]:
-        """ElectLeaders (PREFERRED) for one partition: (error code, message)."""
-        node = self.node
-        current = node.states.get((topic, partition))
-        replicas = node.replicas_of(topic, partition)
-        if current is None or not replicas:
-            return 3, "unknown topic or partition"  # UNKNOWN_TOPIC_OR_PARTITION
-        wanted = preferred_leader_election(replicas, current.state, frozenset(node.brokers))
-        if wanted is None:
-            if current.state.leader == replicas[0]:
-                return 84, "the preferred leader already leads"  # ELECTION_NOT_NEEDED
-            return (
-                83,
-                "the preferred replica is not live and in sync",
-            )  # PREFERRED_LEADER_NOT_AVAILABLE
-        await self._write(current, wanted)
-        return 0, None

@@ -37,7 +37,7 @@ _SIZE = struct.Struct(">i")
 
 
 class LeaderConnection:
-    """One plain connection to a leader broker, one request at a time."""
+    """One plain connection to another broker, one request at a time."""
 
     def __init__(self, host: str, port: int, client_id: str, timeout_s: float) -> None:
         self.host, self.port = host, port
@@ -46,6 +46,7 @@ class LeaderConnection:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._ids = itertools.count(1)
+        self._lock = asyncio.Lock()  # one request at a time on the connection
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self._reader is None or self._writer is None:
@@ -56,6 +57,10 @@ class LeaderConnection:
 
     async def send(self, api_key: int, version: int, body: Any) -> bytes:
         """The response payload (correlation id first, size prefix removed)."""
+        async with self._lock:
+            return await self._send(api_key, version, body)
+
+    async def _send(self, api_key: int, version: int, body: Any) -> bytes:
         reader, writer = await self._connect()
         correlation = next(self._ids)
         writer.write(

@@ -60,9 +60,9 @@ STATE_FILE = "cluster.json"
 STATE_VERSION = 1
 LOG_TAIL_LINES = 20
 
-# Brokers started with --etcd do not register yet; once they do, a broker counts as
-# serving only after its registration appears in etcd.
-WAIT_FOR_REGISTRATION = False
+# A broker counts as serving only once its registration appears in etcd (it has joined
+# the cluster and loaded its metadata), not merely when its port answers.
+WAIT_FOR_REGISTRATION = True
 
 T = TypeVar("T")
 

@@ -59,9 +59,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import aetcd
 import aetcd.exceptions
@@ -71,6 +71,7 @@ import aetcd.utils
 import grpc
 
 from odradek.cluster.model import (
+    SECURITY_DOCUMENTS,
     BrokerChange,
     BrokerIdInUseError,
     BrokerInfo,
@@ -86,6 +87,7 @@ from odradek.cluster.model import (
     PartitionChange,
     PartitionState,
     PartitionUpdate,
+    SecurityChange,
     Snapshot,
     TopicAssignment,
     TopicChange,
@@ -98,6 +100,8 @@ from odradek.cluster.model import (
     decode_value,
     encode_value,
 )
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +183,7 @@ class KeyLayout:
     topic_configs: bytes = field(init=False)
     partitions: bytes = field(init=False)
     producer_ids: bytes = field(init=False)
+    security: bytes = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.prefix.startswith(b"/") or self.prefix.endswith(b"/"):
@@ -191,6 +196,7 @@ class KeyLayout:
         object.__setattr__(self, "topic_configs", p + b"/topic_configs/")
         object.__setattr__(self, "partitions", p + b"/partitions/")
         object.__setattr__(self, "producer_ids", p + b"/producer_id_block")
+        object.__setattr__(self, "security", p + b"/security/")
 
     @classmethod
     def for_cluster(cls, cluster_name: str) -> Self:
@@ -639,6 +645,52 @@ class EtcdMetadataStore:
         async for change in self._watch(self.keys.prefix + b"/", start_revision):
             yield change
 
+    # -- security documents (ACLs, SCRAM credentials) -------------------------
+
+    async def update_security(
+        self,
+        name: str,
+        change: Callable[[dict[str, Any] | None], dict[str, Any]],
+    ) -> int:
+        """Read-modify-write one security document by compare-and-swap; the revision.
+
+        `change` gets the stored document (None if never written) and returns the
+        new one; it is called again with the newer document whenever another
+        broker wrote in between, so concurrent changes from different brokers
+        compose instead of overwriting each other.
+        """
+        if name not in SECURITY_DOCUMENTS:
+            raise ValueError(f"unknown security document {name!r}")
+
+        def edit(raw: bytes | None) -> tuple[bytes, None]:
+            return encode_value(change(None if raw is None else decode_value(raw))), None
+
+        revision, _ = await self._read_modify_write(self.keys.security + name.encode(), edit)
+        return revision
+
+    async def _read_modify_write(
+        self, key: bytes, edit: Callable[[bytes | None], tuple[bytes, T]]
+    ) -> tuple[int, T]:
+        """Replace `key`'s value with ``edit(value)[0]`` by compare-and-swap, reading
+        and editing again while another writer got in between; the revision written
+        and ``edit``'s second item."""
+        while True:
+            got = await self._client.get(key)
+            value, outcome = edit(None if got is None else got.value)
+            unchanged = (
+                self._txn.Version(key) == 0
+                if got is None
+                else self._txn.Mod(key) == got.mod_revision
+            )
+            succeeded, responses = await self._client.transaction(
+                compare=[unchanged],
+                success=[self._txn.Put(key, value), self._txn.Get(key)],
+                failure=[],
+            )
+            if succeeded:
+                [(_, written)] = responses[1]
+                return int(written.mod_revision), outcome
+
     # -- producer ids ----------------------------------------------------------
 
     async def allocate_producer_ids(self, count: int) -> int:
@@ -649,22 +701,13 @@ class EtcdMetadataStore:
         """
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
-        key = self.keys.producer_ids
-        while True:
-            got = await self._client.get(key)
-            first = 0 if got is None else int(got.value)
-            unchanged = (
-                self._txn.Version(key) == 0
-                if got is None
-                else self._txn.Mod(key) == got.mod_revision
-            )
-            succeeded, _ = await self._client.transaction(
-                compare=[unchanged],
-                success=[self._txn.Put(key, str(first + count).encode())],
-                failure=[],
-            )
-            if succeeded:
-                return first
+
+        def reserve(raw: bytes | None) -> tuple[bytes, int]:
+            first = 0 if raw is None else int(raw)
+            return str(first + count).encode(), first
+
+        _, first = await self._read_modify_write(self.keys.producer_ids, reserve)
+        return first
 
     # -- everything at once ---------------------------------------------------
 
@@ -683,6 +726,7 @@ class EtcdMetadataStore:
         topic_revisions: dict[str, int] = {}
         configs: dict[str, dict[str, str]] = {}
         partitions: dict[tuple[str, int], VersionedPartitionState] = {}
+        security: dict[str, dict[str, Any]] = {}
         for kv in result:
             key = kv.key
             if key.startswith(keys.brokers):
@@ -701,6 +745,8 @@ class EtcdMetadataStore:
                 configs[name] = {str(k): str(v) for k, v in decode_value(kv.value).items()}
             elif key == keys.producer_ids:
                 pass  # read by allocate_producer_ids only
+            elif key.startswith(keys.security):
+                security[key[len(keys.security) :].decode()] = decode_value(kv.value)
             elif key.startswith(keys.partitions):
                 topic, number = keys.parse_partition(key)
                 partitions[topic, number] = VersionedPartitionState(
@@ -709,7 +755,14 @@ class EtcdMetadataStore:
             else:
                 log.warning("ignoring unknown metadata key %r", key)
         metadata = ClusterMetadata(
-            brokers, controller, controller_epoch, topics, configs, partitions, topic_revisions
+            brokers,
+            controller,
+            controller_epoch,
+            topics,
+            configs,
+            partitions,
+            topic_revisions,
+            security,
         )
         return Snapshot(metadata, int(result.header.revision))
 
@@ -792,6 +845,11 @@ class EtcdMetadataStore:
             return ControllerChange(kind, info, kv.mod_revision)
         if key in (keys.controller_epoch, keys.producer_ids):
             return None
+        if key.startswith(keys.security):
+            document = decode_value(kv.value) if put else None
+            return SecurityChange(
+                kind, key[len(keys.security) :].decode(), document, kv.mod_revision
+            )
         if key.startswith(keys.topics):
             name = key[len(keys.topics) :].decode()
             assignment = TopicAssignment.decode(name, kv.value) if put else None

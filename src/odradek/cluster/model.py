@@ -22,6 +22,10 @@ class MetadataError(Exception):
     """Base class of the metadata store's own errors."""
 
 
+class ClusterJoinError(MetadataError):
+    """A broker could not join its cluster at start-up (etcd unreachable, id taken)."""
+
+
 class BrokerIdInUseError(MetadataError):
     """Another live broker holds the registration for this broker id."""
 
@@ -322,7 +326,27 @@ class PartitionChange:
     revision: int
 
 
-MetadataChange = BrokerChange | ControllerChange | TopicChange | TopicConfigChange | PartitionChange
+@dataclass(frozen=True, slots=True)
+class SecurityChange:
+    """A cluster-wide security document changed: ``acls`` or ``scram`` (see SECURITY_DOCUMENTS)."""
+
+    kind: ChangeKind
+    name: str
+    document: dict[str, Any] | None  # None when DELETE
+    revision: int
+
+
+# Cluster-wide security state, each one JSON document in etcd (the stores' own format).
+SECURITY_DOCUMENTS = ("acls", "scram")
+
+MetadataChange = (
+    BrokerChange
+    | ControllerChange
+    | TopicChange
+    | TopicConfigChange
+    | PartitionChange
+    | SecurityChange
+)
 
 T = TypeVar("T")
 
@@ -347,3 +371,5 @@ class ClusterMetadata:
     partitions: dict[tuple[str, int], VersionedPartitionState]
     # etcd mod_revision of each topic's assignment: `update_topic_assignment` compares it
     topic_revisions: dict[str, int] = field(default_factory=dict)
+    # Security documents by name (SECURITY_DOCUMENTS), when one was ever written.
+    security: dict[str, dict[str, Any]] = field(default_factory=dict)

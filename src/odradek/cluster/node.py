@@ -28,17 +28,29 @@ import base64
 import contextlib
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from odradek.cluster.controller import Controller
-from odradek.cluster.decisions import DecisionError, assign_replicas
-from odradek.cluster.fetcher import ReplicaFetcher
+from odradek.cluster.decisions import (
+    DecisionError,
+    Reassignment,
+    assign_added_partitions,
+    assign_replicas,
+    cancel_reassignment,
+    elect_leader,
+    preferred_leader_election,
+    start_reassignment,
+)
+from odradek.cluster.fetcher import LeaderConnection, ReplicaFetcher
 from odradek.cluster.metadata import EtcdMetadataStore, LeaseKeeper
 from odradek.cluster.model import (
     BrokerChange,
     BrokerIdInUseError,
     BrokerInfo,
     ChangeKind,
+    ClusterJoinError,
     ClusterMetadata,
     ControllerChange,
     ControllerClaim,
@@ -47,6 +59,8 @@ from odradek.cluster.model import (
     MetadataError,
     MetadataWatchLost,
     PartitionChange,
+    PartitionState,
+    SecurityChange,
     TopicAssignment,
     TopicChange,
     TopicConfigChange,
@@ -55,12 +69,15 @@ from odradek.cluster.model import (
     VersionedPartitionState,
 )
 from odradek.cluster.replication import Replica, ReplicaManager, Role
+from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.codec import build, decode_response, request_type
 
 if TYPE_CHECKING:
     from odradek.broker.server import Broker
     from odradek.broker.topics import NewTopic, Topic, TopicError
 
 log = logging.getLogger("odradek.cluster")
+T = TypeVar("T")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
@@ -74,11 +91,40 @@ PRODUCER_ID_BLOCK = 1000
 ISR_CHECK_EVERY_S = 1.0
 REJOIN_BACKOFF_S = (0.2, 5.0)
 TOPIC_VISIBLE_TIMEOUT_S = 30.0
+MARKER_TIMEOUT_S = 30.0
+READY_WAIT_S = 10.0
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
     host, _, port = text.removeprefix("http://").rpartition(":")
     return host, int(port)
+
+
+class NoReassignmentInProgress(DecisionError):
+    error_code = 85  # NO_REASSIGNMENT_IN_PROGRESS
+
+
+class ElectionNotNeeded(DecisionError):
+    error_code = 84  # ELECTION_NOT_NEEDED
+
+
+class PreferredLeaderNotAvailable(DecisionError):
+    error_code = 80  # PREFERRED_LEADER_NOT_AVAILABLE
+
+
+class EligibleLeadersNotAvailable(DecisionError):
+    error_code = 83  # ELIGIBLE_LEADERS_NOT_AVAILABLE
+
+
+class ConcurrentChange(DecisionError):
+    """A compare-and-swap lost to another writer; the client retries."""
+
+    error_code = 7  # REQUEST_TIMED_OUT: retriable for every client
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def _outcome(task: asyncio.Task[Any]) -> BaseException | None:
@@ -176,11 +222,13 @@ class ClusterNode:
         self.brokers: dict[int, BrokerInfo] = {}
         self.controller_info: ControllerInfo | None = None
         self.assignments: dict[str, TopicAssignment] = {}
+        self.topic_revisions: dict[str, int] = {}  # mod revision of each topic's key (CAS)
         self.topic_configs: dict[str, dict[str, str]] = {}
         self.states: dict[tuple[str, int], VersionedPartitionState] = {}
         self.revision = 0
         self._revision_seen = asyncio.Event()
         self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._connections: dict[int, LeaderConnection] = {}  # to other brokers (markers)
         self.controller: Controller | None = None
         self._claim: ControllerClaim | None = None
         self.lease: LeaseKeeper | None = None
@@ -198,9 +246,23 @@ class ClusterNode:
 
     async def start(self) -> None:
         """Join: register, load the metadata, follow it. Returns once the view is loaded."""
-        await self.store.__aenter__()
-        await self._join()
-        await self.producer_ids.prime()
+        self.broker.txns.remote_marker = self
+        self.broker.topics.change_listeners.append(self._start_coordinators)
+        where = "{}:{}".format(*self.etcd_endpoint)
+        try:
+            await self.store.__aenter__()
+            await self._join()
+            await self._publish_local_security()
+            await self.producer_ids.prime()
+        except BrokerIdInUseError as exc:
+            await self._close_quietly()
+            raise ClusterJoinError(f"broker id {self.broker_id} is taken: {exc}") from None
+        except Exception as exc:  # etcd down or refusing: one clear line, not a traceback
+            await self._close_quietly()
+            raise ClusterJoinError(
+                f"cannot join cluster {self.cluster_name!r} through etcd at {where}: "
+                f"{_first_line(exc)}"
+            ) from None
         self._session_task = asyncio.create_task(self._run_session(), name="cluster-session")
         self._tasks.append(asyncio.create_task(self._check_isr(), name="cluster-isr"))
 
@@ -229,6 +291,10 @@ class ClusterNode:
             len(self.assignments),
         )
         self.ready.set()
+
+    async def _close_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.store.close()
 
     async def stop(self) -> None:
         self._stopping = True
@@ -322,6 +388,8 @@ class ClusterNode:
         self.brokers = dict(metadata.brokers)
         self._set_controller(metadata.controller)
         self.topic_configs = {k: dict(v) for k, v in metadata.topic_configs.items()}
+        for name, document in metadata.security.items():
+            self._take_security(name, document)
         for name in [n for n in self.assignments if n not in metadata.topics]:
             await self._topic_deleted(name)
         local_only = [
@@ -331,6 +399,7 @@ class ClusterNode:
         ]
         for name in local_only:
             await self._topic_deleted(name)
+        self.topic_revisions = dict(metadata.topic_revisions)
         for assignment in metadata.topics.values():
             await self._topic_put(assignment)
         self.states = dict(metadata.partitions)
@@ -384,7 +453,14 @@ class ClusterNode:
             self._set_controller(change.controller)
         elif isinstance(change, TopicChange):
             if change.kind is ChangeKind.PUT and change.assignment is not None:
+                self.topic_revisions[change.topic] = change.revision
                 await self._topic_put(change.assignment)
+                # Replicas may have changed (reassignment, new partitions): roles follow.
+                for key, state in list(self.states.items()):
+                    if key[0] == change.topic:
+                        self._partition_put(state)
+                if self.controller is not None:
+                    self.controller.poke()
             else:
                 await self._topic_deleted(change.topic)
         elif isinstance(change, TopicConfigChange):
@@ -393,6 +469,9 @@ class ClusterNode:
                 topic = self.broker.topics.get(change.topic)
                 if topic is not None and topic.configs != change.configs:
                     self.broker.topics.apply_configs(topic, dict(change.configs))
+        elif isinstance(change, SecurityChange):
+            if change.document is not None:
+                self._take_security(change.name, change.document)
         elif isinstance(change, PartitionChange):
             key = (change.topic, change.partition)
             if change.state is not None:
@@ -428,6 +507,7 @@ class ClusterNode:
 
     async def _topic_deleted(self, name: str) -> None:
         self.assignments.pop(name, None)
+        self.topic_revisions.pop(name, None)
         self.topic_configs.pop(name, None)
         for key in [k for k in self.states if k[0] == name]:
             del self.states[key]
@@ -511,27 +591,110 @@ class ClusterNode:
             if replica.state is current:
                 self.replicas.isr_change_failed(replica)
 
+    def _coordinator_runner(self, topic: str, partition: int) -> Any:
+        """The group or transaction coordinator runner of a partition of their topic."""
+        if topic == OFFSETS_TOPIC:
+            runners: list[Any] = self.broker.groups.runners
+        elif topic == TXN_TOPIC:
+            runners = self.broker.txns.runners
+        else:
+            return None
+        return runners[partition] if 0 <= partition < len(runners) else None
+
     def _high_watermark_moved(self, topic: str, partition: int) -> None:
         self.broker.notify_append(topic, partition)
-        if topic == OFFSETS_TOPIC:
-            runners = self.broker.groups.runners
-            if 0 <= partition < len(runners):
-                replica = self.replicas.get(topic, partition)
-                if replica is not None:
-                    runners[partition].replicated(replica.high_watermark)
+        runner = self._coordinator_runner(topic, partition)
+        replica = self.replicas.get(topic, partition)
+        if runner is not None and replica is not None:
+            runner.replicated(replica.high_watermark)
 
     def _role_changed(self, replica: Replica, before: Role) -> None:
-        if replica.topic != OFFSETS_TOPIC:
+        runner = self._coordinator_runner(replica.topic, replica.partition)
+        if runner is None:
             return
-        runners = self.broker.groups.runners
-        if not 0 <= replica.partition < len(runners):
-            return
-        runner = runners[replica.partition]
         if replica.role is Role.LEADER:
             runner.gate = _CoordinatorGate(self, replica)
             runner.become_leader()
         elif runner.leading:
             asyncio.get_running_loop().create_task(runner.resign())
+
+    def _start_coordinators(self) -> None:
+        """Runners created after their partitions' roles were set (the topic was adopted
+        after the states arrived, or at start-up) take their role now."""
+        for topic in (OFFSETS_TOPIC, TXN_TOPIC):
+            for (name, partition), replica in list(self.replicas.replicas.items()):
+                if name != topic:
+                    continue
+                runner = self._coordinator_runner(name, partition)
+                if runner is not None and replica.role is Role.LEADER and runner.gate is None:
+                    self._role_changed(replica, Role.NONE)
+
+    # --- transaction markers (the transaction runtime's RemoteMarkerWriter) ---------------
+
+    def leads_here(self, topic: str, partition: int) -> bool:
+        replica = self.replicas.get(topic, partition)
+        return replica is not None and replica.role is Role.LEADER
+
+    async def write(
+        self, tp: tuple[str, int], producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        """WriteTxnMarkers to the partition's leader; raises unless it wrote the marker."""
+        topic, partition = tp
+        state = self.states.get(tp)
+        if state is None:
+            return  # the topic is gone: nothing to mark
+        leader = state.state.leader
+        address = self.address_of(leader) if leader >= 0 else None
+        if address is None:
+            raise ConnectionError(f"{topic}-{partition} has no live leader")
+        request = build(
+            request_type(ApiKey.WRITE_TXN_MARKERS, 1),
+            {
+                "markers": [
+                    {
+                        "producer_id": producer_id,
+                        "producer_epoch": producer_epoch,
+                        "transaction_result": commit,
+                        "topics": [{"name": topic, "partition_indexes": [partition]}],
+                        "coordinator_epoch": 0,
+                    }
+                ]
+            },
+        )
+        connection = self._connection_to(leader, address)
+        payload = await connection.send(ApiKey.WRITE_TXN_MARKERS, 1, request)
+        _, response = decode_response(ApiKey.WRITE_TXN_MARKERS, 1, payload)
+        for marker in response.markers:
+            for t in marker.topics:
+                for p in t.partitions:
+                    if int(p.error_code):
+                        raise RuntimeError(
+                            f"broker {leader} refused the marker for {topic}-{partition}: "
+                            f"error {int(p.error_code)}"
+                        )
+
+    async def replicated(self, topic: str, partition: int, last_offset: int) -> None:
+        """Wait until the ISR holds a marker this broker wrote as leader."""
+        replica = self.replicas.get(topic, partition)
+        if replica is None:
+            return
+        self.replicas.leader_appended(replica)
+        error = await self.replicas.wait_replicated(replica, last_offset, MARKER_TIMEOUT_S)
+        if error:
+            raise RuntimeError(f"marker in {topic}-{partition} not replicated: error {error}")
+
+    def _connection_to(self, broker_id: int, address: tuple[str, int]) -> LeaderConnection:
+        connection = self._connections.get(broker_id)
+        if connection is None or (connection.host, connection.port) != address:
+            if connection is not None:
+                connection.close()
+            connection = LeaderConnection(
+                *address,
+                f"odradek-broker-{self.broker_id}",
+                int(self.broker.config["replica.socket.timeout.ms"]) / 1000,
+            )
+            self._connections[broker_id] = connection
+        return connection
 
     async def _check_isr(self) -> None:
         while True:
@@ -578,7 +741,9 @@ class ClusterNode:
             replication = int(config["offsets.topic.replication.factor"])
             configs = self.broker.groups.offsets_topic_configs()
         else:
-            return COORDINATOR_NOT_AVAILABLE, -1, f"{topic} is not available in cluster mode"
+            partitions = int(config["transaction.state.log.num.partitions"])
+            replication = int(config["transaction.state.log.replication.factor"])
+            configs = self.broker.txns.topic_configs()
         wanted = NewTopic(topic, partitions, replication, dict(configs), internal_configs=True)
         (result,) = await self.create_topics([wanted], internal=True)
         from odradek.broker.topics import TopicError
@@ -590,31 +755,46 @@ class ClusterNode:
     # --- topics (TopicManager's ClusterTopics) ---------------------------------------------
 
     async def create_topics(
-        self, wanted: list[NewTopic], *, internal: bool = False
+        self, wanted: list[NewTopic], *, internal: bool = False, existing_ok: bool = False
     ) -> list[Topic | TopicError]:
-        """Place replicas, write each topic to etcd, and wait until this broker holds it."""
+        """Place replicas, write each topic to etcd, and wait until this broker holds it.
+
+        `existing_ok` (auto-creation): a topic that exists already, or that another
+        broker creates meanwhile, is waited for and returned instead of refused.
+        """
         from odradek.broker.topics import TopicError
 
         topics = self.broker.topics
         results: list[Topic | TopicError] = []
         for request in wanted:
+            if existing_ok and request.name in self.assignments:
+                revision = self.topic_revisions.get(request.name, self.revision)
+                results.append(await self._held(request.name, revision))
+                continue
             try:
                 if not internal and request.name in (OFFSETS_TOPIC, TXN_TOPIC):
                     raise TopicError(TOPIC_ALREADY_EXISTS, f"{request.name} is internal")
                 if request.name in self.assignments:
                     raise TopicError(TOPIC_ALREADY_EXISTS, f"topic {request.name!r} already exists")
                 topic, count = topics.prepare(request)
-                factor = request.replication_factor
-                if factor == -1:
-                    factor = int(self.broker.config["default.replication.factor"])
-                replicas = self._place(count, factor)
+                if request.assignments is not None:
+                    replicas = self._checked_assignment(request.assignments)
+                else:
+                    factor = request.replication_factor
+                    if factor == -1:
+                        factor = int(self.broker.config["default.replication.factor"])
+                    replicas = self._place(count, factor)
                 assignment = TopicAssignment(request.name, topic.topic_id, replicas)
                 revision = await self.store.create_topic(assignment, topic.configs)
             except TopicError as exc:
                 results.append(exc)
                 continue
             except TopicExistsError as exc:
-                results.append(TopicError(TOPIC_ALREADY_EXISTS, str(exc)))
+                if existing_ok:  # created by another broker meanwhile: wait until held here
+                    snapshot = await self.store.controller()
+                    results.append(await self._held(request.name, snapshot.revision))
+                else:
+                    results.append(TopicError(TOPIC_ALREADY_EXISTS, str(exc)))
                 continue
             except (MetadataError, OSError) as exc:
                 results.append(TopicError(REQUEST_TIMED_OUT, f"cluster metadata: {exc}"))
@@ -631,6 +811,26 @@ class ClusterNode:
             return assign_replicas(partitions, factor, live, start_index=start)
         except DecisionError as exc:
             raise TopicError(exc.error_code, str(exc)) from None
+
+    def _checked_assignment(
+        self, assignments: dict[int, tuple[int, ...]]
+    ) -> dict[int, tuple[int, ...]]:
+        """A manual assignment, checked as Kafka checks one (partitions 0..n-1, one
+        replication factor, no repeats, registered brokers)."""
+        from odradek.broker.topics import TopicError
+
+        if sorted(assignments) != list(range(len(assignments))):
+            raise TopicError(39, "partitions of a manual assignment must be 0..n-1")
+        factors = {len(r) for r in assignments.values()}
+        if len(factors) != 1 or 0 in factors:
+            raise TopicError(39, "every partition needs the same, non-zero number of replicas")
+        for partition, replicas in sorted(assignments.items()):
+            if len(set(replicas)) != len(replicas):
+                raise TopicError(39, f"partition {partition} repeats a replica: {list(replicas)}")
+            unknown = sorted(set(replicas) - set(self.brokers))
+            if unknown:
+                raise TopicError(39, f"partition {partition}: brokers {unknown} are not live")
+        return dict(assignments)
 
     async def _held(self, name: str, revision: int) -> Topic | TopicError:
         from odradek.broker.topics import TopicError
@@ -674,8 +874,182 @@ class ClusterNode:
         except Exception:
             log.exception("could not store the configs of %s in etcd", name)
 
+    async def wait_ready(self, timeout_s: float = READY_WAIT_S) -> None:
+        """Until this broker has joined and loaded the metadata (bounded: then answer
+        with what it has, and the client asks again)."""
+        if not self.ready.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.ready.wait(), timeout_s)
+
     def next_producer_id(self) -> int:
         return self.producer_ids.next_id()
+
+    # --- security (ACLs and SCRAM credentials are cluster-wide, in etcd) ------------------
+
+    def _security_store(self, name: str) -> Any:
+        security = self.broker.security
+        return security.acls if name == "acls" else security.credentials
+
+    def _take_security(self, name: str, document: dict[str, Any]) -> None:
+        store = self._security_store(name)
+        if store.to_document() != document:
+            store.load_document(document)
+            log.info("took the cluster's %s from etcd", name)
+
+    async def change_security(self, name: str, change: Callable[[Any], T]) -> T:
+        """Apply `change` to the cluster's ACLs ("acls") or SCRAM credentials ("scram")
+        in etcd, compare-and-swap, retried on the newer document if another broker
+        wrote in between; returns `change`'s result once this broker holds the result."""
+        kind = type(self._security_store(name))
+        outcome: list[T] = []
+
+        def edit(current: dict[str, Any] | None) -> dict[str, Any]:
+            base = current if current is not None else self._security_store(name).to_document()
+            store = kind.detached(base)
+            outcome[:] = [change(store)]
+            return store.to_document()  # type: ignore[no-any-return]
+
+        revision = await self.store.update_security(name, edit)
+        await self.wait_for_revision(revision, TOPIC_VISIBLE_TIMEOUT_S)
+        return outcome[0]
+
+    async def _publish_local_security(self) -> None:
+        """On joining: what this broker holds that etcd has not got yet goes there: the
+        `--add-scram` users (new credentials only, as Kafka's storage tool), and the
+        ACLs of a single node that becomes the first broker of a cluster."""
+        local_scram = self.broker.security.credentials.to_document()["credentials"]
+        if local_scram:
+
+            def add_missing(current: dict[str, Any] | None) -> dict[str, Any]:
+                entries = list((current or {}).get("credentials", []))
+                held = {(e["user"], e["mechanism"]) for e in entries}
+                entries += [e for e in local_scram if (e["user"], e["mechanism"]) not in held]
+                return {"credentials": entries}
+
+            await self.store.update_security("scram", add_missing)
+        local_acls = self.broker.security.acls.to_document()
+        if local_acls["acls"]:
+            await self.store.update_security(
+                "acls", lambda current: current if current is not None else local_acls
+            )
+
+    # --- partition administration (AlterPartitionReassignments, ElectLeaders) ------------
+
+    def _live(self) -> frozenset[int]:
+        return frozenset(self.brokers)
+
+    async def reassign(self, topic: str, partition: int, target: list[int] | None) -> None:
+        """Start (or, with None, cancel) moving a partition's replicas (KIP-455).
+
+        The new replica list (target first, then the leaving replicas) goes to etcd
+        by compare-and-swap on the topic; the new replicas start fetching at once and
+        the controller completes the move when the whole target is in the ISR.
+        Raises DecisionError (Kafka's error code) or LookupError (unknown partition).
+        """
+        assignment = self.assignments.get(topic)
+        state = self.states.get((topic, partition))
+        if assignment is None or state is None or partition not in assignment.replicas:
+            raise LookupError(f"unknown partition {topic}-{partition}")
+        ongoing = Reassignment.of(assignment, partition)
+        in_progress = bool(ongoing.adding or ongoing.removing)
+        new_state = None
+        if in_progress:
+            original, new_state = cancel_reassignment(
+                ongoing, state.state, self._live(), unclean=self.unclean
+            )
+        else:
+            original = ongoing.replicas
+        if target is None:
+            if not in_progress:
+                raise NoReassignmentInProgress(f"no reassignment of {topic}-{partition} runs")
+            wanted = Reassignment(original, (), ())
+        else:
+            wanted = start_reassignment(original, target, live=self._live())
+        if new_state is not None:  # the revert changes leadership or the ISR first
+            update = await self.store.update_partition(
+                state,
+                leader=new_state.leader,
+                leader_epoch=new_state.leader_epoch,
+                isr=new_state.isr,
+            )
+            if not update.succeeded:
+                raise ConcurrentChange(f"{topic}-{partition} changed meanwhile; retry")
+        await self._write_assignment(wanted.applied_to(assignment, partition))
+
+    async def _write_assignment(self, assignment: TopicAssignment, **options: Any) -> None:
+        update = await self.store.update_topic_assignment(
+            assignment, expected_revision=self.topic_revisions.get(assignment.name, 0), **options
+        )
+        if not update.succeeded:
+            raise ConcurrentChange(f"topic {assignment.name!r} changed meanwhile; retry")
+        if update.current is not None:
+            await self.wait_for_revision(update.current.mod_revision, TOPIC_VISIBLE_TIMEOUT_S)
+
+    def reassignments(self) -> dict[tuple[str, int], Reassignment]:
+        """Every partition reassignment in progress."""
+        found = {}
+        for name, assignment in self.assignments.items():
+            for partition in assignment.replicas:
+                ongoing = Reassignment.of(assignment, partition)
+                if ongoing.adding or ongoing.removing:
+                    found[name, partition] = ongoing
+        return found
+
+    async def elect(self, topic: str, partition: int, *, preferred: bool) -> None:
+        """ElectLeaders: the preferred replica (if live and in sync), or, unclean, any live
+        replica for a partition without a leader. Raises DecisionError or LookupError."""
+        state = self.states.get((topic, partition))
+        replicas = self.replicas_of(topic, partition)
+        if state is None or not replicas:
+            raise LookupError(f"unknown partition {topic}-{partition}")
+        live = self._live()
+        if preferred:
+            wanted = preferred_leader_election(replicas, state.state, live)
+            if wanted is None:
+                if state.state.leader == replicas[0]:
+                    raise ElectionNotNeeded("the preferred replica already leads")
+                raise PreferredLeaderNotAvailable("the preferred replica is not live and in sync")
+        else:
+            if state.state.leader in live:
+                raise ElectionNotNeeded(f"{topic}-{partition} has a live leader")
+            elected = elect_leader(replicas, state.state.isr, live, unclean=True)
+            if elected is None:
+                raise EligibleLeadersNotAvailable("no replica of the partition is live")
+            wanted = PartitionState(
+                elected[0], state.state.leader_epoch + 1, elected[1], state.state.partition_epoch
+            )
+        update = await self.store.update_partition(
+            state,
+            leader=wanted.leader,
+            leader_epoch=wanted.leader_epoch,
+            isr=wanted.isr,
+            controller=self._claim,
+        )
+        if not update.succeeded:
+            raise ConcurrentChange(f"{topic}-{partition} changed meanwhile; retry")
+        self.leader_elections += 1
+
+    async def add_partitions(self, name: str, total: int) -> None:
+        """CreatePartitions: place the new partitions and store them with their states."""
+        from odradek.broker.topics import TopicError
+
+        assignment = self.assignments.get(name)
+        if assignment is None:
+            raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        live = {b: info.rack for b, info in sorted(self.brokers.items())}
+        try:
+            replicas = assign_added_partitions(
+                assignment.replicas, total, live, topic=name, start_index=None
+            )
+        except DecisionError as exc:
+            raise TopicError(exc.error_code, str(exc)) from None
+        added = {p: r for p, r in replicas.items() if p not in assignment.replicas}
+        states = {p: PartitionState(r[0], 0, tuple(r)) for p, r in added.items()}
+        grown = replace(assignment, replicas={**assignment.replicas, **added})
+        try:
+            await self._write_assignment(grown, added_partition_states=states)
+        except ConcurrentChange as exc:
+            raise TopicError(REQUEST_TIMED_OUT, str(exc)) from None
 
     # --- views for Metadata and the CLI ----------------------------------------------------
 

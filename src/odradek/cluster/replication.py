@@ -230,9 +230,11 @@ class ReplicaManager:
         """A follower fetched from `fetch_offset`: it holds everything below it."""
         if replica.role is not Role.LEADER or follower not in replica.replicas:
             return
+        leader_end = replica.plog.end_offset
+        if fetch_offset > leader_end:
+            return  # out of range (the fetch fails): says nothing about what it holds
         now = self.clock()
         progress = replica.followers.setdefault(follower, FollowerProgress())
-        leader_end = replica.plog.end_offset
         if fetch_offset >= leader_end:
             progress.last_caught_up_s = now
         elif fetch_offset >= progress.leader_end_at_last_fetch >= 0:

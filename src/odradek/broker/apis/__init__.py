@@ -14,9 +14,11 @@ from odradek.broker.apis import (  # noqa: F401
     leader_epochs,
     list_offsets,
     metadata,
+    partition_admin,
     produce,
     sasl,
     scram_credentials,
     topic_admin,
     transactions,
+    write_txn_markers,
 )

@@ -94,7 +94,7 @@ def describe_acls(ctx: RequestContext, request: Any) -> Any:
 
 
 @handles(ApiKey.CREATE_ACLS, 1, 3)
-def create_acls(ctx: RequestContext, request: Any) -> Any:
+async def create_acls(ctx: RequestContext, request: Any) -> Any:
     refusal = _refusal(ctx, AclOperation.ALTER)
     results: list[dict[str, Any]] = []
     valid: list[AclBinding] = []
@@ -119,14 +119,18 @@ def create_acls(ctx: RequestContext, request: Any) -> Any:
         valid.append(acl)
         results.append({"error_code": 0, "error_message": None})
     if valid:
-        ctx.broker.security.acls.add(valid)
+        cluster = ctx.broker.cluster
+        if cluster is not None:  # cluster-wide: into etcd, and every broker takes them
+            await cluster.change_security("acls", lambda store: store.add(valid))
+        else:
+            ctx.broker.security.acls.add(valid)
         for acl in valid:
             log.info("ACL added by %s: %s", ctx.principal, acl)
     return respond(ctx, {"throttle_time": NO_THROTTLE, "results": results})
 
 
 @handles(ApiKey.DELETE_ACLS, 1, 3)
-def delete_acls(ctx: RequestContext, request: Any) -> Any:
+async def delete_acls(ctx: RequestContext, request: Any) -> Any:
     refusal = _refusal(ctx, AclOperation.ALTER)
     filters: list[AclFilter] = []
     errors: dict[int, tuple[int, str]] = {}
@@ -138,7 +142,14 @@ def delete_acls(ctx: RequestContext, request: Any) -> Any:
             filters.append(_filter(entity))
         except AclError as exc:
             errors[index] = (exc.error_code, str(exc))
-    deleted = iter(ctx.broker.security.acls.remove(filters) if filters else [])
+    removed: list[list[AclBinding]] = []
+    if filters and ctx.broker.cluster is not None:
+        removed = await ctx.broker.cluster.change_security(
+            "acls", lambda store: store.remove(filters)
+        )
+    elif filters:
+        removed = ctx.broker.security.acls.remove(filters)
+    deleted = iter(removed)
     results = []
     for index in range(len(request.filters)):
         if index in errors:

@@ -91,6 +91,7 @@ async def _located(ctx: RequestContext, entry: dict[str, Any], key_type: int) ->
     cluster = ctx.broker.cluster
     if cluster is None or entry["error_code"]:
         return entry
+    await cluster.wait_ready()
     if key_type == KEY_TYPE_GROUP:
         topic, partition = OFFSETS_TOPIC, ctx.broker.groups.partition_of(entry["key"])
     else:

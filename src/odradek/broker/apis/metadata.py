@@ -122,6 +122,8 @@ def _auto_create_allowed(ctx: RequestContext, request: Any) -> bool:
 @handles(ApiKey.METADATA, 0, 13)
 async def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
+    if broker.cluster is not None:
+        await broker.cluster.wait_ready()  # a broker still joining knows no brokers yet
     topics = broker.topics
     requested = request.topics
     if requested is None or (ctx.version == 0 and not requested):

@@ -90,7 +90,7 @@ def _type_code(mechanism_name: str) -> int:
 
 
 @handles(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
-def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
+async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
     names = sorted({d.name for d in request.deletions} | {u.name for u in request.upsertions})
     if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
         return respond(
@@ -164,7 +164,11 @@ def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
     deletions = [d for d in deletions if d[0] not in errors]
     upserts = [u for u in upserts if u[0] not in errors]
     if deletions or upserts:
-        store.apply(upserts, deletions)
+        cluster = ctx.broker.cluster
+        if cluster is not None:  # cluster-wide: into etcd, and every broker takes them
+            await cluster.change_security("scram", lambda s: s.apply(upserts, deletions))
+        else:
+            store.apply(upserts, deletions)
         for name, mech in deletions:
             log.info("%s removed the %s credential of %s", ctx.principal, mech.name, name)
         for name, mech, _ in upserts:

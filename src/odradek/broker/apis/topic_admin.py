@@ -63,21 +63,28 @@ def _new_topic(ctx: RequestContext, wanted: Any, cluster_create: bool) -> NewTop
     if not cluster_create and not _on_topic(ctx, AclOperation.CREATE, wanted.name):
         return _refused()
     num_partitions = int(wanted.num_partitions)
+    assignments = None
     if wanted.assignments:
-        # Manual assignments: one node, so every replica list must be exactly [this node].
         if num_partitions != -1 or int(wanted.replication_factor) != -1:
             return TopicError(42, "give either assignments or partitions/replication factor")
-        if any(list(a.broker_ids) != [ctx.broker.node_id] for a in wanted.assignments):
+        assignments = {
+            int(a.partition_index): tuple(int(b) for b in a.broker_ids) for a in wanted.assignments
+        }
+        if ctx.broker.cluster is None and any(
+            r != (ctx.broker.node_id,) for r in assignments.values()
+        ):
+            # One node: every replica list must be exactly [this node].
             return TopicError(
                 INVALID_REPLICA_ASSIGNMENT,
                 f"replicas must be [{ctx.broker.node_id}] on a single node",
             )
-        num_partitions = len(wanted.assignments)
+        num_partitions = len(assignments)
     return NewTopic(
         wanted.name,
         num_partitions,
         int(wanted.replication_factor),
         {c.name: c.value for c in wanted.configs},
+        assignments=assignments,
     )
 
 
@@ -97,7 +104,10 @@ def _fill(ctx: RequestContext, result: dict[str, Any], topic: Topic, partitions:
         result["topic_config_error_code"] = TOPIC_AUTHORIZATION_FAILED
         return
     result["num_partitions"] = partitions
-    result["replication_factor"] = 1
+    cluster = ctx.broker.cluster
+    result["replication_factor"] = (
+        len(cluster.replicas_of(topic.name, 0)) or 1 if cluster is not None else 1
+    )
     result["configs"] = [
         {
             "name": name,

@@ -193,7 +193,10 @@ def _verified(ctx: RequestContext, request: Any, offsets_partition: int) -> int:
     Kafka's partition writer does; the coordinator's errors map as Kafka maps them.
     """
     pid, epoch = int(request.producer_id), int(request.producer_epoch)
-    plog = ctx.broker.groups.runners[offsets_partition].plog
+    runners = ctx.broker.groups.runners
+    if not 0 <= offsets_partition < len(runners):
+        return int(TxnError.COORDINATOR_NOT_AVAILABLE)  # a cluster broker not holding it yet
+    plog = runners[offsets_partition].plog
     if plog.producer_state.ongoing.get(pid) is not None:
         return 0
     error = ctx.broker.txns.verify(
@@ -331,6 +334,8 @@ async def list_transactions(ctx: RequestContext, request: Any) -> Any:
     unknown: tuple[str, ...] = ()
     found: list[core.ListedTransaction] = []
     for runner in ctx.broker.txns.runners:
+        if not runner.leading:  # in a cluster, a broker lists what it coordinates
+            continue
         response = await runner.call(listed)
         assert isinstance(response, core.ListTransactionsResponse)
         if response.error_code:

@@ -199,17 +199,36 @@ def _operation_matches(acl: AclBinding, operation: AclOperation) -> bool:
     return False
 
 
+def _bindings(document: dict[str, Any]) -> list[AclBinding]:
+    return [AclBinding(**entry) for entry in document.get("acls", [])]
+
+
 class AclStore:
     """The ACLs of this node, kept in ``acls.json`` (replaced atomically on change)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path | None) -> None:
+        self.path = path  # None: a detached copy (cluster mode edits a document with it)
         self._lock = threading.Lock()
         self._acls: list[AclBinding] = []
         self.version = 0  # bumps on every change, so decision caches can notice
-        if path.exists():
-            stored = json.loads(path.read_text())
-            self._acls = [AclBinding(**entry) for entry in stored.get("acls", [])]
+        if path is not None and path.exists():
+            self._acls = _bindings(json.loads(path.read_text()))
+
+    @classmethod
+    def detached(cls, document: dict[str, Any]) -> AclStore:
+        """A store holding `document` that writes no file (to compute a change)."""
+        store = cls(None)
+        store._acls = _bindings(document)
+        return store
+
+    def to_document(self) -> dict[str, Any]:
+        return {"acls": [asdict(a) for a in self._acls]}
+
+    def load_document(self, document: dict[str, Any]) -> None:
+        """Take the cluster's ACLs (cluster mode: what etcd holds), keeping a local copy."""
+        with self._lock:
+            self._acls = _bindings(document)
+            self._save()
 
     def __iter__(self) -> Any:
         return iter(list(self._acls))
@@ -218,8 +237,9 @@ class AclStore:
         return len(self._acls)
 
     def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomically(self.path, {"acls": [asdict(a) for a in self._acls]})
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomically(self.path, self.to_document())
         self.version += 1
 
     def add(self, acls: Iterable[AclBinding]) -> None:

@@ -13,6 +13,7 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from odradek.broker.security.store import write_json_atomically
 from odradek.protocol.scram import (
@@ -30,24 +31,36 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
+def _credentials(document: dict[str, Any]) -> dict[tuple[str, str], ScramCredential]:
+    return {
+        (entry["user"], entry["mechanism"]): ScramCredential(
+            base64.b64decode(entry["salt"]),
+            base64.b64decode(entry["stored_key"]),
+            base64.b64decode(entry["server_key"]),
+            int(entry["iterations"]),
+        )
+        for entry in document.get("credentials", [])
+    }
+
+
 class ScramCredentialStore:
     """Users' SCRAM credentials, by (user, mechanism name)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path | None) -> None:
+        self.path = path  # None: a detached copy (cluster mode edits a document with it)
         self._lock = threading.Lock()
         self._credentials: dict[tuple[str, str], ScramCredential] = {}
-        if path.exists():
-            for entry in json.loads(path.read_text()).get("credentials", []):
-                self._credentials[(entry["user"], entry["mechanism"])] = ScramCredential(
-                    base64.b64decode(entry["salt"]),
-                    base64.b64decode(entry["stored_key"]),
-                    base64.b64decode(entry["server_key"]),
-                    int(entry["iterations"]),
-                )
+        if path is not None and path.exists():
+            self._credentials = _credentials(json.loads(path.read_text()))
 
-    def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    @classmethod
+    def detached(cls, document: dict[str, Any]) -> ScramCredentialStore:
+        """A store holding `document` that writes no file (to compute a change)."""
+        store = cls(None)
+        store._credentials = _credentials(document)
+        return store
+
+    def to_document(self) -> dict[str, Any]:
         entries = [
             {
                 "user": user,
@@ -59,7 +72,19 @@ class ScramCredentialStore:
             }
             for (user, mech), c in sorted(self._credentials.items())
         ]
-        write_json_atomically(self.path, {"credentials": entries})
+        return {"credentials": entries}
+
+    def load_document(self, document: dict[str, Any]) -> None:
+        """Take the cluster's credentials (cluster mode: what etcd holds), keeping a copy."""
+        with self._lock:
+            self._credentials = _credentials(document)
+            self._save()
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomically(self.path, self.to_document())
 
     def get(self, user: str, mech: ScramMechanism) -> ScramCredential | None:
         return self._credentials.get((user, mech.name))

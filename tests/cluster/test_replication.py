@@ -1,0 +1,393 @@
+"""Cluster mode end to end: three real brokers and etcd on loopback, driven with
+confluent-kafka and kafka-python (issue 15: replication, acks=all, truncation,
+reassignment, elections, transactions across brokers).
+
+One cluster serves the module; tests that kill or pause a broker bring it back and
+wait until every partition's ISR is whole again before they return. Logs are
+compared on disk at the end, with the cluster stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from kafka import TopicPartition as KafkaPythonPartition
+from kafka.admin import KafkaAdminClient
+
+from odradek.client import Consumer as OdradekConsumer
+from odradek.client import Producer as OdradekProducer
+from odradek.cluster.launcher import LocalCluster
+from odradek.log import LogConfig, PartitionLog
+from odradek.protocol.records import decode_batch_records, iter_batches
+
+SETTINGS = {
+    "broker.session.timeout.ms": "3000",  # a dead broker's lease ends after ~3 s
+    "replica.lag.time.max.ms": "4000",
+    "group.initial.rebalance.delay.ms": "0",
+}
+START_TIMEOUT_S = 90.0
+DEADLINE_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    local = LocalCluster.prepare(
+        tmp_path_factory.mktemp("replication") / "dev", brokers=3, settings=SETTINGS
+    )
+    try:
+        local.start_all(timeout_s=START_TIMEOUT_S)
+        yield local
+    finally:
+        LocalCluster.open(local.layout.root).stop_all(timeout_s=10.0)
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: LocalCluster) -> AdminClient:
+    return AdminClient({"bootstrap.servers": cluster.bootstrap_servers()})
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = DEADLINE_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except Exception:  # a broker still electing or restarting: ask again
+            value = None
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def partitions(admin: AdminClient, topic: str) -> dict[int, Any]:
+    return admin.list_topics(topic, timeout=10).topics[topic].partitions
+
+
+def create(admin: AdminClient, topic: str, *args: Any, **kwargs: Any) -> None:
+    for future in admin.create_topics([NewTopic(topic, *args, **kwargs)]).values():
+        future.result(30)
+    wait_for(lambda: all(p.leader >= 0 for p in partitions(admin, topic).values()), "leaders")
+
+
+def isr_whole(admin: AdminClient, topic: str) -> bool:
+    return all(
+        p.leader >= 0 and sorted(p.isrs) == sorted(p.replicas)
+        for p in partitions(admin, topic).values()
+    )
+
+
+def produce(
+    cluster: LocalCluster, topic: str, values: list[bytes], **config: Any
+) -> list[tuple[int, int, bytes]]:
+    """Produce, flush; the (partition, offset, value) of each acknowledged record."""
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers(), **config})
+    acked: list[tuple[int, int, bytes]] = []
+    errors: list[KafkaError] = []
+
+    def delivered(error: KafkaError | None, message: Any) -> None:
+        if error is not None:
+            errors.append(error)
+        else:
+            acked.append((message.partition(), message.offset(), message.value()))
+
+    for value in values:
+        producer.produce(topic, value=value, on_delivery=delivered)
+        producer.poll(0)
+    assert producer.flush(DEADLINE_S) == 0
+    if errors:
+        raise RuntimeError(errors)
+    return acked
+
+
+def read_log(directory: Path) -> list[tuple[int, int, bytes | None]]:
+    """(offset, leader epoch, value) of every record in a partition directory."""
+    plog = PartitionLog.open(directory, LogConfig(), now_ms=lambda: int(time.time() * 1000))
+    try:
+        found = []
+        for batch in plog.iter_batches_from(plog.start_offset):
+            for pos, header in iter_batches(batch):
+                for record in decode_batch_records(batch, pos, header):
+                    found.append((record.offset, header.partition_leader_epoch, record.value))
+        return found
+    finally:
+        plog.close()
+
+
+def test_metadata_names_every_broker_replica_and_isr(
+    cluster: LocalCluster, admin: AdminClient
+) -> None:
+    create(admin, "described", 4, 3)
+    metadata = admin.list_topics(timeout=10)
+    assert sorted(metadata.brokers) == [1, 2, 3]
+    assert metadata.controller_id in (1, 2, 3)
+    leaders = set()
+    for partition in metadata.topics["described"].partitions.values():
+        assert sorted(partition.replicas) == [1, 2, 3]
+        assert sorted(partition.isrs) == [1, 2, 3]
+        assert partition.leader == partition.replicas[0]  # the preferred replica leads first
+        leaders.add(partition.leader)
+    assert len(leaders) > 1, "leadership is spread over the brokers"
+
+
+def test_acks_all_needs_min_insync_replicas(cluster: LocalCluster, admin: AdminClient) -> None:
+    create(admin, "strict", 1, 3, config={"min.insync.replicas": "3"})
+    leader = partitions(admin, "strict")[0].leader
+    follower = next(b for b in (1, 2, 3) if b != leader)
+    cluster.kill(follower)
+    try:
+        # The controller drops the dead broker from the ISR once its lease ends.
+        wait_for(lambda: follower not in partitions(admin, "strict")[0].isrs, "ISR shrink")
+        described = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "odradek",
+                "topics",
+                "describe",
+                "strict",
+                "described",
+                "--under-replicated",
+                "--format",
+                "json",
+                "--bootstrap",
+                cluster.bootstrap_servers(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        shown = {t["name"]: t["partitions"] for t in json.loads(described.stdout)}
+        assert [p["under_replicated"] for p in shown["strict"]] == [True]
+        assert all(p["under_replicated"] for p in shown["described"])  # RF 3, one broker down
+        with pytest.raises(RuntimeError) as refused:
+            produce(cluster, "strict", [b"x"], acks="all", **{"message.timeout.ms": 3000})
+        codes = {e.code() for e in refused.value.args[0]}
+        assert codes & {KafkaError.NOT_ENOUGH_REPLICAS, KafkaError._MSG_TIMED_OUT}, codes
+        assert produce(cluster, "strict", [b"one"], acks=1)  # a single ack needs only the leader
+    finally:
+        cluster.restart(follower, timeout_s=START_TIMEOUT_S)
+    wait_for(lambda: isr_whole(admin, "strict"), "ISR whole again")
+    assert produce(cluster, "strict", [b"all"], acks="all")
+
+
+def test_leader_failover_keeps_every_acknowledged_record(
+    cluster: LocalCluster, admin: AdminClient
+) -> None:
+    create(admin, "failover", 1, 3, config={"min.insync.replicas": "2"})
+    first = produce(
+        cluster,
+        "failover",
+        [b"a%d" % i for i in range(200)],
+        acks="all",
+        **{"enable.idempotence": True},
+    )
+    leader = partitions(admin, "failover")[0].leader
+    cluster.kill(leader)
+    try:
+        wait_for(lambda: partitions(admin, "failover")[0].leader not in (-1, leader), "new leader")
+        second = produce(
+            cluster,
+            "failover",
+            [b"b%d" % i for i in range(200)],
+            acks="all",
+            **{"enable.idempotence": True},
+        )
+    finally:
+        cluster.restart(leader, timeout_s=START_TIMEOUT_S)
+    wait_for(lambda: isr_whole(admin, "failover"), "the old leader back in the ISR")
+    offsets = [offset for _, offset, _ in first + second]
+    assert offsets == list(range(400)), "acknowledged once each, in order, no gap"
+
+
+def test_odradek_client_follows_a_leader_change(cluster: LocalCluster, admin: AdminClient) -> None:
+    """Odradek's own producer and consumer ride through a leader failover: sends after
+    the kill go to the new leader (NOT_LEADER_OR_FOLLOWER / a dead connection refresh
+    the metadata), every record is acknowledged once and read back once, in order."""
+    create(admin, "own-client", 1, 3, config={"min.insync.replicas": "2"})
+    bootstrap = cluster.bootstrap_servers()
+    with OdradekProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2) as producer:
+        before = [producer.send("own-client", value=b"before-%d" % i) for i in range(100)]
+        producer.flush(DEADLINE_S)
+        leader = partitions(admin, "own-client")[0].leader
+        cluster.kill(leader)
+        try:
+            after = [producer.send("own-client", value=b"after-%d" % i) for i in range(100)]
+            producer.flush(DEADLINE_S)
+            offsets = [f.result(0).offset for f in before + after]
+        finally:
+            cluster.restart(leader, timeout_s=START_TIMEOUT_S)
+    assert offsets == list(range(200))
+    assert partitions(admin, "own-client")[0].leader != leader or isr_whole(admin, "own-client")
+    with OdradekConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([("own-client", 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(values) < 200 and time.monotonic() < deadline:
+            values += [r.value for r in consumer.poll(0.5)]
+    assert values == [b"before-%d" % i for i in range(100)] + [b"after-%d" % i for i in range(100)]
+    wait_for(lambda: isr_whole(admin, "own-client"), "the old leader back in the ISR")
+
+
+def test_a_returning_leader_truncates_what_the_new_leader_never_had(
+    cluster: LocalCluster, admin: AdminClient
+) -> None:
+    """acks=1 records only the old leader held are cut when it comes back as follower
+    (OffsetForLeaderEpoch): every replica ends with the new leader's log."""
+    create(admin, "diverge", 1, 3, config={"min.insync.replicas": "1"})
+    produce(cluster, "diverge", [b"kept%d" % i for i in range(50)], acks="all")
+    leader = partitions(admin, "diverge")[0].leader
+    followers = [b for b in (1, 2, 3) if b != leader]
+    for follower in followers:
+        cluster.pause(follower)
+    try:
+        # Let fetches the followers had parked at the leader run out empty (they wait
+        # replica.fetch.wait.max.ms), so nothing written from now on reaches them.
+        time.sleep(1.0)
+        lost = produce(cluster, "diverge", [b"lost%d" % i for i in range(20)], acks=1)
+        assert len(lost) == 20
+    finally:
+        cluster.kill(leader)
+        for follower in followers:
+            cluster.resume(follower)
+    old_log = read_log(cluster.layout.broker_dir(leader) / "diverge-0")
+    assert [v for _, _, v in old_log][50:] == [b"lost%d" % i for i in range(20)], (
+        "the old leader holds a suffix no follower has"
+    )
+    try:
+        wait_for(lambda: partitions(admin, "diverge")[0].leader in followers, "a follower leads")
+        produce(cluster, "diverge", [b"new%d" % i for i in range(30)], acks="all")
+    finally:
+        cluster.restart(leader, timeout_s=START_TIMEOUT_S)
+    wait_for(lambda: isr_whole(admin, "diverge"), "the old leader caught up")
+
+
+def test_reassignment_moves_a_partition_and_completes(
+    cluster: LocalCluster, admin: AdminClient
+) -> None:
+    create(admin, "moving", 1, 2)
+    produce(cluster, "moving", [b"m%d" % i for i in range(300)], acks="all")
+    before = partitions(admin, "moving")[0].replicas
+    spare = next(b for b in (1, 2, 3) if b not in before)
+    target = [spare, before[1]]  # the leader (before[0]) leaves
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers())
+    try:
+        tp = KafkaPythonPartition("moving", 0)
+        client.alter_partition_reassignments({tp: target})
+        wait_for(
+            lambda: (
+                sorted(partitions(admin, "moving")[0].replicas) == sorted(target)
+                and isr_whole(admin, "moving")
+            ),
+            "the reassignment to complete",
+        )
+        assert client.list_partition_reassignments() == {}
+        assert partitions(admin, "moving")[0].leader in target
+    finally:
+        client.close()
+    assert len(produce(cluster, "moving", [b"after"], acks="all")) == 1
+
+
+def test_preferred_leader_election_moves_leadership_back(
+    cluster: LocalCluster, admin: AdminClient
+) -> None:
+    create(admin, "preferred", 1, 3)
+    preferred = partitions(admin, "preferred")[0].replicas[0]
+    cluster.kill(preferred)
+    try:
+        wait_for(
+            lambda: partitions(admin, "preferred")[0].leader not in (-1, preferred), "failover"
+        )
+    finally:
+        cluster.restart(preferred, timeout_s=START_TIMEOUT_S)
+    wait_for(lambda: isr_whole(admin, "preferred"), "the preferred replica back in sync")
+    assert partitions(admin, "preferred")[0].leader != preferred
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers())
+    try:
+        client.elect_leaders(0, {"preferred": [0]})
+    finally:
+        client.close()
+    wait_for(lambda: partitions(admin, "preferred")[0].leader == preferred, "preferred leads")
+
+
+def test_create_partitions_places_the_new_ones(cluster: LocalCluster, admin: AdminClient) -> None:
+    create(admin, "growing", 2, 3)
+    for future in admin.create_partitions([NewPartitions("growing", 5)]).values():
+        future.result(30)
+    wait_for(lambda: len(partitions(admin, "growing")) == 5, "five partitions")
+    wait_for(lambda: isr_whole(admin, "growing"), "every new partition led and in sync")
+    acked = produce(cluster, "growing", [b"g%d" % i for i in range(100)], acks="all")
+    assert {p for p, _, _ in acked} <= set(range(5))
+
+
+def test_transactions_commit_across_partition_leaders(
+    cluster: LocalCluster, admin: AdminClient
+) -> None:
+    create(admin, "txn", 3, 3, config={"min.insync.replicas": "2"})
+    assert len({p.leader for p in partitions(admin, "txn").values()}) > 1
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap_servers(), "transactional.id": "cluster-txn"}
+    )
+    producer.init_transactions(DEADLINE_S)
+    for round_ in range(3):
+        producer.begin_transaction()
+        for i in range(60):
+            producer.produce("txn", key=b"%d" % i, value=b"%d-%d" % (round_, i))
+        if round_ == 1:
+            producer.abort_transaction(DEADLINE_S)
+        else:
+            producer.commit_transaction(DEADLINE_S)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers(),
+            "group.id": f"txn-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe(["txn"])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while len(seen) < 120 and time.monotonic() < deadline:
+            seen += [m.value() for m in consumer.consume(200, 0.5) if m.error() is None]
+    finally:
+        consumer.close()
+    assert len(seen) == 120
+    assert not [v for v in seen if v.startswith(b"1-")], "aborted records stay invisible"
+
+
+def test_every_replica_holds_the_same_log(cluster: LocalCluster, admin: AdminClient) -> None:
+    """Last (it stops the cluster): every replica's log on disk equals the others'."""
+    cluster.stop_all(timeout_s=15.0)
+    for topic in ("failover", "diverge", "moving"):
+        for partition in range(1):
+            logs = {}
+            for broker in (1, 2, 3):
+                directory = cluster.layout.broker_dir(broker) / f"{topic}-{partition}"
+                if directory.exists():
+                    logs[broker] = read_log(directory)
+            nonempty = {b: log for b, log in logs.items() if log}
+            assert len(nonempty) >= 2, (topic, {b: len(v) for b, v in logs.items()})
+            if topic == "moving":  # the replica that left keeps its old copy, unchanged
+                nonempty = {b: log for b, log in nonempty.items() if len(log) == 301}
+                assert len(nonempty) == 2
+            reference = next(iter(nonempty.values()))
+            for broker, log in nonempty.items():
+                assert log == reference, f"{topic}-{partition}: broker {broker} differs"
+            values = [v for _, _, v in reference]
+            if topic == "failover":
+                assert len(values) == len(set(values)) == 400
+            if topic == "diverge":
+                assert not [v for v in values if v is not None and v.startswith(b"lost")]
+                assert len(values) == 80

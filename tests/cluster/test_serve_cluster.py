@@ -1,0 +1,127 @@
+"""`odradek serve --etcd`: what a broker that cannot join its cluster says (one line, exit 2,
+nothing left half open), and the settings cluster mode checks."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from odradek.broker.config import BrokerConfig, ConfigError
+from odradek.cluster.etcd_server import EtcdServer, pick_free_port
+
+TIMEOUT_S = 60
+
+
+def serve(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "odradek",
+            "serve",
+            "--data-dir",
+            str(data_dir),
+            "--listen",
+            "127.0.0.1:0",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+
+
+def last_line(text: str) -> str:
+    return text.strip().splitlines()[-1]
+
+
+def test_an_unreachable_etcd_is_one_line(tmp_path: Path) -> None:
+    port = pick_free_port("127.0.0.1")  # nothing listens there
+    result = serve("--etcd", f"127.0.0.1:{port}", "--node-id", "1", data_dir=tmp_path / "b")
+    assert result.returncode == 2  # a CliError, as every refused serve
+    line = last_line(result.stderr)
+    assert line.startswith(
+        f"odradek: cannot join cluster 'odradek' through etcd at 127.0.0.1:{port}"
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_a_broker_id_held_by_a_live_broker_is_refused(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    host, port = etcd_server.endpoint
+    listen = pick_free_port("127.0.0.1")
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "odradek",
+            "serve",
+            "--data-dir",
+            str(tmp_path / "first"),
+            "--listen",
+            f"127.0.0.1:{listen}",
+            "--etcd",
+            f"{host}:{port}",
+            "--node-id",
+            "7",
+            "--set",
+            "broker.session.timeout.ms=2000",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline_probe(listen)
+        result = serve(
+            "--etcd",
+            f"{host}:{port}",
+            "--node-id",
+            "7",
+            "--set",
+            "broker.session.timeout.ms=2000",
+            data_dir=tmp_path / "second",
+        )
+        assert result.returncode == 2  # a CliError, as every refused serve
+        assert last_line(result.stderr).startswith("odradek: broker id 7 is taken")
+    finally:
+        first.kill()
+        first.wait(TIMEOUT_S)
+
+
+def deadline_probe(port: int) -> None:
+    import time
+
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            time.sleep(1.0)  # listening comes before joining: give it the join too
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def test_cluster_settings_are_checked() -> None:
+    for bad in ("etcd.endpoints=nohost", "etcd.endpoints=h:0", "etcd.cluster.name=a/b"):
+        name, _, value = bad.partition("=")
+        try:
+            BrokerConfig({name: value})
+        except ConfigError as exc:
+            assert name in str(exc)
+        else:
+            raise AssertionError(f"{bad} was accepted")
+    # One node holds one replica: a larger default needs a cluster.
+    try:
+        BrokerConfig({"default.replication.factor": "3"})
+    except ConfigError as exc:
+        assert "needs cluster mode" in str(exc)
+    else:
+        raise AssertionError("default.replication.factor=3 accepted without etcd")
+    assert BrokerConfig(
+        {"default.replication.factor": "3", "etcd.endpoints": "127.0.0.1:2379"}
+    ).cluster_mode
