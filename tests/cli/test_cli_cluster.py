@@ -107,6 +107,8 @@ def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def first_up(cluster_dir: Path) -> Outcome:
     args = ("cluster", "up", "--brokers", "2", "--data-dir", str(cluster_dir), "--format", "json")
+    # a killed broker's registration lingers until its lease ends; its restart waits for that
+    args += ("--set", "broker.session.timeout.ms=4000")
     return in_process(*args)  # later commands, each a process, find what this one started
 
 
