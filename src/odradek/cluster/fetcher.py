@@ -187,6 +187,7 @@ class ReplicaFetcher:
         due = [r for r in replicas if r.truncation_checked_epoch != r.leader_epoch]
         if not due:
             return
+        asked_in_epochs = [r.leader_epoch for r in due]
         by_topic: dict[str, list[Replica]] = {}
         for replica in due:
             by_topic.setdefault(replica.topic, []).append(replica)
@@ -213,7 +214,9 @@ class ReplicaFetcher:
         payload = await connection.send(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, request)
         _, response = decode_response(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, payload)
         answers = {(t.topic, p.partition): p for t in response.topics for p in t.partitions}
-        for replica in due:
+        for replica, asked_in_epoch in zip(due, asked_in_epochs, strict=True):
+            if replica.leader != self.leader_id or replica.leader_epoch != asked_in_epoch:
+                continue  # leadership moved meanwhile: the new leader is asked next round
             answer = answers.get((replica.topic, replica.partition))
             if answer is None or answer.error_code != 0:
                 continue  # asked again next round (the leader may not know its role yet)
@@ -271,13 +274,23 @@ class ReplicaFetcher:
             topics=list(by_topic.items()),
             replica_id=self.broker_id,
         )
+        asked_in_epoch = {(r.topic, r.partition): r.leader_epoch for r in ready}
         payload = await connection.send(ApiKey.FETCH, FETCH_VERSION, body)
         response = parse_fetch_response(payload, FETCH_VERSION)
         by_key = {(r.topic, r.partition): r for r in ready}
         for topic in response.responses:
             for part in topic.partitions:
-                replica = by_key.get((topic.topic or "", part.partition_index))
-                if replica is None or replica.role is not Role.FOLLOWER:
+                key = (topic.topic or "", part.partition_index)
+                replica = by_key.get(key)
+                if (
+                    replica is None
+                    or replica.role is not Role.FOLLOWER
+                    # leadership moved while the fetch was in flight: what the old
+                    # leader sent may be past where the new leader's log diverges,
+                    # and the truncation check for the new epoch may already be done
+                    or replica.leader != self.leader_id
+                    or replica.leader_epoch != asked_in_epoch[key]
+                ):
                     continue
                 self._apply(replica, part)
 
