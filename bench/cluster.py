@@ -21,6 +21,9 @@ whole again before the next round (``--failovers`` rounds).
 Coordinator failover: 3 confluent-kafka consumers (classic protocol, one process,
 a thread each) in one group on a 3-partition RF=3 topic that a producer feeds at
 ``--rate`` records/s; the group is Stable; its coordinator broker is SIGKILLed.
+The members' ``session.timeout.ms`` is ``--group-session-timeout-ms`` (45000,
+librdkafka's default; a member whose heartbeats go unanswered that long rejoins
+under a new member id, and the group then waits for the old ids to expire).
 Measured from the kill: until the group is Stable with all 3 members again (the
 start of the Stable stretch that lasts to the end of the round; the group is polled
 every 100 ms with Odradek's admin client, which answers with descriptions directly,
@@ -32,7 +35,7 @@ Both failovers run once per ``--session-timeouts`` value (``broker.session.timeo
 how long a killed broker's etcd lease outlives it; 9000 is the default), each on a
 fresh cluster.
 
-    python bench/cluster.py                              # about 5 minutes
+    python bench/cluster.py                              # about 6 minutes
     python bench/cluster.py --skip-throughput --failovers 5
     python bench/cluster.py --records 500000 --size 1024 --repeat 5 --skip-failover
     python bench/cluster.py --session-timeouts 3000 --json out.json
@@ -85,7 +88,6 @@ FAILOVER_PRODUCER: dict[str, Any] = {
     **QUIET,
 }
 GROUP_CONSUMER: dict[str, Any] = {
-    "session.timeout.ms": 10_000,
     "heartbeat.interval.ms": 1_000,
     "partition.assignment.strategy": "range",
     "auto.offset.reset": "latest",
@@ -425,9 +427,13 @@ def fmt_s(value: float | None) -> str:
 class GroupMember:
     """A confluent-kafka consumer in a thread: when each partition delivered what."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, name: str) -> None:
+    def __init__(
+        self, bootstrap: str, group: str, topic: str, name: str, session_timeout_ms: int
+    ) -> None:
         self.consumer = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name} | GROUP_CONSUMER
+            {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name}
+            | GROUP_CONSUMER
+            | {"session.timeout.ms": session_timeout_ms}
         )
         self.deliveries: list[tuple[float, int, float]] = []  # (when, partition, sent wall time)
         self.rebalances: list[float] = []  # when partitions were assigned or taken away
@@ -597,7 +603,8 @@ def run_coordinator_failover(
         topic = create_topic(admin, GROUP_PARTITIONS, 3, "bench-group")
         feeder = Feeder(bootstrap, topic, args.rate)
         members = [
-            GroupMember(bootstrap, group, topic, f"member-{i}") for i in range(GROUP_MEMBERS)
+            GroupMember(bootstrap, group, topic, f"member-{i}", args.group_session_timeout_ms)
+            for i in range(GROUP_MEMBERS)
         ]
         rounds = []
         for n in range(args.failovers):
@@ -706,6 +713,13 @@ def main(argv: list[str] | None = None) -> int:
         "--session-timeouts",
         default="9000,3000",
         help="broker.session.timeout.ms values for the failovers (a cluster each)",
+    )
+    parser.add_argument(
+        "--group-session-timeout-ms",
+        type=int,
+        default=45_000,
+        help="the group members' session.timeout.ms (librdkafka's default; a member that "
+        "hears nothing from a coordinator this long rejoins as a new member)",
     )
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-single-node", action="store_true", help="no single-node row")
