@@ -35,7 +35,7 @@ Both failovers run once per ``--session-timeouts`` value (``broker.session.timeo
 how long a killed broker's etcd lease outlives it; 9000 is the default), each on a
 fresh cluster.
 
-    python bench/cluster.py                              # about 6 minutes
+    python bench/cluster.py                              # about 3 minutes
     python bench/cluster.py --skip-throughput --failovers 5
     python bench/cluster.py --records 500000 --size 1024 --repeat 5 --skip-failover
     python bench/cluster.py --session-timeouts 3000 --json out.json
@@ -737,6 +737,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--session-timeouts: each at least 2000 (the broker's minimum)")
     if min(args.records, args.size, args.partitions, args.repeat, args.failovers) < 1:
         parser.error("--records, --size, --partitions, --repeat and --failovers must be >= 1")
+    if args.skip_throughput and args.skip_failover:
+        parser.error("--skip-throughput and --skip-failover leave nothing to run")
     if args.rate <= 0 or args.hold < 0:
         parser.error("--rate must be positive and --hold not negative")
 
