@@ -637,7 +637,9 @@ def test_faults_on_each_target_keep_acked_records_commits_and_group(cluster: Loc
     run_faults(cluster, count=3)
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 @pytest.mark.timeout(1200)
 def test_faults_soak(cluster: LocalCluster) -> None:
+    """The long run (12 faults, one to two minutes): `pytest -m soak`, with
+    ODRADEK_FAULT_SEED=N to replay a run; the default run has the 3-fault version."""
     run_faults(cluster, count=12)
