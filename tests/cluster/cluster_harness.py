@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from odradek.client.admin import AdminClient, ConsumerGroupDescription
 from odradek.cluster.launcher import LocalCluster, run_coroutine
@@ -47,11 +47,17 @@ POLL_INTERVAL_S = 0.2
 
 
 @contextlib.contextmanager
-def running_cluster(data_dir: Path, brokers: int = 3) -> Iterator[LocalCluster]:
+def running_cluster(
+    data_dir: Path, brokers: int = 3, settings: dict[str, str] | None = None
+) -> Iterator[LocalCluster]:
     """etcd and `brokers` brokers, every one registered; all stopped on exit, even
-    after a failure (a paused broker gets SIGCONT with its SIGTERM)."""
+    after a failure (a paused broker gets SIGCONT with its SIGTERM). `settings` are
+    added to (or override) CLUSTER_SETTINGS."""
     cluster = LocalCluster.prepare(
-        data_dir, brokers=brokers, settings=CLUSTER_SETTINGS, wait_for_registration=True
+        data_dir,
+        brokers=brokers,
+        settings={**CLUSTER_SETTINGS, **(settings or {})},
+        wait_for_registration=True,
     )
     try:
         cluster.start_all(timeout_s=START_TIMEOUT_S)
@@ -77,6 +83,21 @@ def wait_for(
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what}: not within {timeout_s:.0f} s; {context()}")
         time.sleep(POLL_INTERVAL_S)
+
+
+def eventually(predicate: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
+    """Poll `predicate` until it returns something true; an exception (a broker still
+    electing or restarting) counts as not yet. Raises AssertionError naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except Exception:
+            value = None
+        if value:
+            return value
+        time.sleep(POLL_INTERVAL_S)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
 # ---------------------------------------------------------------------------

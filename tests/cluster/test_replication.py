@@ -15,7 +15,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,28 +26,24 @@ from kafka.admin import KafkaAdminClient
 from odradek.client import Consumer as OdradekConsumer
 from odradek.client import Producer as OdradekProducer
 from odradek.cluster.launcher import LocalCluster
-from odradek.log import LogConfig, PartitionLog
-from odradek.protocol.records import decode_batch_records, iter_batches
 
-SETTINGS = {
-    "broker.session.timeout.ms": "3000",  # a dead broker's lease ends after ~3 s
-    "replica.lag.time.max.ms": "4000",
-    "group.initial.rebalance.delay.ms": "0",
-}
-START_TIMEOUT_S = 90.0
+from cluster_harness import (  # isort: skip
+    START_TIMEOUT_S,
+    eventually,
+    read_replica_log,
+    running_cluster,
+)
+
+SETTINGS = {"replica.lag.time.max.ms": "4000"}
 DEADLINE_S = 60.0
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster.prepare(
-        tmp_path_factory.mktemp("replication") / "dev", brokers=3, settings=SETTINGS
-    )
-    try:
-        local.start_all(timeout_s=START_TIMEOUT_S)
+    with running_cluster(
+        tmp_path_factory.mktemp("replication") / "dev", settings=SETTINGS
+    ) as local:
         yield local
-    finally:
-        LocalCluster.open(local.layout.root).stop_all(timeout_s=10.0)
 
 
 @pytest.fixture(scope="module")
@@ -57,16 +52,7 @@ def admin(cluster: LocalCluster) -> AdminClient:
 
 
 def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = DEADLINE_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except Exception:  # a broker still electing or restarting: ask again
-            value = None
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+    return eventually(predicate, what, timeout_s)
 
 
 def partitions(admin: AdminClient, topic: str) -> dict[int, Any]:
@@ -109,18 +95,9 @@ def produce(
     return acked
 
 
-def read_log(directory: Path) -> list[tuple[int, int, bytes | None]]:
-    """(offset, leader epoch, value) of every record in a partition directory."""
-    plog = PartitionLog.open(directory, LogConfig(), now_ms=lambda: int(time.time() * 1000))
-    try:
-        found = []
-        for batch in plog.iter_batches_from(plog.start_offset):
-            for pos, header in iter_batches(batch):
-                for record in decode_batch_records(batch, pos, header):
-                    found.append((record.offset, header.partition_leader_epoch, record.value))
-        return found
-    finally:
-        plog.close()
+def read_log(cluster: LocalCluster, broker: int, topic: str) -> list[tuple[int, bytes | None]]:
+    """(offset, value) of every record of `topic`-0 on `broker`'s disk."""
+    return [(r.offset, r.value) for r in read_replica_log(cluster, broker, topic, 0).records]
 
 
 def test_metadata_names_every_broker_replica_and_isr(
@@ -260,8 +237,8 @@ def test_a_returning_leader_truncates_what_the_new_leader_never_had(
         cluster.kill(leader)
         for follower in followers:
             cluster.resume(follower)
-    old_log = read_log(cluster.layout.broker_dir(leader) / "diverge-0")
-    assert [v for _, _, v in old_log][50:] == [b"lost%d" % i for i in range(20)], (
+    old_log = read_log(cluster, leader, "diverge")
+    assert [v for _, v in old_log][50:] == [b"lost%d" % i for i in range(20)], (
         "the old leader holds a suffix no follower has"
     )
     try:
@@ -371,23 +348,16 @@ def test_every_replica_holds_the_same_log(cluster: LocalCluster, admin: AdminCli
     """Last (it stops the cluster): every replica's log on disk equals the others'."""
     cluster.stop_all(timeout_s=15.0)
     for topic in ("failover", "diverge", "moving"):
-        for partition in range(1):
-            logs = {}
-            for broker in (1, 2, 3):
-                directory = cluster.layout.broker_dir(broker) / f"{topic}-{partition}"
-                if directory.exists():
-                    logs[broker] = read_log(directory)
-            nonempty = {b: log for b, log in logs.items() if log}
-            assert len(nonempty) >= 2, (topic, {b: len(v) for b, v in logs.items()})
-            if topic == "moving":  # the replica that left keeps its old copy, unchanged
-                nonempty = {b: log for b, log in nonempty.items() if len(log) == 301}
-                assert len(nonempty) == 2
-            reference = next(iter(nonempty.values()))
-            for broker, log in nonempty.items():
-                assert log == reference, f"{topic}-{partition}: broker {broker} differs"
-            values = [v for _, _, v in reference]
-            if topic == "failover":
-                assert len(values) == len(set(values)) == 400
-            if topic == "diverge":
-                assert not [v for v in values if v is not None and v.startswith(b"lost")]
-                assert len(values) == 80
+        logs = {b: read_log(cluster, b, topic) for b in (1, 2, 3)}
+        if topic == "moving":  # the replica that left keeps its old copy, unchanged
+            logs = {b: log for b, log in logs.items() if len(log) == 301}
+        assert len(logs) >= 2, (topic, {b: len(v) for b, v in logs.items()})
+        reference = next(iter(logs.values()))
+        for broker, log in logs.items():
+            assert log == reference, f"{topic}-0: broker {broker} differs"
+        values = [v for _, v in reference]
+        if topic == "failover":
+            assert len(values) == len(set(values)) == 400
+        if topic == "diverge":
+            assert not [v for v in values if v is not None and v.startswith(b"lost")]
+            assert len(values) == 80
