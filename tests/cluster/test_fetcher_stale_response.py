@@ -150,3 +150,82 @@ def test_a_fetch_answered_after_the_leader_changed_is_dropped(tmp_path: Path) ->
         assert plog.end_offset == 0, "the old leader's records were appended after it lost the role"
     finally:
         plog.close()
+
+
+class LeaderAnswering:
+    """Answers every request with one payload."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+
+    async def send(self, api_key: int, version: int, body: Any) -> bytes:
+        return self.answer
+
+
+def test_one_partition_that_cannot_take_its_records_does_not_stall_the_others(
+    tmp_path: Path,
+) -> None:
+    """Partition 0's records do not follow on its log (OffsetMismatchError): partition 1,
+    in the same response, still gets its records, and partition 0 is checked against
+    the leader again before its next fetch."""
+    manager = ReplicaManager(
+        2,
+        min_insync=lambda topic: 2,
+        lag_time_max_s=30.0,
+        propose_isr=lambda replica, isr: None,
+        on_high_watermark=lambda topic, partition: None,
+    )
+    replicas = []
+    for index in (0, 1):
+        plog = PartitionLog.open(
+            tmp_path / f"{TOPIC}-{index}", LogConfig(), now_ms=lambda: int(time.time() * 1000)
+        )
+        replica = manager.host(TOPIC, index, plog)
+        versioned = VersionedPartitionState(TOPIC, index, PartitionState(1, 2, REPLICAS), 1)
+        manager.apply_state(replica, REPLICAS, versioned)
+        replica.truncation_checked_epoch = 2
+        replicas.append(replica)
+    fetcher = ReplicaFetcher(
+        2,
+        1,
+        manager,
+        lambda broker: ("127.0.0.1", 9),
+        max_wait_ms=100,
+        max_bytes=1 << 20,
+        timeout_s=5.0,
+        on_append=lambda topic, partition: None,
+    )
+    entries = []
+    for index, base in ((0, 5), (1, 0)):  # partition 0's batch starts past its log end
+        batch = build_batch(
+            [(None, b"r%d" % index, ())], base_offset=base, timestamp_ms=0, partition_leader_epoch=2
+        )
+        entries.append(
+            {
+                "partition_index": index,
+                "error_code": 0,
+                "high_watermark": 0,
+                "last_stable_offset": 0,
+                "log_start_offset": 0,
+                "aborted_transactions": None,
+                "preferred_read_replica": -1,
+                "records": batch,
+            }
+        )
+    encoded = encode_fetch_response(
+        FETCH_VERSION, 1, throttle_ms=0, error_code=0, session_id=0, topics=[(TOPIC, None, entries)]
+    )
+    answer = b"".join(bytes(p) for p in encoded.parts)[4:]
+    try:
+        asyncio.run(
+            asyncio.wait_for(
+                fetcher._fetch_once(LeaderAnswering(answer), replicas),  # type: ignore[arg-type]
+                TEST_DEADLINE_S,
+            )
+        )
+        assert replicas[1].plog.end_offset == 1, "partition 1 took its records"
+        assert replicas[0].plog.end_offset == 0
+        assert replicas[0].truncation_checked_epoch == -1, "partition 0 is checked again"
+    finally:
+        for replica in replicas:
+            replica.plog.close()

@@ -292,7 +292,20 @@ class ReplicaFetcher:
                     or replica.leader_epoch != asked_in_epoch[key]
                 ):
                     continue
-                self._apply(replica, part)
+                try:
+                    self._apply(replica, part)
+                except Exception as exc:
+                    # One partition's failure (a disk error, a batch that does not
+                    # follow on) must not stall the others fetched from this leader:
+                    # check it against the leader again before its next fetch.
+                    log.error(
+                        "%s-%d: applying a fetch from broker %d failed: %r",
+                        replica.topic,
+                        replica.partition,
+                        self.leader_id,
+                        exc,
+                    )
+                    replica.truncation_checked_epoch = -1
 
     def _apply(self, replica: Replica, part: Any) -> None:
         plog = replica.plog

@@ -568,28 +568,32 @@ class ClusterNode:
         asyncio.get_running_loop().create_task(self._write_isr(replica, isr))
 
     async def _write_isr(self, replica: Replica, isr: tuple[int, ...]) -> None:
+        """Propose an ISR change by compare-and-swap. Won or lost, a newer partition state
+        now exists and the watch brings it; until then (`apply_state` clears the flag)
+        the leader proposes nothing more, or it would race its own write."""
         current = replica.state
+        if current is None or replica.role is not Role.LEADER:
+            self.replicas.isr_change_failed(replica)
+            return
         try:
-            if current is None or replica.role is not Role.LEADER:
-                return
             update = await self.store.update_partition(
                 current,
                 leader=current.state.leader,
                 leader_epoch=current.state.leader_epoch,
                 isr=isr,
             )
-            if not update.succeeded:
-                log.info(
-                    "%s-%d: ISR change to %s lost a race; the watch brings the winner",
-                    replica.topic,
-                    replica.partition,
-                    list(isr),
-                )
-        except Exception as exc:
+        except Exception as exc:  # etcd unreachable: nothing changed, may try again
             log.warning("%s-%d: ISR change failed: %r", replica.topic, replica.partition, exc)
-        finally:
             if replica.state is current:
                 self.replicas.isr_change_failed(replica)
+            return
+        if not update.succeeded:
+            log.info(
+                "%s-%d: ISR change to %s lost to a concurrent change; the watch brings it",
+                replica.topic,
+                replica.partition,
+                list(isr),
+            )
 
     def _coordinator_runner(self, topic: str, partition: int) -> Any:
         """The group or transaction coordinator runner of a partition of their topic."""
