@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 from kafka import TopicPartition as KafkaPythonPartition
 from kafka.admin import KafkaAdminClient
 
@@ -342,6 +342,26 @@ def test_transactions_commit_across_partition_leaders(
         consumer.close()
     assert len(seen) == 120
     assert not [v for v in seen if v.startswith(b"1-")], "aborted records stay invisible"
+
+
+def test_a_config_change_through_one_broker_holds_on_every_broker(cluster: LocalCluster) -> None:
+    """AlterConfigs goes to etcd; each broker takes it, and applies it to its logs."""
+    one = AdminClient({"bootstrap.servers": cluster.broker_address(1)})
+    create(one, "tuned", 1, 3)
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC, "tuned", set_config={"retention.ms": "3600000"}
+    )
+    for future in one.alter_configs([resource]).values():
+        future.result(DEADLINE_S)
+    for broker in (1, 2, 3):
+        admin = AdminClient({"bootstrap.servers": cluster.broker_address(broker)})
+
+        def retention(admin: AdminClient = admin) -> str | None:
+            described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "tuned")])
+            configs = next(iter(described.values())).result(DEADLINE_S)
+            return configs["retention.ms"].value
+
+        wait_for(lambda retention=retention: retention() == "3600000", f"broker {broker}")
 
 
 def test_every_replica_holds_the_same_log(cluster: LocalCluster, admin: AdminClient) -> None:

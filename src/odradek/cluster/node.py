@@ -868,15 +868,19 @@ class ClusterNode:
             await self.wait_for_revision(snapshot.revision, TOPIC_VISIBLE_TIMEOUT_S)
         return outcome
 
-    def configs_changed(self, name: str, configs: dict[str, str]) -> None:
-        """A topic's configs changed here (AlterConfigs): store them for every broker."""
-        asyncio.get_running_loop().create_task(self._store_configs(name, configs))
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """AlterConfigs in a cluster: store the topic's new overrides (already checked)
+        in etcd; every broker, this one included, takes them from the watch."""
+        from odradek.broker.topics import TopicError
 
-    async def _store_configs(self, name: str, configs: dict[str, str]) -> None:
         try:
             await self.store.set_topic_configs(name, configs)
-        except Exception:
-            log.exception("could not store the configs of %s in etcd", name)
+            snapshot = await self.store.controller()  # a read: its revision covers ours
+        except UnknownTopicError:
+            raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist") from None
+        except (MetadataError, OSError) as exc:
+            raise TopicError(REQUEST_TIMED_OUT, f"cluster metadata: {exc}") from None
+        await self.wait_for_revision(snapshot.revision, TOPIC_VISIBLE_TIMEOUT_S)
 
     async def wait_ready(self, timeout_s: float = READY_WAIT_S) -> None:
         """Until this broker has joined and loaded the metadata (bounded: then answer
