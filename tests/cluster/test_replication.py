@@ -19,7 +19,14 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
 from kafka import TopicPartition as KafkaPythonPartition
 from kafka.admin import KafkaAdminClient
 
@@ -348,10 +355,9 @@ def test_a_config_change_through_one_broker_holds_on_every_broker(cluster: Local
     """AlterConfigs goes to etcd; each broker takes it, and applies it to its logs."""
     one = AdminClient({"bootstrap.servers": cluster.broker_address(1)})
     create(one, "tuned", 1, 3)
-    resource = ConfigResource(
-        ConfigResource.Type.TOPIC, "tuned", set_config={"retention.ms": "3600000"}
-    )
-    for future in one.alter_configs([resource]).values():
+    entry = ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "tuned", incremental_configs=[entry])
+    for future in one.incremental_alter_configs([resource]).values():
         future.result(DEADLINE_S)
     for broker in (1, 2, 3):
         admin = AdminClient({"bootstrap.servers": cluster.broker_address(broker)})
