@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import TopicPartition as ConfluentPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -370,9 +371,24 @@ def test_a_config_change_through_one_broker_holds_on_every_broker(cluster: Local
         wait_for(lambda retention=retention: retention() == "3600000", f"broker {broker}")
 
 
+def test_delete_records_moves_every_replicas_log_start(
+    cluster: LocalCluster, admin: AdminClient
+) -> None:
+    """DeleteRecords on the leader; followers take the new log start from their fetches
+    (checked on disk by the last test)."""
+    create(admin, "trimmed", 1, 3)
+    produce(cluster, "trimmed", [b"t%d" % i for i in range(100)], acks="all")
+    (future,) = admin.delete_records([ConfluentPartition("trimmed", 0, 40)]).values()
+    assert future.result(DEADLINE_S).low_watermark == 40
+    # followers learn it with their next fetch: give them something to fetch
+    produce(cluster, "trimmed", [b"after"], acks="all")
+
+
 def test_every_replica_holds_the_same_log(cluster: LocalCluster, admin: AdminClient) -> None:
     """Last (it stops the cluster): every replica's log on disk equals the others'."""
     cluster.stop_all(timeout_s=15.0)
+    starts = {b: read_replica_log(cluster, b, "trimmed", 0).start_offset for b in (1, 2, 3)}
+    assert starts == {1: 40, 2: 40, 3: 40}, "every replica's log starts where the leader's does"
     for topic in ("failover", "diverge", "moving"):
         logs = {b: read_log(cluster, b, topic) for b in (1, 2, 3)}
         if topic == "moving":  # the replica that left keeps its old copy, unchanged

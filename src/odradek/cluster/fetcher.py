@@ -330,6 +330,9 @@ class ReplicaFetcher:
         if records is not None and len(records):
             plog.append_as_follower(bytes(records))
             self.on_append(replica.topic, replica.partition)
+        if plog.start_offset < part.log_start_offset <= plog.end_offset:
+            # The leader's log start moved (DeleteRecords, retention): follow it.
+            plog.delete_records_before(part.log_start_offset)
         high_watermark = min(part.high_watermark, plog.end_offset)
         if high_watermark > replica.high_watermark:
             self.manager.set_high_watermark(replica, high_watermark)
