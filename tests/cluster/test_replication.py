@@ -384,6 +384,19 @@ def test_delete_records_moves_every_replicas_log_start(
     produce(cluster, "trimmed", [b"after"], acks="all")
 
 
+def test_deleting_a_topic_removes_it_from_every_broker(cluster: LocalCluster) -> None:
+    one = AdminClient({"bootstrap.servers": cluster.broker_address(1)})
+    create(one, "doomed", 2, 3)
+    produce(cluster, "doomed", [b"d"], acks="all")
+    for future in one.delete_topics(["doomed"]).values():
+        future.result(DEADLINE_S)
+    for broker in (1, 2, 3):
+        other = AdminClient({"bootstrap.servers": cluster.broker_address(broker)})
+        wait_for(lambda other=other: "doomed" not in other.list_topics(timeout=5).topics, "gone")
+        directory = cluster.layout.broker_dir(broker)
+        wait_for(lambda d=directory: not list(d.glob("doomed-*")), f"broker {broker}'s files")
+
+
 def test_every_replica_holds_the_same_log(cluster: LocalCluster, admin: AdminClient) -> None:
     """Last (it stops the cluster): every replica's log on disk equals the others'."""
     cluster.stop_all(timeout_s=15.0)
