@@ -107,6 +107,8 @@ def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def first_up(cluster_dir: Path) -> Outcome:
     args = ("cluster", "up", "--brokers", "2", "--data-dir", str(cluster_dir), "--format", "json")
+    # a killed broker's registration lingers until its lease ends; its restart waits for that
+    args += ("--set", "broker.session.timeout.ms=4000")
     return in_process(*args)  # later commands, each a process, find what this one started
 
 
@@ -160,6 +162,28 @@ def test_up_refuses_to_shrink_or_change_settings_of_a_running_cluster(
     reset = in_process("cluster", "up", "--data-dir", str(cluster_dir), "--set", "num.partitions=3")
     assert reset.code == 2 and len(reset.err.splitlines()) == 1
     assert "--set would change how the running cluster" in reset.err
+
+
+def test_status_of_the_running_cluster_shows_its_brokers_alive_and_a_controller(
+    first_up: Outcome, cluster_dir: Path
+) -> None:
+    up = run_cli("cluster", "up", "--data-dir", str(cluster_dir))  # returns once registered
+    assert up.code == 0, up.err
+    ports = {name: port for name, (port, _) in parse_lines(up).items()}
+    deadline = time.monotonic() + 30.0  # the election follows registration
+    while True:
+        status = in_process("cluster", "status", "--data-dir", str(cluster_dir), "-o", "json")
+        assert status.code == 0, status.err
+        if status.json()["controller"] is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    shown = status.json()
+    assert shown["etcd"] == f"127.0.0.1:{ports['etcd']}" and shown["cluster"] == "odradek"
+    assert shown["brokers"] == [
+        {"id": i, "host": "127.0.0.1", "port": ports[f"broker {i}"], "rack": None, "alive": True}
+        for i in (1, 2)
+    ]
+    assert shown["controller"]["broker_id"] in (1, 2) and shown["controller"]["epoch"] >= 1
 
 
 def test_down_stops_every_process_and_then_has_nothing_to_stop(

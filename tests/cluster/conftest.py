@@ -7,6 +7,7 @@ bounded by `EtcdServer.start_timeout_s`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,10 @@ import pytest
 from odradek.cluster.etcd_server import EtcdServer
 
 ETCD_START_TIMEOUT_S = 30.0
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # cluster_harness, whatever pytest's import mode
+    sys.path.insert(0, str(HERE))
 
 
 @pytest.fixture

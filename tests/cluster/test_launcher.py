@@ -29,6 +29,8 @@ from odradek.cluster.launcher import (
 )
 
 START_TIMEOUT_S = 60.0
+# a killed broker's registration lingers until its lease ends; its restart waits for that
+QUICK_SESSIONS = {"broker.session.timeout.ms": "4000"}
 GONE_DEADLINE_S = 15.0
 
 
@@ -39,7 +41,9 @@ def stop_quietly(cluster: LocalCluster) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster.prepare(tmp_path_factory.mktemp("cluster") / "dev", brokers=2)
+    local = LocalCluster.prepare(
+        tmp_path_factory.mktemp("cluster") / "dev", brokers=2, settings=QUICK_SESSIONS
+    )
     try:
         local.start_all(timeout_s=START_TIMEOUT_S)
         yield local

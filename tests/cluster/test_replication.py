@@ -15,40 +15,43 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka import TopicPartition as ConfluentPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
 from kafka import TopicPartition as KafkaPythonPartition
 from kafka.admin import KafkaAdminClient
 
 from odradek.client import Consumer as OdradekConsumer
 from odradek.client import Producer as OdradekProducer
 from odradek.cluster.launcher import LocalCluster
-from odradek.log import LogConfig, PartitionLog
-from odradek.protocol.records import decode_batch_records, iter_batches
 
-SETTINGS = {
-    "broker.session.timeout.ms": "3000",  # a dead broker's lease ends after ~3 s
-    "replica.lag.time.max.ms": "4000",
-    "group.initial.rebalance.delay.ms": "0",
-}
-START_TIMEOUT_S = 90.0
+from cluster_harness import (  # isort: skip
+    START_TIMEOUT_S,
+    eventually,
+    read_replica_log,
+    running_cluster,
+)
+
+SETTINGS = {"replica.lag.time.max.ms": "4000"}
 DEADLINE_S = 60.0
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster.prepare(
-        tmp_path_factory.mktemp("replication") / "dev", brokers=3, settings=SETTINGS
-    )
-    try:
-        local.start_all(timeout_s=START_TIMEOUT_S)
+    with running_cluster(
+        tmp_path_factory.mktemp("replication") / "dev", settings=SETTINGS
+    ) as local:
         yield local
-    finally:
-        LocalCluster.open(local.layout.root).stop_all(timeout_s=10.0)
 
 
 @pytest.fixture(scope="module")
@@ -57,16 +60,7 @@ def admin(cluster: LocalCluster) -> AdminClient:
 
 
 def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = DEADLINE_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except Exception:  # a broker still electing or restarting: ask again
-            value = None
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+    return eventually(predicate, what, timeout_s)
 
 
 def partitions(admin: AdminClient, topic: str) -> dict[int, Any]:
@@ -109,18 +103,9 @@ def produce(
     return acked
 
 
-def read_log(directory: Path) -> list[tuple[int, int, bytes | None]]:
-    """(offset, leader epoch, value) of every record in a partition directory."""
-    plog = PartitionLog.open(directory, LogConfig(), now_ms=lambda: int(time.time() * 1000))
-    try:
-        found = []
-        for batch in plog.iter_batches_from(plog.start_offset):
-            for pos, header in iter_batches(batch):
-                for record in decode_batch_records(batch, pos, header):
-                    found.append((record.offset, header.partition_leader_epoch, record.value))
-        return found
-    finally:
-        plog.close()
+def read_log(cluster: LocalCluster, broker: int, topic: str) -> list[tuple[int, bytes | None]]:
+    """(offset, value) of every record of `topic`-0 on `broker`'s disk."""
+    return [(r.offset, r.value) for r in read_replica_log(cluster, broker, topic, 0).records]
 
 
 def test_metadata_names_every_broker_replica_and_isr(
@@ -260,8 +245,8 @@ def test_a_returning_leader_truncates_what_the_new_leader_never_had(
         cluster.kill(leader)
         for follower in followers:
             cluster.resume(follower)
-    old_log = read_log(cluster.layout.broker_dir(leader) / "diverge-0")
-    assert [v for _, _, v in old_log][50:] == [b"lost%d" % i for i in range(20)], (
+    old_log = read_log(cluster, leader, "diverge")
+    assert [v for _, v in old_log][50:] == [b"lost%d" % i for i in range(20)], (
         "the old leader holds a suffix no follower has"
     )
     try:
@@ -367,27 +352,67 @@ def test_transactions_commit_across_partition_leaders(
     assert not [v for v in seen if v.startswith(b"1-")], "aborted records stay invisible"
 
 
+def test_a_config_change_through_one_broker_holds_on_every_broker(cluster: LocalCluster) -> None:
+    """AlterConfigs goes to etcd; each broker takes it, and applies it to its logs."""
+    one = AdminClient({"bootstrap.servers": cluster.broker_address(1)})
+    create(one, "tuned", 1, 3)
+    entry = ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "tuned", incremental_configs=[entry])
+    for future in one.incremental_alter_configs([resource]).values():
+        future.result(DEADLINE_S)
+    for broker in (1, 2, 3):
+        admin = AdminClient({"bootstrap.servers": cluster.broker_address(broker)})
+
+        def retention(admin: AdminClient = admin) -> str | None:
+            described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "tuned")])
+            configs = next(iter(described.values())).result(DEADLINE_S)
+            return configs["retention.ms"].value
+
+        wait_for(lambda retention=retention: retention() == "3600000", f"broker {broker}")
+
+
+def test_delete_records_moves_every_replicas_log_start(
+    cluster: LocalCluster, admin: AdminClient
+) -> None:
+    """DeleteRecords on the leader; followers take the new log start from their fetches
+    (checked on disk by the last test)."""
+    create(admin, "trimmed", 1, 3)
+    produce(cluster, "trimmed", [b"t%d" % i for i in range(100)], acks="all")
+    (future,) = admin.delete_records([ConfluentPartition("trimmed", 0, 40)]).values()
+    assert future.result(DEADLINE_S).low_watermark == 40
+    # followers learn it with their next fetch: give them something to fetch
+    produce(cluster, "trimmed", [b"after"], acks="all")
+
+
+def test_deleting_a_topic_removes_it_from_every_broker(cluster: LocalCluster) -> None:
+    one = AdminClient({"bootstrap.servers": cluster.broker_address(1)})
+    create(one, "doomed", 2, 3)
+    produce(cluster, "doomed", [b"d"], acks="all")
+    for future in one.delete_topics(["doomed"]).values():
+        future.result(DEADLINE_S)
+    for broker in (1, 2, 3):
+        other = AdminClient({"bootstrap.servers": cluster.broker_address(broker)})
+        wait_for(lambda other=other: "doomed" not in other.list_topics(timeout=5).topics, "gone")
+        directory = cluster.layout.broker_dir(broker)
+        wait_for(lambda d=directory: not list(d.glob("doomed-*")), f"broker {broker}'s files")
+
+
 def test_every_replica_holds_the_same_log(cluster: LocalCluster, admin: AdminClient) -> None:
     """Last (it stops the cluster): every replica's log on disk equals the others'."""
     cluster.stop_all(timeout_s=15.0)
+    starts = {b: read_replica_log(cluster, b, "trimmed", 0).start_offset for b in (1, 2, 3)}
+    assert starts == {1: 40, 2: 40, 3: 40}, "every replica's log starts where the leader's does"
     for topic in ("failover", "diverge", "moving"):
-        for partition in range(1):
-            logs = {}
-            for broker in (1, 2, 3):
-                directory = cluster.layout.broker_dir(broker) / f"{topic}-{partition}"
-                if directory.exists():
-                    logs[broker] = read_log(directory)
-            nonempty = {b: log for b, log in logs.items() if log}
-            assert len(nonempty) >= 2, (topic, {b: len(v) for b, v in logs.items()})
-            if topic == "moving":  # the replica that left keeps its old copy, unchanged
-                nonempty = {b: log for b, log in nonempty.items() if len(log) == 301}
-                assert len(nonempty) == 2
-            reference = next(iter(nonempty.values()))
-            for broker, log in nonempty.items():
-                assert log == reference, f"{topic}-{partition}: broker {broker} differs"
-            values = [v for _, _, v in reference]
-            if topic == "failover":
-                assert len(values) == len(set(values)) == 400
-            if topic == "diverge":
-                assert not [v for v in values if v is not None and v.startswith(b"lost")]
-                assert len(values) == 80
+        logs = {b: read_log(cluster, b, topic) for b in (1, 2, 3)}
+        if topic == "moving":  # the replica that left keeps its old copy, unchanged
+            logs = {b: log for b, log in logs.items() if len(log) == 301}
+        assert len(logs) >= 2, (topic, {b: len(v) for b, v in logs.items()})
+        reference = next(iter(logs.values()))
+        for broker, log in logs.items():
+            assert log == reference, f"{topic}-0: broker {broker} differs"
+        values = [v for _, v in reference]
+        if topic == "failover":
+            assert len(values) == len(set(values)) == 400
+        if topic == "diverge":
+            assert not [v for v in values if v is not None and v.startswith(b"lost")]
+            assert len(values) == 80

@@ -4,7 +4,6 @@ different brokers compose instead of overwriting each other."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,25 +23,20 @@ from confluent_kafka.admin import (
 
 from odradek.cluster.launcher import LocalCluster
 
+from cluster_harness import START_TIMEOUT_S, eventually, running_cluster  # isort: skip
+
 SETTINGS = {
-    "broker.session.timeout.ms": "3000",
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     "allow.everyone.if.no.acl.found": "true",
 }
-START_TIMEOUT_S = 90.0
 DEADLINE_S = 30.0
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster.prepare(
-        tmp_path_factory.mktemp("security") / "dev", brokers=2, settings=SETTINGS
-    )
-    try:
-        local.start_all(timeout_s=START_TIMEOUT_S)
+    data_dir = tmp_path_factory.mktemp("security") / "dev"
+    with running_cluster(data_dir, brokers=2, settings=SETTINGS) as local:
         yield local
-    finally:
-        LocalCluster.open(local.layout.root).stop_all(timeout_s=10.0)
 
 
 def admin_of(cluster: LocalCluster, broker: int) -> AdminClient:
@@ -51,13 +45,7 @@ def admin_of(cluster: LocalCluster, broker: int) -> AdminClient:
 
 
 def wait_for(predicate: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    return eventually(predicate, what, DEADLINE_S)
 
 
 def acl(principal: str, topic: str) -> AclBinding:

@@ -256,7 +256,23 @@ class ShardRunner:
                 await self._worker
             self._worker = None
         self.timer.cancel_all()
+        self._fail_queued(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         self._fail_pending()
+
+    def _fail_queued(self, error: ErrorCode) -> None:
+        """Answer what still waits in the queue: the executor was stopped and will not
+        take it (timers are armed again by the next load)."""
+        while not self._queue.empty():
+            kind, item = self._queue.get_nowait()
+            future = item[-1] if kind != "timer" else None
+            if future is None or future.done():
+                continue
+            if kind == "request":
+                future.set_result(error_response(item[0], error))
+            else:  # a transaction marker: not written
+                future.set_exception(
+                    ConnectionError(f"{OFFSETS_TOPIC}-{self.partition}: {error.name}")
+                )
 
     def _fail_pending(self, error: ErrorCode = ErrorCode.COORDINATOR_NOT_AVAILABLE) -> None:
         """Answer every request still waiting with `error` (clients retry or rediscover)."""
@@ -292,6 +308,7 @@ class ShardRunner:
             self._answer_all(unloaded)
             self._deliver_events(unloaded)
         self.loaded = False
+        self._fail_queued(ErrorCode.NOT_COORDINATOR)
         self._fail_pending(ErrorCode.NOT_COORDINATOR)
         self.shard = self._new_shard()
         log.info("%s-%d: unloaded (no longer leader)", OFFSETS_TOPIC, self.partition)

@@ -147,8 +147,6 @@ class ClusterTopics(Protocol):
 
     async def delete_topics(self, names: list[str]) -> dict[str, TopicError | None]: ...
 
-    def configs_changed(self, name: str, configs: dict[str, str]) -> None: ...
-
     def next_producer_id(self) -> int: ...
 
     async def add_partitions(self, name: str, total: int) -> None: ...
@@ -783,8 +781,6 @@ class TopicManager:
             self.apply_configs(topic, clean)
         except OSError as exc:
             raise TopicError(KAFKA_STORAGE_ERROR, f"cannot record configs: {exc}") from exc
-        if self.cluster is not None:
-            self.cluster.configs_changed(name, clean)
         return clean
 
     @staticmethod

@@ -187,6 +187,7 @@ class ReplicaFetcher:
         due = [r for r in replicas if r.truncation_checked_epoch != r.leader_epoch]
         if not due:
             return
+        asked_in_epochs = [r.leader_epoch for r in due]
         by_topic: dict[str, list[Replica]] = {}
         for replica in due:
             by_topic.setdefault(replica.topic, []).append(replica)
@@ -213,7 +214,9 @@ class ReplicaFetcher:
         payload = await connection.send(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, request)
         _, response = decode_response(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, payload)
         answers = {(t.topic, p.partition): p for t in response.topics for p in t.partitions}
-        for replica in due:
+        for replica, asked_in_epoch in zip(due, asked_in_epochs, strict=True):
+            if replica.leader != self.leader_id or replica.leader_epoch != asked_in_epoch:
+                continue  # leadership moved meanwhile: the new leader is asked next round
             answer = answers.get((replica.topic, replica.partition))
             if answer is None or answer.error_code != 0:
                 continue  # asked again next round (the leader may not know its role yet)
@@ -271,15 +274,38 @@ class ReplicaFetcher:
             topics=list(by_topic.items()),
             replica_id=self.broker_id,
         )
+        asked_in_epoch = {(r.topic, r.partition): r.leader_epoch for r in ready}
         payload = await connection.send(ApiKey.FETCH, FETCH_VERSION, body)
         response = parse_fetch_response(payload, FETCH_VERSION)
         by_key = {(r.topic, r.partition): r for r in ready}
         for topic in response.responses:
             for part in topic.partitions:
-                replica = by_key.get((topic.topic or "", part.partition_index))
-                if replica is None or replica.role is not Role.FOLLOWER:
+                key = (topic.topic or "", part.partition_index)
+                replica = by_key.get(key)
+                if (
+                    replica is None
+                    or replica.role is not Role.FOLLOWER
+                    # leadership moved while the fetch was in flight: what the old
+                    # leader sent may be past where the new leader's log diverges,
+                    # and the truncation check for the new epoch may already be done
+                    or replica.leader != self.leader_id
+                    or replica.leader_epoch != asked_in_epoch[key]
+                ):
                     continue
-                self._apply(replica, part)
+                try:
+                    self._apply(replica, part)
+                except Exception as exc:
+                    # One partition's failure (a disk error, a batch that does not
+                    # follow on) must not stall the others fetched from this leader:
+                    # check it against the leader again before its next fetch.
+                    log.error(
+                        "%s-%d: applying a fetch from broker %d failed: %r",
+                        replica.topic,
+                        replica.partition,
+                        self.leader_id,
+                        exc,
+                    )
+                    replica.truncation_checked_epoch = -1
 
     def _apply(self, replica: Replica, part: Any) -> None:
         plog = replica.plog
@@ -304,6 +330,9 @@ class ReplicaFetcher:
         if records is not None and len(records):
             plog.append_as_follower(bytes(records))
             self.on_append(replica.topic, replica.partition)
+        if plog.start_offset < part.log_start_offset <= plog.end_offset:
+            # The leader's log start moved (DeleteRecords, retention): follow it.
+            plog.delete_records_before(part.log_start_offset)
         high_watermark = min(part.high_watermark, plog.end_offset)
         if high_watermark > replica.high_watermark:
             self.manager.set_high_watermark(replica, high_watermark)

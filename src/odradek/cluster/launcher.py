@@ -68,6 +68,7 @@ T = TypeVar("T")
 
 _POLL_INTERVAL_S = 0.1
 _PROBE_TIMEOUT_S = 2.0
+_PORT_RELEASE_GRACE_S = 2.0
 
 
 class ClusterError(Exception):
@@ -273,6 +274,17 @@ def process_is_ours(pid: int | None, member_dir: Path) -> bool:
         arg == directory or arg.startswith(directory + os.sep)
         for arg in raw.decode(errors="replace").split("\0")
     )
+
+
+def _has_exited(pid: int | None) -> bool:
+    """Whether `pid` has ended: no such process, or a zombie (its sockets are closed)."""
+    if pid is None:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X", "x")
 
 
 # Processes this Python process started and has not reaped yet, by pid: polled so
@@ -715,7 +727,11 @@ class LocalCluster:
 
     def _check_ports_free(self, member: Member, ports: list[int]) -> None:
         host = self.state.etcd.host if member == ETCD else self._broker(member).host
+        # a process that just crashed may still be closing its sockets: give it a moment
+        deadline = time.monotonic() + _PORT_RELEASE_GRACE_S
         for port in ports:
+            while not _port_is_free(host, port) and time.monotonic() < deadline:
+                time.sleep(_POLL_INTERVAL_S)
             if not _port_is_free(host, port):
                 raise ClusterError(
                     f"port {port} of {member_name(member)} is in use by another process "
@@ -808,10 +824,16 @@ class LocalCluster:
                 os.kill(pid, sig)
 
     def _wait_gone(self, members: list[Member], timeout_s: float) -> list[Member]:
-        """Those of `members` still running after `timeout_s`."""
+        """Those of `members` (running, and just signalled) still there after `timeout_s`.
+
+        Waits for the pid to end, not for its command line to stop naming us: that
+        empties while the process is still exiting, before its sockets are closed.
+        """
+        pids = {m: self.pid(m) for m in members}
         deadline = time.monotonic() + timeout_s
         while True:
-            left = [m for m in members if self.is_running(m)]
+            _reap_children()
+            left = [m for m in members if not _has_exited(pids[m])]
             if not left or time.monotonic() >= deadline:
                 return left
             time.sleep(_POLL_INTERVAL_S / 2)

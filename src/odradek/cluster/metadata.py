@@ -102,6 +102,7 @@ from odradek.cluster.model import (
 )
 
 T = TypeVar("T")
+WATCH_CANCEL_TIMEOUT_S = 2.0
 
 log = logging.getLogger(__name__)
 
@@ -826,8 +827,10 @@ class EtcdMetadataStore:
         except aetcd.exceptions.ClientError as exc:
             raise MetadataWatchLost(f"watch on {key!r} ended: {exc!r}") from exc
         finally:
-            with contextlib.suppress(aetcd.exceptions.ClientError):
-                await watch.cancel()
+            # Bounded: a broker shutting down must not hang on an etcd that is slow
+            # or already gone to hear that it no longer watches.
+            with contextlib.suppress(aetcd.exceptions.ClientError, TimeoutError):
+                await asyncio.wait_for(watch.cancel(), WATCH_CANCEL_TIMEOUT_S)
         raise MetadataWatchLost(f"watch on {key!r} ended")
 
     def _change(self, event: aetcd.rtypes.Event) -> MetadataChange | None:

@@ -568,28 +568,32 @@ class ClusterNode:
         asyncio.get_running_loop().create_task(self._write_isr(replica, isr))
 
     async def _write_isr(self, replica: Replica, isr: tuple[int, ...]) -> None:
+        """Propose an ISR change by compare-and-swap. Won or lost, a newer partition state
+        now exists and the watch brings it; until then (`apply_state` clears the flag)
+        the leader proposes nothing more, or it would race its own write."""
         current = replica.state
+        if current is None or replica.role is not Role.LEADER:
+            self.replicas.isr_change_failed(replica)
+            return
         try:
-            if current is None or replica.role is not Role.LEADER:
-                return
             update = await self.store.update_partition(
                 current,
                 leader=current.state.leader,
                 leader_epoch=current.state.leader_epoch,
                 isr=isr,
             )
-            if not update.succeeded:
-                log.info(
-                    "%s-%d: ISR change to %s lost a race; the watch brings the winner",
-                    replica.topic,
-                    replica.partition,
-                    list(isr),
-                )
-        except Exception as exc:
+        except Exception as exc:  # etcd unreachable: nothing changed, may try again
             log.warning("%s-%d: ISR change failed: %r", replica.topic, replica.partition, exc)
-        finally:
             if replica.state is current:
                 self.replicas.isr_change_failed(replica)
+            return
+        if not update.succeeded:
+            log.info(
+                "%s-%d: ISR change to %s lost to a concurrent change; the watch brings it",
+                replica.topic,
+                replica.partition,
+                list(isr),
+            )
 
     def _coordinator_runner(self, topic: str, partition: int) -> Any:
         """The group or transaction coordinator runner of a partition of their topic."""
@@ -864,15 +868,19 @@ class ClusterNode:
             await self.wait_for_revision(snapshot.revision, TOPIC_VISIBLE_TIMEOUT_S)
         return outcome
 
-    def configs_changed(self, name: str, configs: dict[str, str]) -> None:
-        """A topic's configs changed here (AlterConfigs): store them for every broker."""
-        asyncio.get_running_loop().create_task(self._store_configs(name, configs))
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """AlterConfigs in a cluster: store the topic's new overrides (already checked)
+        in etcd; every broker, this one included, takes them from the watch."""
+        from odradek.broker.topics import TopicError
 
-    async def _store_configs(self, name: str, configs: dict[str, str]) -> None:
         try:
             await self.store.set_topic_configs(name, configs)
-        except Exception:
-            log.exception("could not store the configs of %s in etcd", name)
+            snapshot = await self.store.controller()  # a read: its revision covers ours
+        except UnknownTopicError:
+            raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist") from None
+        except (MetadataError, OSError) as exc:
+            raise TopicError(REQUEST_TIMED_OUT, f"cluster metadata: {exc}") from None
+        await self.wait_for_revision(snapshot.revision, TOPIC_VISIBLE_TIMEOUT_S)
 
     async def wait_ready(self, timeout_s: float = READY_WAIT_S) -> None:
         """Until this broker has joined and loaded the metadata (bounded: then answer

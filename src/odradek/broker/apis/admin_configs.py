@@ -283,7 +283,7 @@ def _changes(ctx: RequestContext, resource: Any, *, incremental: bool) -> dict[s
     return changes
 
 
-def _alter(ctx: RequestContext, request: Any, *, incremental: bool) -> Any:
+async def _alter(ctx: RequestContext, request: Any, *, incremental: bool) -> Any:
     responses = []
     for resource in request.resources:
         entry: dict[str, Any] = {
@@ -302,12 +302,16 @@ def _alter(ctx: RequestContext, request: Any, *, incremental: bool) -> Any:
                     INVALID_REQUEST, f"resource type {resource.resource_type} not supported"
                 )
             changes = _changes(ctx, resource, incremental=incremental)
-            ctx.broker.topics.alter_configs(
+            cluster = ctx.broker.cluster
+            clean = ctx.broker.topics.alter_configs(
                 resource.resource_name,
                 changes,
                 incremental=incremental,
-                validate_only=bool(request.validate_only),
+                # in a cluster the change is stored in etcd; every broker takes it from there
+                validate_only=bool(request.validate_only) or cluster is not None,
             )
+            if cluster is not None and not request.validate_only:
+                await cluster.set_topic_configs(resource.resource_name, clean)
         except TopicError as exc:
             entry["error_code"] = exc.error_code
             entry["error_message"] = str(exc)
@@ -316,10 +320,10 @@ def _alter(ctx: RequestContext, request: Any, *, incremental: bool) -> Any:
 
 
 @handles(ApiKey.ALTER_CONFIGS, 0, 2)
-def alter_configs(ctx: RequestContext, request: Any) -> Any:
-    return _alter(ctx, request, incremental=False)
+async def alter_configs(ctx: RequestContext, request: Any) -> Any:
+    return await _alter(ctx, request, incremental=False)
 
 
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
-def incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
-    return _alter(ctx, request, incremental=True)
+async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    return await _alter(ctx, request, incremental=True)

@@ -18,6 +18,7 @@ from typing import Any
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import AclOperation, ResourceType
+from odradek.cluster.replication import Role
 from odradek.log.errors import LogError
 from odradek.protocol.apikeys import ApiKey
 
@@ -25,6 +26,7 @@ log = logging.getLogger("odradek.delete_records")
 
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
 INVALID_TOPIC_EXCEPTION = 17
 TOPIC_AUTHORIZATION_FAILED = 29
 POLICY_VIOLATION = 44
@@ -47,7 +49,20 @@ def _delete(ctx: RequestContext, name: str, index: int, offset: int) -> dict[str
     if not plog.config.delete_enabled:
         result["error_code"] = POLICY_VIOLATION
         return result
-    target = plog.end_offset if offset == HIGH_WATERMARK else offset
+    end = plog.end_offset
+    cluster = ctx.broker.cluster
+    if cluster is not None:
+        # The leader deletes (below its high watermark); followers follow its log start
+        # offset from their fetches.
+        replica = cluster.replicas.get(name, index)
+        if replica is None or replica.role is not Role.LEADER:
+            result["error_code"] = NOT_LEADER_OR_FOLLOWER
+            return result
+        end = replica.high_watermark
+    if offset > end:
+        result["error_code"] = OFFSET_OUT_OF_RANGE
+        return result
+    target = end if offset == HIGH_WATERMARK else offset
     if target < 0:
         result["error_code"] = OFFSET_OUT_OF_RANGE
         return result

@@ -4,7 +4,10 @@ Unknown topics are auto-created, a bounded number per request, off the event
 loop (one journal fsync for all of them). Past
 `auto.create.topics.max.per.request`, unknown topics answer
 LEADER_NOT_AVAILABLE, as Kafka does while a topic is being created; a client
-retries and its next request creates the next share.
+retries and its next request creates the next share. An auto-creation that finds
+the topic already created (in cluster mode: in etcd, but still being opened on
+this broker) answers LEADER_NOT_AVAILABLE too, as Kafka: TOPIC_ALREADY_EXISTS
+would be final for a client asking about a topic it cannot see yet.
 
 With an authorizer, as Kafka: topics the principal may not DESCRIBE are left out
 of an all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when named (so
@@ -27,6 +30,7 @@ from odradek.protocol.apikeys import ApiKey
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
+TOPIC_ALREADY_EXISTS = 36
 TOPIC_AUTHORIZATION_FAILED = 29
 UNKNOWN_TOPIC_ID = 100
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
@@ -165,7 +169,12 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
                 continue
             outcome = created.get(name)
             if isinstance(outcome, TopicError):
-                entries.append(missing_entry(name, outcome.error_code))
+                code = outcome.error_code
+                entries.append(
+                    missing_entry(
+                        name, LEADER_NOT_AVAILABLE if code == TOPIC_ALREADY_EXISTS else code
+                    )
+                )
                 continue
             if outcome is None:  # past this request's auto-create limit: a retry creates it
                 entries.append(missing_entry(name, LEADER_NOT_AVAILABLE))

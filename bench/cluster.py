@@ -1,0 +1,788 @@
+"""Cluster mode (issue 15): throughput by replication factor, leader and coordinator failover.
+
+Everything runs on loopback: etcd and 3 brokers started by `LocalCluster` (each
+broker a process of its own, as ``odradek cluster up`` starts them), plus one
+single-node ``odradek serve`` (no etcd) for the reference row.
+
+Throughput: N records of a fixed size (``--records``, ``--size``) produced into a
+fresh topic of ``--partitions`` partitions per run, with acks=1 and acks=all, by
+confluent-kafka (``bench/throughput.py``'s producer and settings) and by Odradek's
+client: into the single node (RF=1), and into the cluster with RF=1 and with RF=3
+(``min.insync.replicas=2``). Median of ``--repeat`` runs (alternating targets);
+records/s and MB/s of values, and RF=3 / RF=1.
+
+Leader failover: an idempotent acks=all confluent-kafka producer sends ``--rate``
+records/s into a 1-partition RF=3 topic (``min.insync.replicas=2``); the partition's
+leader is SIGKILLed. Measured from the kill: until the new leader shows in the
+metadata, until the first acknowledgement of a record sent after the kill, and the
+longest gap between two acknowledgements. The broker is restarted and the ISR is
+whole again before the next round (``--failovers`` rounds).
+
+Coordinator failover: 3 confluent-kafka consumers (classic protocol, one process,
+a thread each) in one group on a 3-partition RF=3 topic that a producer feeds at
+``--rate`` records/s; the group is Stable; its coordinator broker is SIGKILLed.
+The members' ``session.timeout.ms`` is ``--group-session-timeout-ms`` (45000,
+librdkafka's default; a member whose heartbeats go unanswered that long rejoins
+under a new member id, and the group then waits for the old ids to expire).
+Measured from the kill: until the group is Stable with all 3 members again (the
+start of the Stable stretch that lasts to the end of the round; the group is polled
+every 100 ms with Odradek's admin client, which answers with descriptions directly,
+while librdkafka's admin client asserts when a request times out against the dead
+broker), and until every partition delivered a record produced after the kill
+(partitions the dead broker led wait for their own leader election too).
+
+Both failovers run once per ``--session-timeouts`` value (``broker.session.timeout.ms``,
+how long a killed broker's etcd lease outlives it; 9000 is the default), each on a
+fresh cluster.
+
+    python bench/cluster.py                              # about 3 minutes
+    python bench/cluster.py --skip-throughput --failovers 5
+    python bench/cluster.py --records 500000 --size 1024 --repeat 5 --skip-failover
+    python bench/cluster.py --session-timeouts 3000 --json out.json
+
+Every process this script starts (etcd, brokers) is stopped at exit, also on errors;
+``--keep-dir DIR`` keeps the clusters' data and logs (``DIR/st-<ms>/logs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import libversion as rdkafka_version
+from confluent_kafka import version as ck_version
+from report import markdown_table  # bench/report.py (scripts run from bench/)
+from throughput import PRODUCER_SETTINGS, Result, Target, median_result
+from throughput import produce as produce_confluent
+
+from odradek.client import Producer as OdradekProducer
+from odradek.client.admin import AdminClient, NewTopic
+from odradek.cluster.launcher import LocalCluster
+
+BROKERS = 3
+START_TIMEOUT_S = 90.0
+STEP_TIMEOUT_S = 90.0  # a failover, a restart, an ISR catching up
+POLL_S = 0.1
+QUIET = {"log_level": 2}  # librdkafka: no connection-refused lines while a broker is down
+CLUSTER_SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
+FAILOVER_PRODUCER: dict[str, Any] = {
+    "acks": "all",
+    "enable.idempotence": True,
+    "linger.ms": 5,
+    "message.timeout.ms": 120_000,
+    **QUIET,
+}
+GROUP_CONSUMER: dict[str, Any] = {
+    "heartbeat.interval.ms": 1_000,
+    "partition.assignment.strategy": "range",
+    "auto.offset.reset": "latest",
+    "enable.auto.commit": True,
+    "auto.commit.interval.ms": 1_000,
+    "fetch.wait.max.ms": 100,
+    **QUIET,
+}
+GROUP_MEMBERS = 3
+GROUP_PARTITIONS = 3
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = STEP_TIMEOUT_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            value = predicate()
+        except Exception:  # a broker down or electing: ask again
+            value = None
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"no {what} after {timeout_s:.0f} s")
+        time.sleep(POLL_S)
+
+
+def admin_for(bootstrap: str) -> AdminClient:
+    # Short request timeouts: a request to the broker just killed must not hold a poll.
+    return AdminClient(
+        bootstrap_servers=bootstrap,
+        client_id="odradek-bench-cluster",
+        request_timeout_ms=2_000,
+        default_api_timeout_ms=5_000,
+        socket_connection_setup_timeout_ms=1_000,
+        metadata_max_age_ms=500,
+        retry_backoff_max_ms=200,  # retries close together: the answer's time is the measurement
+    )
+
+
+def create_topic(admin: AdminClient, partitions: int, rf: int, prefix: str) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    config = {"min.insync.replicas": "2"} if rf >= 3 else None
+    admin.create_topics([NewTopic(name, partitions, rf, config=config)])[name].result(30)
+    wait_for(lambda: isr_whole(admin, name), f"leaders and a whole ISR for {name}")
+    return name
+
+
+def isr_whole(admin: AdminClient, *topics: str) -> bool:
+    described = admin.describe_topics(topics, include_offsets=False)
+    return all(
+        p.leader >= 0 and sorted(p.isr) == sorted(p.replicas)
+        for topic in described.values()
+        for p in topic.partitions
+    )
+
+
+def leader_of(admin: AdminClient, topic: str, partition: int = 0) -> int:
+    [description] = admin.describe_topics([topic], include_offsets=False).values()
+    return next(p.leader for p in description.partitions if p.partition == partition)
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def spread(values: list[float]) -> str:
+    """min / median / max, seconds."""
+    if not values:
+        return "-"
+    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
+
+
+@contextlib.contextmanager
+def local_cluster(root: Path, session_timeout_ms: int) -> Iterator[LocalCluster]:
+    settings = {**CLUSTER_SETTINGS, "broker.session.timeout.ms": str(session_timeout_ms)}
+    cluster = LocalCluster.prepare(root, brokers=BROKERS, settings=settings)
+    try:
+        cluster.start_all(timeout_s=START_TIMEOUT_S)
+        log(f"cluster {root}: {cluster.bootstrap_servers()}, {settings}")
+        yield cluster
+    finally:
+        cluster.stop_all(timeout_s=10.0)
+
+
+# =================================================================== throughput
+
+
+def produce_odradek(target: Target, topic: str, count: int, size: int, acks: str) -> Result:
+    """Odradek's producer, the settings of throughput.py's confluent-kafka producer."""
+    errors: list[BaseException] = []
+
+    def delivered(error: BaseException | None, _metadata: Any) -> None:
+        if error is not None:
+            errors.append(error)
+
+    producer = OdradekProducer(
+        bootstrap_servers=target.bootstrap,
+        acks=acks,
+        linger_ms=PRODUCER_SETTINGS["linger.ms"],
+        batch_size=PRODUCER_SETTINGS["batch.size"],
+        enable_idempotence=False,
+        buffer_memory=256 * 1024 * 1024,
+    )
+    try:
+        producer.send(topic, b"w" * size)  # warm-up: metadata and connections
+        producer.flush(30)
+        payload = os.urandom(size)
+        started = time.perf_counter()
+        for _ in range(count):
+            producer.send(topic, payload, on_delivery=delivered)
+        producer.flush(120)
+        elapsed = time.perf_counter() - started
+    finally:
+        producer.close(10)
+    note = f"{len(errors)} failed: {errors[0]!r}" if errors else ""
+    return Result(count - len(errors), elapsed, size, errors=len(errors), note=note)
+
+
+def run_throughput(
+    args: argparse.Namespace, cluster: LocalCluster, single_bootstrap: str | None
+) -> dict[str, Any]:
+    cluster_admin = admin_for(cluster.bootstrap_servers())
+    targets: list[tuple[str, Target, AdminClient, int]] = []
+    single_admin = None
+    if single_bootstrap:
+        single_admin = admin_for(single_bootstrap)
+        targets.append(("single node", Target("single", single_bootstrap), single_admin, 1))
+    cluster_target = Target("cluster", cluster.bootstrap_servers())
+    targets += [
+        ("cluster RF=1", cluster_target, cluster_admin, 1),
+        ("cluster RF=3", cluster_target, cluster_admin, 3),
+    ]
+    clients: list[tuple[str, Callable[..., Result]]] = [("confluent-kafka", produce_confluent)]
+    if not args.skip_odradek_client:
+        clients.append(("odradek", produce_odradek))
+    cells: dict[tuple[str, str, str], list[Result]] = {}
+    try:
+        for client, produce in clients:
+            for acks in ("1", "all"):
+                for rep in range(args.repeat):
+                    for label, target, admin, rf in targets:
+                        topic = create_topic(admin, args.partitions, rf, f"bench-rf{rf}-{rep}")
+                        if client == "confluent-kafka":
+                            result = produce(target, topic, args.records, args.size, acks, 120.0)
+                        else:
+                            result = produce(target, topic, args.records, args.size, acks)
+                        cells.setdefault((client, acks, label), []).append(result)
+                        log(
+                            f"  {client:<15} acks={acks:<3} {label:<12} {result.msgs_per_s:>10,.0f}"
+                            f" records/s {result.mb_per_s:7.1f} MB/s"
+                            + (f" ({result.note})" if result.note else "")
+                        )
+    finally:
+        cluster_admin.close()
+        if single_admin is not None:
+            single_admin.close()
+    labels = [label for label, *_ in targets]
+    head = ["client", "acks"]
+    for label in labels:
+        head += [f"{label} records/s", "MB/s"]
+    head.append("RF=3 / RF=1")
+    lines = [head]
+    rows = []
+    for client, _ in clients:
+        for acks in ("1", "all"):
+            line = [client, acks]
+            medians = {label: median_result(cells[(client, acks, label)]) for label in labels}
+            for label in labels:
+                r = medians[label]
+                flag = "*" if r.errors or r.note else ""
+                line += [f"{r.msgs_per_s:,.0f}{flag}", f"{r.mb_per_s:.1f}"]
+            rf1, rf3 = medians["cluster RF=1"].msgs_per_s, medians["cluster RF=3"].msgs_per_s
+            line.append(f"{rf3 / rf1:.2f}" if rf1 else "-")
+            lines.append(line)
+            rows.append(
+                {
+                    "client": client,
+                    "acks": acks,
+                    "runs": {
+                        label: [
+                            {"records": r.messages, "seconds": r.seconds, "errors": r.errors}
+                            for r in cells[(client, acks, label)]
+                        ]
+                        for label in labels
+                    },
+                }
+            )
+    print(
+        f"Produce throughput: {args.records:,} records of {args.size} B, {args.partitions} "
+        f"partitions, median of {args.repeat} (* = errors in that cell)"
+    )
+    print(markdown_table(lines))
+    print()
+    return {"rows": rows}
+
+
+# ============================================================== leader failover
+
+
+class AckClock:
+    """An acks=all producer at a fixed rate; when each record was sent and acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: float) -> None:
+        self.topic = topic
+        self.interval = 1.0 / rate
+        self.producer = Producer({"bootstrap.servers": bootstrap, **FAILOVER_PRODUCER})
+        self.sent: list[float] = []
+        self.acked: list[tuple[float, int, int]] = []  # (when, record index, offset)
+        self.errors: list[str] = []
+        self._next = time.monotonic()
+
+    def _delivered(self, index: int) -> Callable[[Any, Any], None]:
+        def callback(error: Any, message: Any) -> None:
+            if error is not None:
+                self.errors.append(str(error))
+            else:
+                self.acked.append((time.monotonic(), index, message.offset()))
+
+        return callback
+
+    def run_until(self, done: Callable[[], bool], timeout_s: float) -> None:
+        """Send at the rate and serve callbacks until `done()` or the timeout."""
+        deadline = time.monotonic() + timeout_s
+        while not done() and time.monotonic() < deadline:
+            now = time.monotonic()
+            if now >= self._next:
+                index = len(self.sent)
+                self.sent.append(now)
+                self.producer.produce(self.topic, b"%d" % index, on_delivery=self._delivered(index))
+                self._next += self.interval
+            self.producer.poll(max(0.0, min(self._next - time.monotonic(), 0.005)))
+
+    def first_ack_of_record_sent_after(self, t: float) -> float | None:
+        times = [when for when, index, _ in self.acked if self.sent[index] > t]
+        return min(times) if times else None
+
+    def longest_gap(self) -> float:
+        times = sorted(when for when, _, _ in self.acked)
+        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+
+    def close(self) -> int:
+        """Flush; the records never acknowledged."""
+        return self.producer.flush(60)
+
+
+def watch_leader(
+    admin: AdminClient, topic: str, old: int, stop: threading.Event, seen: list[float]
+) -> None:
+    """Append the time the metadata first names a leader other than `old`."""
+    while not stop.is_set():
+        with contextlib.suppress(Exception):
+            if leader_of(admin, topic) not in (-1, old):
+                seen.append(time.monotonic())
+                return
+        time.sleep(POLL_S)
+
+
+def leader_failover_round(
+    cluster: LocalCluster, admin: AdminClient, topic: str, rate: float
+) -> dict[str, Any]:
+    clock = AckClock(cluster.bootstrap_servers(), topic, rate)
+    clock.run_until(lambda: len(clock.acked) >= rate, STEP_TIMEOUT_S)  # a second of steady acks
+    leader = leader_of(admin, topic)
+    watcher_admin = admin_for(cluster.bootstrap_servers())
+    stop = threading.Event()
+    new_leader_seen: list[float] = []
+    watcher = threading.Thread(
+        target=watch_leader, args=(watcher_admin, topic, leader, stop, new_leader_seen), daemon=True
+    )
+    killed = time.monotonic()
+    cluster.kill(leader)
+    try:
+        watcher.start()
+        clock.run_until(lambda: clock.first_ack_of_record_sent_after(killed) is not None, 120)
+        recovered = clock.first_ack_of_record_sent_after(killed)
+        steady_again = time.monotonic() + 1.0
+        clock.run_until(lambda: time.monotonic() >= steady_again, 2.0)
+        unacked = clock.close()
+    finally:
+        stop.set()
+        with contextlib.suppress(RuntimeError):
+            watcher.join(10)
+        watcher_admin.close()
+    offsets = [offset for _, _, offset in clock.acked]
+    round_result = {
+        "killed_broker": leader,
+        "new_leader_in_metadata_s": new_leader_seen[0] - killed if new_leader_seen else None,
+        "acked_again_s": None if recovered is None else recovered - killed,
+        "longest_ack_gap_s": clock.longest_gap(),
+        "sent": len(clock.sent),
+        "acked": len(clock.acked),
+        "unacked": unacked,
+        "errors": len(clock.errors),
+        "duplicate_offsets": len(offsets) - len(set(offsets)),
+    }
+    # Bring the broker back; the next round starts with a whole ISR.
+    cluster.start(leader, timeout_s=START_TIMEOUT_S)
+    wait_for(lambda: isr_whole(admin, topic), f"{topic}'s ISR whole again")
+    return round_result
+
+
+def run_leader_failover(
+    args: argparse.Namespace, cluster: LocalCluster, session_timeout_ms: int
+) -> list[dict[str, Any]]:
+    admin = admin_for(cluster.bootstrap_servers())
+    try:
+        topic = create_topic(admin, 1, 3, "bench-failover")
+        rounds = []
+        for n in range(args.failovers):
+            r = leader_failover_round(cluster, admin, topic, args.rate)
+            r["session_timeout_ms"] = session_timeout_ms
+            rounds.append(r)
+            log(
+                f"  leader failover {n + 1}/{args.failovers} (session {session_timeout_ms} ms): "
+                f"killed {r['killed_broker']}, new leader in metadata "
+                f"{fmt_s(r['new_leader_in_metadata_s'])}, acks again {fmt_s(r['acked_again_s'])}, "
+                f"longest gap {r['longest_ack_gap_s']:.2f} s, {r['acked']}/{r['sent']} acked, "
+                f"{r['errors']} errors, {r['duplicate_offsets']} duplicate offsets; "
+                f"load {load_average()}"
+            )
+        return rounds
+    finally:
+        admin.close()
+
+
+def fmt_s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+# ========================================================= coordinator failover
+
+
+class GroupMember:
+    """A confluent-kafka consumer in a thread: when each partition delivered what."""
+
+    def __init__(
+        self, bootstrap: str, group: str, topic: str, name: str, session_timeout_ms: int
+    ) -> None:
+        self.consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name}
+            | GROUP_CONSUMER
+            | {"session.timeout.ms": session_timeout_ms}
+        )
+        self.deliveries: list[tuple[float, int, float]] = []  # (when, partition, sent wall time)
+        self.rebalances: list[float] = []  # when partitions were assigned or taken away
+        self.assigned: set[int] = set()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.consumer.subscribe(
+            [topic],
+            on_assign=lambda _c, ps: self._changed(ps, True),
+            on_revoke=lambda _c, ps: self._changed(ps, False),
+            on_lost=lambda _c, ps: self._changed(ps, False),
+        )
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _changed(self, partitions: list[Any], assigned: bool) -> None:
+        with self._lock:
+            self.rebalances.append(time.monotonic())
+            for p in partitions:
+                (self.assigned.add if assigned else self.assigned.discard)(p.partition)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for message in self.consumer.consume(100, 0.1):
+                if message.error() is None:
+                    with self._lock:
+                        self.deliveries.append(
+                            (time.monotonic(), message.partition(), float(message.value()))
+                        )
+
+    def delivered_after(self, sent_after_wall: float) -> dict[int, float]:
+        """Partition -> when it first delivered a record sent after `sent_after_wall`."""
+        first: dict[int, float] = {}
+        with self._lock:
+            for when, partition, sent in self.deliveries:
+                if sent > sent_after_wall and partition not in first:
+                    first[partition] = when
+        return first
+
+    def rebalanced_after(self, t: float) -> bool:
+        with self._lock:
+            return any(when > t for when in self.rebalances)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(30)
+        self.consumer.close()
+
+
+class Feeder:
+    """A producer thread writing its wall-clock send time as the value, at a fixed rate."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: float) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, **FAILOVER_PRODUCER})
+        self.topic = topic
+        self.interval = 1.0 / rate
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="feeder", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        index = 0
+        next_send = time.monotonic()
+        while not self._stop.is_set():
+            if time.monotonic() >= next_send:
+                self.producer.produce(
+                    self.topic, b"%.6f" % time.time(), partition=index % GROUP_PARTITIONS
+                )
+                index += 1
+                next_send += self.interval
+            self.producer.poll(max(0.0, min(next_send - time.monotonic(), 0.005)))
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(30)
+        self.producer.flush(30)
+
+
+def group_state(admin: AdminClient, group: str) -> tuple[str, int, int | None]:
+    """(state, members, coordinator id)."""
+    description = admin.describe_consumer_groups([group])[group]
+    coordinator = description.coordinator.node_id if description.coordinator else None
+    return description.state, len(description.members), coordinator
+
+
+def group_stable(admin: AdminClient, group: str) -> bool:
+    state, members, _ = group_state(admin, group)
+    return state == "Stable" and members == GROUP_MEMBERS
+
+
+def all_partitions_consuming(members: list[GroupMember], since_wall: float) -> float | None:
+    """When the last partition first delivered a record sent after `since_wall` (None: not yet)."""
+    first: dict[int, float] = {}
+    for member in members:
+        for partition, when in member.delivered_after(since_wall).items():
+            first[partition] = min(when, first.get(partition, when))
+    return max(first.values()) if len(first) == GROUP_PARTITIONS else None
+
+
+def coordinator_failover_round(
+    cluster: LocalCluster,
+    admin: AdminClient,
+    group: str,
+    topic: str,
+    members: list[GroupMember],
+    hold_s: float,
+) -> dict[str, Any]:
+    wait_for(lambda: group_stable(admin, group), f"group {group} Stable")
+    since = time.time()
+    wait_for(lambda: all_partitions_consuming(members, since), "every partition consumed", 30)
+    _, _, coordinator = group_state(admin, group)
+    if coordinator is None:
+        raise RuntimeError(f"no coordinator named for {group}")
+    killed_wall = time.time()
+    killed = time.monotonic()
+    cluster.kill(coordinator)
+    # Timeline of the group's state from the kill, until it has been Stable with every
+    # member for `hold_s` and every partition delivered again (or the step timeout).
+    stable_since: float | None = None
+    states: list[str] = []
+    deadline = killed + STEP_TIMEOUT_S
+    consuming: float | None = None
+    while time.monotonic() < deadline:
+        try:
+            state, count, node = group_state(admin, group)
+            seen = f"{state} ({count} at {node})"
+        except Exception as exc:  # the coordinator is gone or loading: not Stable
+            state, count = type(exc).__name__, 0
+            seen = state
+        now = time.monotonic()  # when the answer came (a call retries until it has one)
+        if not states or states[-1] != seen:
+            states.append(seen)
+        if state == "Stable" and count == GROUP_MEMBERS:
+            stable_since = stable_since if stable_since is not None else now
+        else:
+            stable_since = None
+        consuming = consuming or all_partitions_consuming(members, killed_wall)
+        if stable_since is not None and consuming and now - stable_since >= hold_s:
+            break
+        time.sleep(POLL_S)
+    _, _, new_coordinator = group_state(admin, group)
+    round_result = {
+        "killed_broker": coordinator,
+        "new_coordinator": new_coordinator,
+        "stable_again_s": None if stable_since is None else stable_since - killed,
+        "consuming_again_s": None if consuming is None else consuming - killed,
+        "states": states,
+        "rebalanced": any(m.rebalanced_after(killed) for m in members),
+    }
+    cluster.start(coordinator, timeout_s=START_TIMEOUT_S)
+    wait_for(
+        lambda: isr_whole(admin, topic, "__consumer_offsets"),
+        "the ISR of the topic and __consumer_offsets whole again",
+    )
+    return round_result
+
+
+def run_coordinator_failover(
+    args: argparse.Namespace, cluster: LocalCluster, session_timeout_ms: int
+) -> list[dict[str, Any]]:
+    bootstrap = cluster.bootstrap_servers()
+    admin = admin_for(bootstrap)
+    group = f"bench-group-{uuid.uuid4().hex[:8]}"
+    members: list[GroupMember] = []
+    feeder = None
+    try:
+        topic = create_topic(admin, GROUP_PARTITIONS, 3, "bench-group")
+        feeder = Feeder(bootstrap, topic, args.rate)
+        members = [
+            GroupMember(bootstrap, group, topic, f"member-{i}", args.group_session_timeout_ms)
+            for i in range(GROUP_MEMBERS)
+        ]
+        rounds = []
+        for n in range(args.failovers):
+            r = coordinator_failover_round(cluster, admin, group, topic, members, args.hold)
+            r["session_timeout_ms"] = session_timeout_ms
+            rounds.append(r)
+            log(
+                f"  coordinator failover {n + 1}/{args.failovers} (session {session_timeout_ms} "
+                f"ms): killed {r['killed_broker']}, coordinator now {r['new_coordinator']}, "
+                f"Stable again {fmt_s(r['stable_again_s'])}, every partition consumed again "
+                f"{fmt_s(r['consuming_again_s'])}, rebalanced: {r['rebalanced']}, states "
+                f"{' -> '.join(r['states'])}; load {load_average()}"
+            )
+        return rounds
+    finally:
+        for member in members:  # each closes even if another could not
+            with contextlib.suppress(Exception):
+                member.close()
+        if feeder is not None:
+            with contextlib.suppress(Exception):
+                feeder.close()
+        admin.close()
+
+
+# =================================================================== report
+
+
+def failover_tables(leader: list[dict[str, Any]], coordinator: list[dict[str, Any]]) -> None:
+    def values(rounds: list[dict[str, Any]], key: str) -> list[float]:
+        return [r[key] for r in rounds if r[key] is not None]
+
+    def missing(rounds: list[dict[str, Any]], key: str) -> str:
+        n = sum(r[key] is None for r in rounds)
+        return f" ({n} never)" if n else ""
+
+    timeouts = sorted({r["session_timeout_ms"] for r in leader + coordinator}, reverse=True)
+    if leader:
+        lines = [
+            [
+                "broker.session.timeout.ms",
+                "rounds",
+                "kill -> new leader in metadata, s",
+                "kill -> acks again, s",
+                "longest gap between acks, s",
+                "errors / duplicates",
+            ]
+        ]
+        for ms in timeouts:
+            rounds = [r for r in leader if r["session_timeout_ms"] == ms]
+            lines.append(
+                [
+                    str(ms),
+                    str(len(rounds)),
+                    spread(values(rounds, "new_leader_in_metadata_s"))
+                    + missing(rounds, "new_leader_in_metadata_s"),
+                    spread(values(rounds, "acked_again_s")) + missing(rounds, "acked_again_s"),
+                    spread(values(rounds, "longest_ack_gap_s")),
+                    f"{sum(r['errors'] for r in rounds)} / "
+                    f"{sum(r['duplicate_offsets'] for r in rounds)}",
+                ]
+            )
+        print("Leader failover (SIGKILL the leader of an RF=3 partition), min / median / max")
+        print(markdown_table(lines))
+        print()
+    if coordinator:
+        lines = [
+            [
+                "broker.session.timeout.ms",
+                "rounds",
+                "kill -> group Stable with 3 members, s",
+                "kill -> every partition consumed again, s",
+                "rounds with a rebalance",
+            ]
+        ]
+        for ms in timeouts:
+            rounds = [r for r in coordinator if r["session_timeout_ms"] == ms]
+            lines.append(
+                [
+                    str(ms),
+                    str(len(rounds)),
+                    spread(values(rounds, "stable_again_s")) + missing(rounds, "stable_again_s"),
+                    spread(values(rounds, "consuming_again_s"))
+                    + missing(rounds, "consuming_again_s"),
+                    str(sum(r["rebalanced"] for r in rounds)),
+                ]
+            )
+        print("Coordinator failover (SIGKILL the group's coordinator), min / median / max")
+        print(markdown_table(lines))
+        print()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=50_000, help="records per produce run")
+    parser.add_argument("--size", type=int, default=1024, help="value bytes per record")
+    parser.add_argument("--partitions", type=int, default=3, help="per throughput topic")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per throughput cell; median")
+    parser.add_argument("--failovers", type=int, default=3, help="kills per failover benchmark")
+    parser.add_argument(
+        "--rate", type=float, default=200.0, help="records/s produced during the failovers"
+    )
+    parser.add_argument(
+        "--hold", type=float, default=3.0, help="seconds a group must stay Stable to count"
+    )
+    parser.add_argument(
+        "--session-timeouts",
+        default="9000,3000",
+        help="broker.session.timeout.ms values for the failovers (a cluster each)",
+    )
+    parser.add_argument(
+        "--group-session-timeout-ms",
+        type=int,
+        default=45_000,
+        help="the group members' session.timeout.ms (librdkafka's default; a member that "
+        "hears nothing from a coordinator this long rejoins as a new member)",
+    )
+    parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--skip-single-node", action="store_true", help="no single-node row")
+    parser.add_argument("--skip-odradek-client", action="store_true")
+    parser.add_argument("--skip-failover", action="store_true", help="throughput only")
+    parser.add_argument("--skip-coordinator", action="store_true", help="no coordinator failover")
+    parser.add_argument("--keep-dir", type=Path, help="keep the clusters' data and logs here")
+    parser.add_argument("--json", type=Path, help="also write the results to this file")
+    args = parser.parse_args(argv)
+    try:
+        timeouts = [int(v) for v in args.session_timeouts.split(",") if v.strip()]
+    except ValueError:
+        parser.error("--session-timeouts takes whole milliseconds, comma-separated")
+    if not timeouts or any(ms < 2000 for ms in timeouts):
+        parser.error("--session-timeouts: each at least 2000 (the broker's minimum)")
+    if min(args.records, args.size, args.partitions, args.repeat, args.failovers) < 1:
+        parser.error("--records, --size, --partitions, --repeat and --failovers must be >= 1")
+    if args.skip_throughput and args.skip_failover:
+        parser.error("--skip-throughput and --skip-failover leave nothing to run")
+    if args.rate <= 0 or args.hold < 0:
+        parser.error("--rate must be positive and --hold not negative")
+
+    log(
+        f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, Python "
+        f"{platform.python_version()}, confluent-kafka {ck_version()[0]} "
+        f"(librdkafka {rdkafka_version()[0]}), load average {load_average()}"
+    )
+    root = args.keep_dir or Path(tempfile.mkdtemp(prefix="odradek-bench-cluster-"))
+    log(f"data and logs: {root}")
+    out: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
+    started = time.monotonic()
+    leader: list[dict[str, Any]] = []
+    coordinator: list[dict[str, Any]] = []
+    for i, ms in enumerate(timeouts):
+        throughput_here = i == 0 and not args.skip_throughput
+        if args.skip_failover and not throughput_here:
+            break
+        with local_cluster(root / f"st-{ms}", ms) as cluster:
+            if throughput_here:
+                single = None
+                with contextlib.ExitStack() as stack:
+                    if not args.skip_single_node:
+                        from odradek.testing import BrokerProcess
+
+                        single = stack.enter_context(BrokerProcess(root / "single"))
+                    out["throughput"] = run_throughput(
+                        args, cluster, single.bootstrap if single else None
+                    )
+                log(f"  load average {load_average()}")
+            if not args.skip_failover:
+                leader += run_leader_failover(args, cluster, ms)
+                if not args.skip_coordinator:
+                    coordinator += run_coordinator_failover(args, cluster, ms)
+    failover_tables(leader, coordinator)
+    if args.keep_dir is None:  # kept when a step failed: its logs are under DIR/st-*/logs
+        shutil.rmtree(root, ignore_errors=True)
+    out["leader_failover"] = leader
+    out["coordinator_failover"] = coordinator
+    log(f"total {time.monotonic() - started:.0f} s, load average {load_average()}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
