@@ -14,15 +14,11 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -32,35 +28,17 @@ from odradek.cluster.launcher import LocalCluster, answers_api_versions
 from odradek.cluster.metadata import EtcdMetadataStore
 from odradek.cluster.model import BrokerInfo, PartitionState, TopicAssignment
 
+from .conftest import Outcome
+from .conftest import run_cli as run_process
+
 UP_TIMEOUT_S = 120.0  # the command's own deadline is 60 s; this bounds the subprocess
 LINE_ETCD = re.compile(r"^etcd 127\.0\.0\.1:(\d+) pid (\d+)$")
 LINE_BROKER = re.compile(r"^broker (\d+) 127\.0\.0\.1:(\d+) pid (\d+)$")
 
 
-@dataclass(frozen=True)
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-    @property
-    def lines(self) -> list[str]:
-        return self.out.splitlines()
-
-
 def run_cli(*argv: str) -> Outcome:
     """``odradek ARGV`` as a process of its own (the processes it starts outlive it)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "odradek", *argv],
-        capture_output=True,
-        text=True,
-        timeout=UP_TIMEOUT_S,
-        check=False,
-    )
-    return Outcome(done.returncode, done.stdout, done.stderr)
+    return run_process(*argv, timeout=UP_TIMEOUT_S)
 
 
 def in_process(*argv: str) -> Outcome:

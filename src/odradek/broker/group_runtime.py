@@ -250,14 +250,18 @@ class ShardRunner:
         self._worker = asyncio.create_task(self._run(), name=f"coordinator-{self.partition}")
 
     async def stop(self) -> None:
+        await self._stop_worker()
+        self._fail_queued(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        self._fail_pending()
+
+    async def _stop_worker(self) -> None:
+        """Stop the serial executor and its timers (what it was doing is abandoned)."""
         if self._worker is not None:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
             self._worker = None
         self.timer.cancel_all()
-        self._fail_queued(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        self._fail_pending()
 
     def _fail_queued(self, error: ErrorCode) -> None:
         """Answer what still waits in the queue: the executor was stopped and will not
@@ -296,12 +300,7 @@ class ShardRunner:
     async def resign(self) -> None:
         """Another broker leads the partition now: unload its groups (NOT_COORDINATOR)."""
         self.leading = False
-        if self._worker is not None:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
-            self._worker = None
-        self.timer.cancel_all()
+        await self._stop_worker()
         self._timer_failures.clear()
         if self.loaded:
             unloaded = self.shard.on_unloaded()

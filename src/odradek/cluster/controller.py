@@ -24,6 +24,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from odradek.cluster.decisions import (
+    ConcurrentChange,
     Reassignment,
     partition_after_broker_loss,
     partition_after_broker_return,
@@ -115,15 +116,12 @@ class Controller:
             await self._write(current, state)
             return  # the watch brings the new state; the next pass writes the replicas
         completed = Reassignment(replicas, (), ()).applied_to(assignment, partition)
-        update = await node.store.update_topic_assignment(
-            completed,
-            expected_revision=node.topic_revisions.get(topic, 0),
-            controller=self.claim,
-        )
-        if update.succeeded:
-            log.info("%s-%d: reassignment to %s completed", topic, partition, list(replicas))
-        else:
-            self._dirty.set()
+        try:
+            await node.write_assignment(completed, controller=self.claim)
+        except ConcurrentChange:
+            self._dirty.set()  # decide again on what is stored now
+            return
+        log.info("%s-%d: reassignment to %s completed", topic, partition, list(replicas))
 
     def decide(
         self, replicas: tuple[int, ...], state: PartitionState, live: frozenset[int]

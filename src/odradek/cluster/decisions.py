@@ -108,6 +108,28 @@ class IneligibleReplica(DecisionError):
     error_code = 107  # INELIGIBLE_REPLICA
 
 
+class NoReassignmentInProgress(DecisionError):
+    error_code = 85  # NO_REASSIGNMENT_IN_PROGRESS
+
+
+class ElectionNotNeeded(DecisionError):
+    error_code = 84  # ELECTION_NOT_NEEDED
+
+
+class PreferredLeaderNotAvailable(DecisionError):
+    error_code = 80  # PREFERRED_LEADER_NOT_AVAILABLE
+
+
+class EligibleLeadersNotAvailable(DecisionError):
+    error_code = 83  # ELIGIBLE_LEADERS_NOT_AVAILABLE
+
+
+class ConcurrentChange(DecisionError):
+    """A compare-and-swap lost to another writer (not a decision: the client retries)."""
+
+    error_code = 7  # REQUEST_TIMED_OUT: retriable for every client
+
+
 # ---------------------------------------------------------------------------
 # Replica assignment
 

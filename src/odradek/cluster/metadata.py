@@ -494,32 +494,19 @@ class EtcdMetadataStore:
         if not set(added) <= set(assignment.replicas):
             raise ValueError(f"added partition states name partitions {name!r} does not have")
         key = self.keys.topic(name)
-        read_back = [self._txn.Get(key)]
-        if controller is not None:
-            read_back.append(self._txn.Get(self.keys.controller))
         writes = [self._txn.Put(key, assignment.encode())]
         writes += [
             self._txn.Put(self.keys.partition(name, p), state.encode())
             for p, state in sorted(added.items())
         ]
-        succeeded, responses = await self._client.transaction(
-            compare=[self._txn.Mod(key) == expected_revision, *self._fence(controller)],
-            success=[*writes, *read_back],
-            failure=read_back,
+        succeeded, stored_now = await self._compare_and_swap(
+            key, expected_revision, writes, controller
         )
-        responses = responses[-len(read_back) :]
-        if controller is not None and not succeeded:
-            holder = responses[1]
-            if not holder or holder[0][1].create_revision != controller.create_revision:
-                raise NotControllerError(
-                    f"broker {controller.info.broker_id} is no longer controller "
-                    f"(epoch {controller.info.epoch})"
-                )
-        if not responses[0]:
+        if stored_now is None:
             return TopicUpdate(False, None)
-        [(value, kv)] = responses[0]
+        value, kv = stored_now
         stored = TopicAssignment.decode(name, value)
-        return TopicUpdate(bool(succeeded), VersionedTopicAssignment(stored, kv.mod_revision))
+        return TopicUpdate(succeeded, VersionedTopicAssignment(stored, kv.mod_revision))
 
     async def watch_topics(self, start_revision: int) -> AsyncGenerator[TopicChange, None]:
         """Topic creations (PUT with the assignment) and deletions from `start_revision` on."""
@@ -602,29 +589,16 @@ class EtcdMetadataStore:
             partition_epoch=current.state.partition_epoch + 1,
         )
         key = self.keys.partition(current.topic, current.partition)
-        read_back = [self._txn.Get(key)]
-        if controller is not None:
-            read_back.append(self._txn.Get(self.keys.controller))
-        succeeded, responses = await self._client.transaction(
-            compare=[self._txn.Mod(key) == current.mod_revision, *self._fence(controller)],
-            success=[self._txn.Put(key, new.encode()), *read_back],
-            failure=read_back,
+        succeeded, stored_now = await self._compare_and_swap(
+            key, current.mod_revision, [self._txn.Put(key, new.encode())], controller
         )
-        responses = responses[-len(read_back) :]
-        if controller is not None and not succeeded:
-            holder = responses[1]
-            if not holder or holder[0][1].create_revision != controller.create_revision:
-                raise NotControllerError(
-                    f"broker {controller.info.broker_id} is no longer controller "
-                    f"(epoch {controller.info.epoch})"
-                )
-        if not responses[0]:
-            return PartitionUpdate(bool(succeeded), None)
-        [(value, kv)] = responses[0]
+        if stored_now is None:
+            return PartitionUpdate(succeeded, None)
+        value, kv = stored_now
         now = VersionedPartitionState(
             current.topic, current.partition, PartitionState.decode(value), kv.mod_revision
         )
-        return PartitionUpdate(bool(succeeded), now)
+        return PartitionUpdate(succeeded, now)
 
     async def watch_partitions(
         self, start_revision: int, topic: str | None = None
@@ -787,6 +761,34 @@ class EtcdMetadataStore:
                 raise LeaseLost(f"lease {lease.lease_id:x} is gone") from exc
             raise
         return bool(succeeded), responses
+
+    async def _compare_and_swap(
+        self,
+        key: bytes,
+        expected_revision: int,
+        writes: list[Any],
+        controller: ControllerClaim | None,
+    ) -> tuple[bool, tuple[bytes, Any] | None]:
+        """`writes` if `key` is still at `expected_revision` (and `controller` still holds
+        the role): (succeeded, (value, kv) of `key` as stored now, None if it is gone).
+        Raises `NotControllerError` when the claim failed, whatever the key did."""
+        read_back = [self._txn.Get(key)]
+        if controller is not None:
+            read_back.append(self._txn.Get(self.keys.controller))
+        succeeded, responses = await self._client.transaction(
+            compare=[self._txn.Mod(key) == expected_revision, *self._fence(controller)],
+            success=[*writes, *read_back],
+            failure=read_back,
+        )
+        responses = responses[-len(read_back) :]
+        if controller is not None and not succeeded:
+            holder = responses[1]
+            if not holder or holder[0][1].create_revision != controller.create_revision:
+                raise NotControllerError(
+                    f"broker {controller.info.broker_id} is no longer controller "
+                    f"(epoch {controller.info.epoch})"
+                )
+        return bool(succeeded), (responses[0][0] if responses[0] else None)
 
     def _fence(self, claim: ControllerClaim | None) -> list[aetcd.transactions.BaseCompare]:
         if claim is None:

@@ -34,7 +34,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from odradek.cluster.controller import Controller
 from odradek.cluster.decisions import (
+    ConcurrentChange,
     DecisionError,
+    ElectionNotNeeded,
+    EligibleLeadersNotAvailable,
+    NoReassignmentInProgress,
+    PreferredLeaderNotAvailable,
     Reassignment,
     assign_added_partitions,
     assign_replicas,
@@ -98,28 +103,6 @@ READY_WAIT_S = 10.0
 def parse_endpoint(text: str) -> tuple[str, int]:
     host, _, port = text.removeprefix("http://").rpartition(":")
     return host, int(port)
-
-
-class NoReassignmentInProgress(DecisionError):
-    error_code = 85  # NO_REASSIGNMENT_IN_PROGRESS
-
-
-class ElectionNotNeeded(DecisionError):
-    error_code = 84  # ELECTION_NOT_NEEDED
-
-
-class PreferredLeaderNotAvailable(DecisionError):
-    error_code = 80  # PREFERRED_LEADER_NOT_AVAILABLE
-
-
-class EligibleLeadersNotAvailable(DecisionError):
-    error_code = 83  # ELIGIBLE_LEADERS_NOT_AVAILABLE
-
-
-class ConcurrentChange(DecisionError):
-    """A compare-and-swap lost to another writer; the client retries."""
-
-    error_code = 7  # REQUEST_TIMED_OUT: retriable for every client
 
 
 def _first_line(exc: BaseException) -> str:
@@ -982,9 +965,11 @@ class ClusterNode:
             )
             if not update.succeeded:
                 raise ConcurrentChange(f"{topic}-{partition} changed meanwhile; retry")
-        await self._write_assignment(wanted.applied_to(assignment, partition))
+        await self.write_assignment(wanted.applied_to(assignment, partition))
 
-    async def _write_assignment(self, assignment: TopicAssignment, **options: Any) -> None:
+    async def write_assignment(self, assignment: TopicAssignment, **options: Any) -> None:
+        """Compare-and-swap a topic's assignment against the revision this broker last saw;
+        ConcurrentChange if it changed meanwhile. Returns once this broker's view has it."""
         update = await self.store.update_topic_assignment(
             assignment, expected_revision=self.topic_revisions.get(assignment.name, 0), **options
         )
@@ -1055,7 +1040,7 @@ class ClusterNode:
         states = {p: PartitionState(r[0], 0, tuple(r)) for p, r in added.items()}
         grown = replace(assignment, replicas={**assignment.replicas, **added})
         try:
-            await self._write_assignment(grown, added_partition_states=states)
+            await self.write_assignment(grown, added_partition_states=states)
         except ConcurrentChange as exc:
             raise TopicError(REQUEST_TIMED_OUT, str(exc)) from None
 

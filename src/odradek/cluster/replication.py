@@ -155,6 +155,18 @@ class ReplicaManager:
             self.replicas[key] = replica
         return replica
 
+    def leader_for(
+        self, topic: str, partition: int, current_leader_epoch: int = -1
+    ) -> tuple[Replica | None, int]:
+        """(the replica, 0) when this broker leads the partition in the epoch a request
+        names (-1: any), else (None, NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH /
+        UNKNOWN_LEADER_EPOCH): the check every partition request makes in a cluster."""
+        replica = self.replicas.get((topic, partition))
+        if replica is None or replica.role is not Role.LEADER:
+            return None, NOT_LEADER_OR_FOLLOWER
+        error = replica.check_epoch(current_leader_epoch)
+        return (None, error) if error else (replica, 0)
+
     def forget(self, topic: str) -> None:
         for key in [k for k in self.replicas if k[0] == topic]:
             replica = self.replicas.pop(key)

@@ -18,7 +18,6 @@ from typing import Any
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import AclOperation, ResourceType
-from odradek.cluster.replication import Role
 from odradek.log.errors import LogError
 from odradek.protocol.apikeys import ApiKey
 
@@ -26,7 +25,6 @@ log = logging.getLogger("odradek.delete_records")
 
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_LEADER_OR_FOLLOWER = 6
 INVALID_TOPIC_EXCEPTION = 17
 TOPIC_AUTHORIZATION_FAILED = 29
 POLICY_VIOLATION = 44
@@ -54,9 +52,9 @@ def _delete(ctx: RequestContext, name: str, index: int, offset: int) -> dict[str
     if cluster is not None:
         # The leader deletes (below its high watermark); followers follow its log start
         # offset from their fetches.
-        replica = cluster.replicas.get(name, index)
-        if replica is None or replica.role is not Role.LEADER:
-            result["error_code"] = NOT_LEADER_OR_FOLLOWER
+        replica, refusal = cluster.replicas.leader_for(name, index)
+        if replica is None:
+            result["error_code"] = refusal
             return result
         end = replica.high_watermark
     if offset > end:

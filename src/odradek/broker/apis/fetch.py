@@ -41,7 +41,6 @@ from odradek.broker.fetch_sessions import (
 )
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from odradek.cluster.replication import Role
 from odradek.log.errors import LogError
 from odradek.log.files import FileRegion
 from odradek.protocol.apikeys import ApiKey
@@ -57,7 +56,6 @@ from odradek.protocol.fetch import (
 
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_LEADER_OR_FOLLOWER = 6
 UNKNOWN_TOPIC_ID = 100
 READ_COMMITTED = 1
 TOPIC_AUTHORIZATION_FAILED = 29
@@ -186,17 +184,15 @@ def _read_partitions(
             upper = lso if read_committed else None
             high_watermark = end
             if replicas is not None:
-                replica = replicas.get(name, key[1])  # type: ignore[arg-type]
-                refusal = (
-                    NOT_LEADER_OR_FOLLOWER
-                    if replica is None or replica.role is not Role.LEADER
-                    else replica.check_epoch(wanted.current_leader_epoch)
+                replica, refusal = replicas.leader_for(
+                    name,  # type: ignore[arg-type]
+                    key[1],
+                    wanted.current_leader_epoch,
                 )
-                if refusal:
+                if replica is None:
                     entry["error_code"] = refusal
                     any_error = True
                     continue
-                assert replica is not None
                 if follower >= 0:
                     replicas.record_follower_fetch(replica, follower, wanted.fetch_offset)
                 high_watermark = replica.high_watermark

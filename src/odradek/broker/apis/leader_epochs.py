@@ -19,11 +19,9 @@ from typing import Any
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from odradek.cluster.replication import Role
 from odradek.protocol.apikeys import ApiKey
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_LEADER_OR_FOLLOWER = 6
 TOPIC_AUTHORIZATION_FAILED = 29
 CLUSTER_AUTHORIZATION_FAILED = 31
 FENCED_LEADER_EPOCH = 74
@@ -42,11 +40,7 @@ def _answer(ctx: RequestContext, topic: str, partition: Any, refusal: int) -> di
     current = int(getattr(partition, "current_leader_epoch", -1))
     cluster = ctx.broker.cluster
     if cluster is not None:
-        replica = cluster.replicas.get(topic, index)
-        if replica is None or replica.role is not Role.LEADER:
-            entry["error_code"] = NOT_LEADER_OR_FOLLOWER
-            return entry
-        refused = replica.check_epoch(current)
+        _, refused = cluster.replicas.leader_for(topic, index, current)
     else:
         refused = (
             0

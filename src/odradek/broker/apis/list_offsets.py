@@ -16,7 +16,6 @@ from typing import Any
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import AclOperation, ResourceType
-from odradek.cluster.replication import Role
 from odradek.protocol.apikeys import ApiKey
 
 LATEST = -1
@@ -26,7 +25,6 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 READ_COMMITTED = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_LEADER_OR_FOLLOWER = 6
 TOPIC_AUTHORIZATION_FAILED = 29
 
 
@@ -59,18 +57,12 @@ def _lookup(
     fetchable = plog.last_stable_offset if read_committed else plog.end_offset
     cluster = ctx.broker.cluster
     if cluster is not None:  # only the leader answers, and only below its high watermark
-        replica = cluster.replicas.get(topic, partition)
         current_epoch = int(getattr(requested, "current_leader_epoch", -1))
-        refusal = (
-            NOT_LEADER_OR_FOLLOWER
-            if replica is None or replica.role is not Role.LEADER
-            else replica.check_epoch(current_epoch)
-        )
-        if refusal:
+        replica, refusal = cluster.replicas.leader_for(topic, partition, current_epoch)
+        if replica is None:
             entry["error_code"] = refusal
             entry["leader_epoch"] = -1
             return entry
-        assert replica is not None
         fetchable = min(fetchable, replica.high_watermark)
         entry["leader_epoch"] = replica.leader_epoch
     if timestamp == LATEST:

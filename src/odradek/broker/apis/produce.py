@@ -40,7 +40,6 @@ from odradek.cluster.replication import (
     NOT_LEADER_OR_FOLLOWER,
     REQUEST_TIMED_OUT,
     Replica,
-    Role,
 )
 from odradek.log.errors import LogError
 from odradek.protocol.apikeys import ApiKey
@@ -231,9 +230,9 @@ async def _append(
     replica = None
     cluster = broker.cluster
     if cluster is not None:
-        replica = cluster.replicas.get(topic_name, index)
-        if replica is None or replica.role is not Role.LEADER:
-            return _partition_result(index, NOT_LEADER_OR_FOLLOWER, "not the leader")
+        replica, refusal = cluster.replicas.leader_for(topic_name, index)
+        if replica is None:
+            return _partition_result(index, refusal, "not the leader")
         if acks == -1 and (refused := cluster.replicas.check_acks_all(replica)):
             return _partition_result(
                 index,
