@@ -305,6 +305,34 @@ def test_preferred_leader_election_moves_leadership_back(
     wait_for(lambda: partitions(admin, "preferred")[0].leader == preferred, "preferred leads")
 
 
+def test_unclean_election_only_where_a_topic_allows_it(
+    cluster: LocalCluster, admin: AdminClient
+) -> None:
+    """Both replicas die, the ISR member last; the other returns first. A topic with
+    unclean.leader.election.enable=true gets it as leader (losing what it missed); the
+    default keeps the partition offline until the last ISR member is back."""
+    create(admin, "clean", 1, replica_assignment=[[1, 2]])
+    unclean = {"unclean.leader.election.enable": "true"}
+    create(admin, "unclean", 1, replica_assignment=[[1, 2]], config=unclean)
+    cluster.kill(2)
+    try:
+        for topic in ("clean", "unclean"):
+            wait_for(lambda t=topic: partitions(admin, t)[0].isrs == [1], f"{topic}: ISR [1]")
+        cluster.kill(1)
+        try:
+            cluster.restart(2, timeout_s=START_TIMEOUT_S)
+            wait_for(lambda: partitions(admin, "unclean")[0].leader == 2, "unclean leader 2")
+            assert partitions(admin, "clean")[0].leader == -1, "clean: offline, no data lost"
+        finally:
+            cluster.restart(1, timeout_s=START_TIMEOUT_S)
+        wait_for(lambda: partitions(admin, "clean")[0].leader == 1, "clean: broker 1 leads again")
+    finally:
+        if not cluster.is_running(2):
+            cluster.restart(2, timeout_s=START_TIMEOUT_S)
+    for topic in ("clean", "unclean"):
+        wait_for(lambda t=topic: isr_whole(admin, t), f"{topic}: ISR whole again")
+
+
 def test_create_partitions_places_the_new_ones(cluster: LocalCluster, admin: AdminClient) -> None:
     create(admin, "growing", 2, 3)
     for future in admin.create_partitions([NewPartitions("growing", 5)]).values():

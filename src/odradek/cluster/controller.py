@@ -92,7 +92,7 @@ class Controller:
             replicas = node.replicas_of(*key)
             if not replicas:
                 continue
-            wanted = self.decide(replicas, current.state, live)
+            wanted = self.decide(replicas, current.state, live, unclean=node.unclean_for(key[0]))
             if wanted is not None and wanted != current.state:
                 await self._write(current, wanted)
         for (topic, partition), ongoing in sorted(node.reassignments().items()):
@@ -124,10 +124,14 @@ class Controller:
         log.info("%s-%d: reassignment to %s completed", topic, partition, list(replicas))
 
     def decide(
-        self, replicas: tuple[int, ...], state: PartitionState, live: frozenset[int]
+        self,
+        replicas: tuple[int, ...],
+        state: PartitionState,
+        live: frozenset[int],
+        *,
+        unclean: bool,
     ) -> PartitionState | None:
         """The state a partition should have with these live brokers (None: as it is)."""
-        unclean = self.node.unclean
         new = state
         gone = [b for b in dict.fromkeys((state.leader, *state.isr)) if b >= 0 and b not in live]
         for dead in gone:

@@ -926,6 +926,11 @@ class ClusterNode:
 
     # --- partition administration (AlterPartitionReassignments, ElectLeaders) ------------
 
+    def unclean_for(self, topic: str) -> bool:
+        """unclean.leader.election.enable for a topic: its override, else the broker's."""
+        override = self.topic_configs.get(topic, {}).get("unclean.leader.election.enable")
+        return self.unclean if override is None else override.strip().lower() == "true"
+
     def _live(self) -> frozenset[int]:
         return frozenset(self.brokers)
 
@@ -946,7 +951,7 @@ class ClusterNode:
         new_state = None
         if in_progress:
             original, new_state = cancel_reassignment(
-                ongoing, state.state, self._live(), unclean=self.unclean
+                ongoing, state.state, self._live(), unclean=self.unclean_for(topic)
             )
         else:
             original = ongoing.replicas
