@@ -125,3 +125,23 @@ def test_cluster_settings_are_checked() -> None:
     assert BrokerConfig(
         {"default.replication.factor": "3", "etcd.endpoints": "127.0.0.1:2379"}
     ).cluster_mode
+
+
+def test_configs_taken_from_the_cluster_are_checked_as_stored_values(tmp_path: Path) -> None:
+    """What etcd holds for a topic is applied if valid; a value that fails today's checks
+    (written by hand, or by another version) is reported and its default used."""
+    from odradek.broker.topics import TopicManager
+
+    topics = TopicManager(tmp_path / "data", BrokerConfig())
+    try:
+        topics.create("tuned", 1)
+        topics.take_configs("tuned", {"retention.ms": "1000"})
+        assert topics.get("tuned").partitions[0].config.retention_ms == 1000  # type: ignore[union-attr]
+        topics.take_configs("tuned", {"retention.ms": "soon", "cleanup.policy": "compact"})
+        tuned = topics.get("tuned")
+        assert tuned is not None
+        assert tuned.configs == {"cleanup.policy": "compact"}
+        assert tuned.partitions[0].config.retention_ms == 604800000  # the default again
+        topics.take_configs("gone", {"retention.ms": "1000"})  # not here: nothing to do
+    finally:
+        topics.close()

@@ -666,8 +666,7 @@ class TopicManager:
             )
             existing.partitions.extend(logs)
             self._notify_change()
-        if configs != existing.configs:
-            self.apply_configs(existing, self._stored_configs(name, configs))
+        self.take_configs(name, configs)
         return existing
 
     async def forget(self, name: str) -> None:
@@ -676,6 +675,16 @@ class TopicManager:
         failure = outcome.get(name)
         if failure is not None and failure.error_code != UNKNOWN_TOPIC_OR_PARTITION:
             raise failure
+
+    def take_configs(self, name: str, stored: dict[str, str]) -> None:
+        """A topic's configs as the cluster stores them: checked as stored values are
+        (a bad one is reported and its default used), then applied."""
+        topic = self.topics.get(name)
+        if topic is None:
+            return
+        clean = self._stored_configs(name, stored)
+        if clean != topic.configs:
+            self.apply_configs(topic, clean)
 
     def apply_configs(self, topic: Topic, clean: dict[str, str]) -> None:
         """Take configs already checked (and, in a cluster, already stored in etcd)."""

@@ -449,9 +449,7 @@ class ClusterNode:
         elif isinstance(change, TopicConfigChange):
             if change.configs is not None:
                 self.topic_configs[change.topic] = dict(change.configs)
-                topic = self.broker.topics.get(change.topic)
-                if topic is not None and topic.configs != change.configs:
-                    self.broker.topics.apply_configs(topic, dict(change.configs))
+                self.broker.topics.take_configs(change.topic, dict(change.configs))
         elif isinstance(change, SecurityChange):
             if change.document is not None:
                 self._take_security(change.name, change.document)
