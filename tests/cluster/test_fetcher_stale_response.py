@@ -108,7 +108,6 @@ def follower_of_broker_1(tmp_path: Path) -> tuple[ReplicaManager, Replica, Repli
         max_wait_ms=100,
         max_bytes=1 << 20,
         timeout_s=5.0,
-        on_append=lambda topic, partition: None,
     )
     return manager, replica, fetcher
 
@@ -193,7 +192,6 @@ def test_one_partition_that_cannot_take_its_records_does_not_stall_the_others(
         max_wait_ms=100,
         max_bytes=1 << 20,
         timeout_s=5.0,
-        on_append=lambda topic, partition: None,
     )
     entries = []
     for index, base in ((0, 5), (1, 0)):  # partition 0's batch starts past its log end

@@ -67,3 +67,26 @@ def test_security_edits_compose_and_are_watched(etcd_server: EtcdServer) -> None
             assert [len(c.document["acls"]) for c in changes] == list(range(1, 21))
 
     run(scenario())
+
+
+def test_producer_id_blocks_refill_and_say_when_none_is_reserved(etcd_server: EtcdServer) -> None:
+    from odradek.cluster.model import ProducerIdsUnavailable
+    from odradek.cluster.node import PRODUCER_ID_BLOCK, ProducerIdBlocks
+
+    async def scenario() -> None:
+        async with EtcdMetadataStore(*etcd_server.endpoint) as store:
+            blocks = ProducerIdBlocks(store)
+            try:
+                blocks.next_id()  # nothing reserved yet: retriable, a refill starts
+            except ProducerIdsUnavailable:
+                pass
+            else:
+                raise AssertionError("an id before any block was reserved")
+            await blocks.refilled()  # the refill it started
+            await blocks.prime()
+            ids = [blocks.next_id() for _ in range(PRODUCER_ID_BLOCK + 600)]  # starts a refill
+            await blocks.refilled()
+            ids += [blocks.next_id() for _ in range(PRODUCER_ID_BLOCK)]  # on the refilled block
+        assert len(set(ids)) == len(ids), "no id handed out twice"
+
+    run(scenario())

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from odradek.broker.config import BrokerConfig, ConfigError
 from odradek.cluster.etcd_server import EtcdServer, pick_free_port
 
@@ -145,3 +147,17 @@ def test_configs_taken_from_the_cluster_are_checked_as_stored_values(tmp_path: P
         topics.take_configs("gone", {"retention.ms": "1000"})  # not here: nothing to do
     finally:
         topics.close()
+
+
+def test_cluster_mode_without_the_cluster_extra_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aetcd is the optional `cluster` extra: without it, a clear setting error."""
+    from odradek.broker.server import Broker
+
+    monkeypatch.setitem(sys.modules, "aetcd", None)  # as if not installed
+    for module in ("odradek.cluster.node", "odradek.cluster.metadata"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    config = BrokerConfig({"etcd.endpoints": "127.0.0.1:2379"})
+    with pytest.raises(ConfigError, match=r"pip install 'odradek\[cluster\]'"):
+        Broker(tmp_path / "data", config, port=0)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.broker import apis  # noqa: F401  (registers every handler)
 from odradek.broker.acceptor import READ_AHEAD_BYTES, Acceptor, start_acceptor
 from odradek.broker.budget import ByteBudget
-from odradek.broker.config import BrokerConfig
+from odradek.broker.config import BrokerConfig, ConfigError
 from odradek.broker.context import CloseConnection, RequestContext
 from odradek.broker.fetch_sessions import FetchSessionCache
 from odradek.broker.group_runtime import GroupCoordinatorRuntime
@@ -76,6 +76,18 @@ def _entries(response: Any) -> int:
     )
 
 
+def _cluster_node_class() -> type[ClusterNode]:
+    """Cluster mode's ClusterNode; a ConfigError when the `cluster` extra is missing."""
+    try:
+        from odradek.cluster.node import ClusterNode
+    except ImportError as exc:  # aetcd is the optional `cluster` extra
+        raise ConfigError(
+            f"etcd.endpoints needs the cluster extra ({exc.name} is missing): "
+            "pip install 'odradek[cluster]'"
+        ) from None
+    return ClusterNode
+
+
 def routable_host(listen_host: str) -> str:
     """The host to advertise for a listener: a wildcard bind advertises the host's name.
 
@@ -107,6 +119,7 @@ class Broker:
         metrics_token: str | None = None,
     ) -> None:
         self.config = config or BrokerConfig()
+        node_class = _cluster_node_class() if self.config.cluster_mode else None  # checked first
         # The `listeners` setting, else one PLAINTEXT listener at host:port (`--listen`).
         self.listeners = listeners or parse_listeners(
             self.config,
@@ -127,10 +140,8 @@ class Broker:
         )
         # Cluster mode (etcd.endpoints set): membership, replication and leadership.
         self.cluster: ClusterNode | None = None
-        if self.config.cluster_mode:
-            from odradek.cluster.node import ClusterNode
-
-            self.cluster = ClusterNode(self)
+        if node_class is not None:
+            self.cluster = node_class(self)
             self.topics.cluster = self.cluster
         self.groups = GroupCoordinatorRuntime(self.topics, self.config)
         self.txns = TransactionCoordinatorRuntime(

@@ -98,7 +98,6 @@ class ReplicaFetcher:
         max_wait_ms: int,
         max_bytes: int,
         timeout_s: float,
-        on_append: Callable[[str, int], None],
     ) -> None:
         self.broker_id = broker_id
         self.leader_id = leader_id
@@ -107,7 +106,6 @@ class ReplicaFetcher:
         self.max_wait_ms = max_wait_ms
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
-        self.on_append = on_append
         self.partitions: set[tuple[str, int]] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -328,8 +326,9 @@ class ReplicaFetcher:
             return
         records = part.records
         if records is not None and len(records):
+            # Nobody waits on a follower's appends: consumers read the leader, below its
+            # high watermark, and are woken when that moves.
             plog.append_as_follower(bytes(records))
-            self.on_append(replica.topic, replica.partition)
         if plog.start_offset < part.log_start_offset <= plog.end_offset:
             # The leader's log start moved (DeleteRecords, retention): follow it.
             plog.delete_records_before(part.log_start_offset)

@@ -65,6 +65,7 @@ from odradek.cluster.model import (
     MetadataWatchLost,
     PartitionChange,
     PartitionState,
+    ProducerIdsUnavailable,
     SecurityChange,
     TopicAssignment,
     TopicChange,
@@ -162,12 +163,17 @@ class ProducerIdBlocks:
             self._ids.pop(0)
         if not self._ids:
             self._start_refill()
-            raise RuntimeError("no producer id block reserved yet; retry")
+            raise ProducerIdsUnavailable("no producer id block reserved yet; retry")
         block = self._ids[0]
         self._ids[0] = block[1:]
         if self._left() < PRODUCER_ID_BLOCK // 2:
             self._start_refill()
         return block[0]
+
+    async def refilled(self) -> None:
+        """Until the refill under way, if any, is done."""
+        if self._refill is not None:
+            await self._refill
 
     def _start_refill(self) -> None:
         if self._refill is None or self._refill.done():
@@ -220,7 +226,6 @@ class ClusterNode:
         self._campaign_wake = asyncio.Event()
         self._stopping = False
         self.ready = asyncio.Event()
-        self.elections_won = 0
         # Elections made by controllers this broker was before the current one (metrics).
         self.leader_elections = 0
         self.unclean_elections = 0
@@ -357,7 +362,6 @@ class ClusterNode:
                     return
                 if isinstance(won, ControllerClaim):
                     self._claim = won
-                    self.elections_won += 1
                     log.info("broker %d is controller (epoch %d)", self.broker_id, won.info.epoch)
                     self.controller = Controller(self, won)
                     self.controller.start()
@@ -529,13 +533,9 @@ class ClusterNode:
                 max_wait_ms=int(config["replica.fetch.wait.max.ms"]),
                 max_bytes=int(config["replica.fetch.max.bytes"]),
                 timeout_s=int(config["replica.socket.timeout.ms"]) / 1000,
-                on_append=self._follower_appended,
             )
             self.fetchers[leader_id] = fetcher
         return fetcher
-
-    def _follower_appended(self, topic: str, partition: int) -> None:
-        pass  # consumers read below the high watermark only: they wake when it moves
 
     # --- replication callbacks --------------------------------------------------------------
 
@@ -694,9 +694,6 @@ class ClusterNode:
     def address_of(self, broker_id: int) -> tuple[str, int] | None:
         info = self.brokers.get(broker_id)
         return (info.host, info.port) if info is not None else None
-
-    def partition_state(self, topic: str, partition: int) -> VersionedPartitionState | None:
-        return self.states.get((topic, partition))
 
     def replicas_of(self, topic: str, partition: int) -> tuple[int, ...]:
         assignment = self.assignments.get(topic)

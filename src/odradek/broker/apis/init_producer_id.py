@@ -16,9 +16,11 @@ from typing import Any
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from odradek.cluster.model import ProducerIdsUnavailable
 from odradek.protocol.apikeys import ApiKey
 from odradek.transaction.types import InitProducerIdRequest, InitProducerIdResponse
 
+COORDINATOR_NOT_AVAILABLE = 15
 CLUSTER_AUTHORIZATION_FAILED = 31
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
@@ -67,12 +69,17 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
         AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
     ) and not ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC):
         return _refused(ctx, CLUSTER_AUTHORIZATION_FAILED)
+    try:
+        producer_id = ctx.broker.topics.allocate_producer_id()
+    except ProducerIdsUnavailable:
+        # A cluster broker between producer-id blocks: retriable, the client asks again.
+        return _refused(ctx, COORDINATOR_NOT_AVAILABLE)
     return respond(
         ctx,
         {
             "throttle_time": NO_THROTTLE,
             "error_code": 0,
-            "producer_id": ctx.broker.topics.allocate_producer_id(),
+            "producer_id": producer_id,
             "producer_epoch": 0,
         },
     )
