@@ -893,7 +893,8 @@ class ClusterNode:
             base = current if current is not None else self._security_store(name).to_document()
             store = kind.detached(base)
             outcome[:] = [change(store)]
-            return store.to_document()  # type: ignore[no-any-return]
+            document: dict[str, Any] = store.to_document()
+            return document
 
         revision = await self.store.update_security(name, edit)
         await self.wait_for_revision(revision, TOPIC_VISIBLE_TIMEOUT_S)

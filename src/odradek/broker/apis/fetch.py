@@ -173,7 +173,7 @@ def _read_partitions(
                 entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
                 any_error = True
                 continue
-            if plog is None:
+            if plog is None or name is None:
                 entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION if name else UNKNOWN_TOPIC_ID
                 any_error = True
                 continue
@@ -184,11 +184,7 @@ def _read_partitions(
             upper = lso if read_committed else None
             high_watermark = end
             if replicas is not None:
-                replica, refusal = replicas.leader_for(
-                    name,  # type: ignore[arg-type]
-                    key[1],
-                    wanted.current_leader_epoch,
-                )
+                replica, refusal = replicas.leader_for(name, key[1], wanted.current_leader_epoch)
                 if replica is None:
                     entry["error_code"] = refusal
                     any_error = True
