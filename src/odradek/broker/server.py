@@ -130,7 +130,21 @@ class Broker:
         self.host, self.port = first.host, first.port
         self.advertised_host, self.advertised_port = first.advertised_host, first.advertised_port
         self.node_id = int(self.config["node.id"])
+        # Locks the data directory first (DirectoryInUseError if another broker has it).
         self.topics = TopicManager(Path(data_dir), self.config)
+        try:
+            self._assemble(data_dir, node_class, metrics_address, metrics_token)
+        except BaseException:
+            self.topics.close()  # gives the directory back
+            raise
+
+    def _assemble(
+        self,
+        data_dir: Path,
+        node_class: type[ClusterNode] | None,
+        metrics_address: tuple[str, int] | None,
+        metrics_token: str | None,
+    ) -> None:
         self.security = BrokerSecurity(Path(data_dir), self.config, self.listeners)
         self._sessions: dict[int, Session] = {}
         self.waiters = AppendWaiters()
@@ -160,6 +174,7 @@ class Broker:
         self.failures = RateLimitedLog(log)
         self._ids = itertools.count(1)
         self._housekeeping: asyncio.Task[None] | None = None
+        self._started = False
         self.started_at = time.time()
 
     @property
@@ -209,6 +224,7 @@ class Broker:
                 listener.advertised_port,
                 self.cluster_id,
             )
+        self._started = True
 
     async def stop(self) -> None:
         if self.cluster is not None:
@@ -226,7 +242,10 @@ class Broker:
         await self.txns.stop()
         await self.groups.stop()
         self.topics.close()
-        log.info("odradek broker stopped")
+        if self._started:
+            log.info("odradek broker stopped")
+        else:
+            log.info("odradek broker did not start; its data directory is closed")
 
     async def _run_housekeeping(self) -> None:
         """Retention and compaction, each on its own interval, in a worker thread.

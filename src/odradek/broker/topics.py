@@ -45,6 +45,7 @@ from odradek.broker.config import (
 )
 from odradek.broker.topic_store import TopicStore, write_json_atomically
 from odradek.log import LogConfig, PartitionLog, set_max_open_files
+from odradek.log.dir_lock import DirectoryLock
 from odradek.ratelog import RateLimitedLog
 
 log = logging.getLogger("odradek.topics")
@@ -174,6 +175,15 @@ class TopicManager:
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.data_dir = Path(data_dir)
+        # Before anything in the directory is read or written: a second broker stops here.
+        self.lock = DirectoryLock.acquire(self.data_dir)
+        try:
+            self._open(config, now_ms)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, config: BrokerConfig, now_ms: Callable[[], int]) -> None:
         self.config = config
         self.now_ms = now_ms
         self.topics: dict[str, Topic] = {}
@@ -186,7 +196,6 @@ class TopicManager:
         # consumer groups assign partitions themselves and must hear of it).
         self.change_listeners: list[Callable[[], None]] = []
         self._meta_path = self.data_dir / "meta.json"
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         self._meta = self._load_meta()
         self._next_producer_id = self._meta["producer_id_block"]
         self._reserve_producer_ids()
@@ -841,3 +850,4 @@ class TopicManager:
                     log.error("closing %s failed: %s", failure[0], failure[1])
         self._worker.shutdown(wait=True)
         self.store.close()
+        self.lock.release()  # last: every file of the directory is closed

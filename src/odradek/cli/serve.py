@@ -201,7 +201,9 @@ def run(args: argparse.Namespace) -> int:
     from odradek.broker.config import ConfigError
     from odradek.broker.security.credentials import parse_add_scram
     from odradek.broker.server import WILDCARD_HOSTS, Broker, run_broker
+    from odradek.cli.common import Failed
     from odradek.cli.main import CliError
+    from odradek.log.dir_lock import DirectoryInUseError
     from odradek.protocol.scram import ScramError
 
     level = getattr(logging, str(args.log_level).upper(), None)
@@ -248,6 +250,8 @@ def run(args: argparse.Namespace) -> int:
         broker.security.add_initial_users(initial_users)
     except ConfigError as exc:
         raise CliError(str(exc)) from None
+    except DirectoryInUseError as exc:
+        raise Failed(str(exc)) from None
     except OSError as exc:
         raise CliError(f"cannot use data dir {data_dir}: {exc}") from None
 
