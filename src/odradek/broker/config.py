@@ -891,8 +891,9 @@ _SETTINGS = (
         "queued.max.request.bytes",
         LONG,
         268435456,
-        "Bytes of requests being served and responses not yet sent, over all connections;"
-        " past this, connections wait before reading their next request.",
+        "Bytes of request frames being read or served and of responses being sent, over"
+        " all connections; past it a frame over 256 KiB waits for room before it is read"
+        " (smaller ones never wait). At least socket.request.max.bytes.",
         None,
         at_least(1048576),
     ),
@@ -900,7 +901,9 @@ _SETTINGS = (
         "socket.receive.timeout.ms",
         LONG,
         30000,
-        "A request frame must arrive whole within this long of its first byte.",
+        "A request frame must arrive whole within this long of its first byte, time"
+        " waiting for request memory included (Odradek's own setting: Kafka bounds only"
+        " a connection's idle time).",
         None,
         at_least(1),
     ),
@@ -1255,6 +1258,13 @@ class BrokerConfig:
             raise ConfigError(
                 f"group.min.session.timeout.ms ({low}) must not exceed "
                 f"group.max.session.timeout.ms ({high})"
+            )
+        queued, largest = self["queued.max.request.bytes"], self["socket.request.max.bytes"]
+        if queued < largest:
+            # Kafka's check: a frame larger than the memory pool could never be read.
+            raise ConfigError(
+                f"queued.max.request.bytes ({queued}) must be at least "
+                f"socket.request.max.bytes ({largest})"
             )
         session = self["group.consumer.session.timeout.ms"]
         interval = self["group.consumer.heartbeat.interval.ms"]
