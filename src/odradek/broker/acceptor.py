@@ -6,6 +6,11 @@ process is out of descriptors. `start_acceptor` takes the same arguments that
 matter here (callback, host, port, backlog, ssl, ssl_handshake_timeout) and
 instead backs off, 10 ms doubling to 1 s, and logs the failure once per
 interval with a count.
+
+With a `ListenerQuota` (Kafka's connection limits, `broker/connection_quotas.py`)
+each accepted connection first waits for the listener's creation rate and a
+free slot, as Kafka's acceptor does, so no further connection is accepted
+meanwhile; one from an address at its limit is closed at once.
 """
 
 from __future__ import annotations
@@ -17,8 +22,13 @@ import logging
 import socket
 import ssl as ssl_module
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
+from odradek.broker.connection_quotas import normalized_address
 from odradek.ratelog import RateLimitedLog
+
+if TYPE_CHECKING:
+    from odradek.broker.connection_quotas import ListenerQuota
 
 log = logging.getLogger("odradek.broker")
 
@@ -42,12 +52,14 @@ class Acceptor:
         ssl: ssl_module.SSLContext | None,
         ssl_handshake_timeout: float | None,
         failures: RateLimitedLog,
+        quota: ListenerQuota | None = None,
     ) -> None:
         self.sock = sock
         self._callback = callback
         self._ssl = ssl
         self._ssl_handshake_timeout = ssl_handshake_timeout
         self._failures = failures
+        self._quota = quota
         self._starting: set[asyncio.Task[None]] = set()  # strong references until done
         self._task = asyncio.create_task(self._run())
 
@@ -67,7 +79,7 @@ class Acceptor:
         backoff = BACKOFF_S[0]
         while True:
             try:
-                conn, _ = await loop.sock_accept(self.sock)
+                conn, peer = await loop.sock_accept(self.sock)
             except OSError as exc:
                 if exc.errno == errno.EBADF:
                     return  # the listener was closed
@@ -82,11 +94,42 @@ class Acceptor:
                 backoff = min(backoff * 2, BACKOFF_S[1])
                 continue
             backoff = BACKOFF_S[0]
-            task = asyncio.create_task(self._connection(conn))
+            address = normalized_address(str(peer[0])) if isinstance(peer, tuple) else ""
+            if not await self._admit(conn, address):
+                continue
+            task = asyncio.create_task(self._connection(conn, address))
             self._starting.add(task)
             task.add_done_callback(self._starting.discard)
 
-    async def _connection(self, conn: socket.socket) -> None:
+    async def _admit(self, conn: socket.socket, address: str) -> bool:
+        """Wait for the listener's quota; False (the connection closed) when it refuses."""
+        if self._quota is None:
+            return True
+        try:
+            admitted = await self._quota.admit(address)
+        except BaseException:
+            conn.close()
+            raise
+        if not admitted:
+            self._failures.log(
+                "refused-per-ip",  # one key: addresses are countless, the log's keys are kept
+                logging.INFO,
+                "refused a connection from %s: it already has the maximum of %d connections"
+                " (max.connections.per.ip)",
+                address,
+                self._quota.limit_for(address),
+            )
+            conn.close()
+        return admitted
+
+    async def _connection(self, conn: socket.socket, address: str) -> None:
+        try:
+            await self._serve(conn)
+        finally:
+            if self._quota is not None:
+                self._quota.release(address)
+
+    async def _serve(self, conn: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         if conn.family in (socket.AF_INET, socket.AF_INET6):
             # Nagle off, as Kafka's SocketServer sets it: asyncio only does so for sockets
@@ -120,6 +163,7 @@ async def start_acceptor(
     backlog: int = 512,
     ssl: ssl_module.SSLContext | None = None,
     ssl_handshake_timeout: float | None = None,
+    quota: ListenerQuota | None = None,
 ) -> Acceptor:
     """Listen on host:port (all interfaces for None or a wildcard) and start accepting."""
     bind_host = (host or "").strip("[]")
@@ -127,5 +171,10 @@ async def start_acceptor(
     sock = socket.create_server((bind_host, port), family=family, backlog=backlog)
     sock.setblocking(False)
     return Acceptor(
-        sock, callback, ssl=ssl, ssl_handshake_timeout=ssl_handshake_timeout, failures=failures
+        sock,
+        callback,
+        ssl=ssl,
+        ssl_handshake_timeout=ssl_handshake_timeout,
+        failures=failures,
+        quota=quota,
     )

@@ -14,7 +14,9 @@ memory hold none and never deadlock, while small frames never wait; a frame
 must arrive whole, waiting for memory included, within
 `socket.receive.timeout.ms` of its first byte; a response must be taken within
 `socket.send.timeout.ms`; and a connection yields to the others after every
-request, so a pipelined burst cannot starve them.
+request, so a pipelined burst cannot starve them. How many connections a
+listener takes is bounded by Kafka's connection limits
+(`broker/connection_quotas.py`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from odradek.broker import apis  # noqa: F401  (registers every handler)
 from odradek.broker.acceptor import READ_AHEAD_BYTES, Acceptor, start_acceptor
 from odradek.broker.budget import ByteBudget
 from odradek.broker.config import BrokerConfig, ConfigError
+from odradek.broker.connection_quotas import ConnectionQuotas
 from odradek.broker.context import CloseConnection, RequestContext
 from odradek.broker.fetch_sessions import FetchSessionCache
 from odradek.broker.group_runtime import GroupCoordinatorRuntime
@@ -141,6 +144,8 @@ class Broker:
         first = self.listeners[0]
         self.host, self.port = first.host, first.port
         self.advertised_host, self.advertised_port = first.advertised_host, first.advertised_port
+        # Resolves the per-ip override host names: a bad one fails before any file opens.
+        self.connection_quotas = ConnectionQuotas(self.config, [lst.name for lst in self.listeners])
         self.node_id = int(self.config["node.id"])
         self.topics = TopicManager(Path(data_dir), self.config)
         self.security = BrokerSecurity(Path(data_dir), self.config, self.listeners)
@@ -198,6 +203,7 @@ class Broker:
                 ssl=tls,
                 ssl_handshake_timeout=handshake_s if tls is not None else None,
                 failures=self.failures,
+                quota=self.connection_quotas.listener(listener.name),
             )
             self._servers.append(server)
             sockets = server.sockets
