@@ -1,4 +1,5 @@
-"""The listener's accepted connections: Nagle is off, as on Kafka's brokers."""
+"""The listener's accepted connections: Nagle is off, as on Kafka's brokers; the
+connection limits hold them at the door."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import logging
 import socket
 
 from odradek.broker.acceptor import start_acceptor
+from odradek.broker.config import BrokerConfig
+from odradek.broker.connection_quotas import ConnectionQuotas
 from odradek.ratelog import RateLimitedLog
 
 
@@ -33,3 +36,47 @@ def test_accepted_connections_have_nagle_off() -> None:
             await server.wait_closed()
 
     assert asyncio.run(main()) != 0
+
+
+def test_a_connection_waiting_for_a_slot_is_closed_with_the_listener_and_counts_nothing() -> None:
+    """At max.connections the acceptor holds the connection it took (Kafka's acceptor
+    blocks); closing the listener meanwhile closes it, never served."""
+
+    async def main() -> tuple[int, bytes, int]:
+        quotas = ConnectionQuotas(BrokerConfig.from_assignments(["max.connections=1"]), ["L"])
+        served: list[int] = []
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            served.append(1)
+            await reader.read()  # until the client closes
+            writer.close()
+
+        failures = RateLimitedLog(logging.getLogger("test"))
+        server = await start_acceptor(
+            handle, "127.0.0.1", 0, failures=failures, quota=quotas.listener("L")
+        )
+        port = server.sockets[0].getsockname()[1]
+        _, first = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(500):
+            if served:
+                break
+            await asyncio.sleep(0.01)
+        second_reader, second = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.sleep(0.2)
+        waiting_served = len(served)
+        server.close()
+        await server.wait_closed()
+        closed = await asyncio.wait_for(second_reader.read(), 5)
+        first.close()
+        second.close()
+
+        async def released() -> None:
+            while quotas.total:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(released(), 5)  # the served connection gave its slot back
+        return waiting_served, closed, len(served)
+
+    waiting_served, closed, total_served = asyncio.run(main())
+    assert waiting_served == 1 and total_served == 1
+    assert closed == b""
