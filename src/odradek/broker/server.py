@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from odradek.broker import apis  # noqa: F401  (registers every handler)
-from odradek.broker.acceptor import READ_AHEAD_BYTES, Acceptor, start_acceptor
+from odradek.broker.acceptor import READ_AHEAD_BYTES, Acceptor, FrameReader, start_acceptor
 from odradek.broker.budget import ByteBudget
 from odradek.broker.config import BrokerConfig, ConfigError
 from odradek.broker.connection_quotas import ConnectionQuotas
@@ -428,20 +428,15 @@ class Broker:
         return payload, held
 
     async def _read_payload(self, reader: asyncio.StreamReader, size: int) -> bytes:
-        """A frame's payload, read in parts so other connections run between them.
-
-        A large frame's parts are joined in a worker thread: CPython copies a join
-        of a megabyte or more without holding the GIL, so the loop goes on serving
+        """A frame's payload. A large one is taken as the chunks the connection delivers
+        (`FrameReader.read_chunks`: other connections run between them, and nothing is
+        copied on the way) and joined in a worker thread: CPython copies a join of a
+        megabyte or more without holding the GIL, so the loop goes on serving
         meanwhile (a 100 MB copy takes 100-300 ms on a small machine).
         """
-        if size <= READ_AHEAD_BYTES:
+        if size <= READ_AHEAD_BYTES or not isinstance(reader, FrameReader):
             return await reader.readexactly(size)
-        parts: list[bytes] = []
-        left = size
-        while left:
-            part = await reader.readexactly(min(left, READ_AHEAD_BYTES))
-            parts.append(part)
-            left -= len(part)
+        parts = await reader.read_chunks(size)
         if size < JOIN_OFF_LOOP_BYTES:
             return b"".join(parts)
         return await asyncio.to_thread(b"".join, parts)
