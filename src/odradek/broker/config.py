@@ -36,6 +36,7 @@ PASSWORD = "password"  # a string never shown: DescribeConfigs reports it as sen
 _TYPE_BOUNDS = {INT: (-(2**31), 2**31 - 1), LONG: (-(2**63), 2**63 - 1)}
 _LONG_MAX = 2**63 - 1
 MIB = 1024 * 1024
+UNLIMITED = 2**31 - 1  # Kafka's Integer.MAX_VALUE default of its connection limits
 
 # --- validators: the range / choice part of Kafka's ConfigDef -----------------------------
 
@@ -184,6 +185,43 @@ class ClusterName:
 
     def __str__(self) -> str:
         return "[A-Za-z0-9._-]{1,64}"
+
+
+_VALID_HOST = re.compile(r"[0-9a-zA-Z\-%._:]*")  # Kafka's Utils.validHostPattern
+
+
+def parse_host_counts(text: str) -> dict[str, int]:
+    """`host:count,host:count` as Kafka's Csv.parseCsvMap reads it: entries split at
+    commas, each at its last ':' (so IPv6 addresses need no brackets); a ValueError
+    says what is wrong. Stricter than Kafka on counts: a whole number, at least 0."""
+    counts: dict[str, int] = {}
+    for item in re.split(r"\s*,\s*", text.strip()):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        host, count = host.strip(), count.strip()
+        if not sep or not host:
+            raise ValueError(f"{item!r} is not host:count")
+        if not _VALID_HOST.fullmatch(host):
+            raise ValueError(f"{host!r} is not a host name or address")
+        if not count.isdigit():
+            raise ValueError(f"{item!r}: the count must be a whole number, at least 0")
+        counts[host] = int(count)
+    return counts
+
+
+class HostCounts:
+    """Kafka's max.connections.per.ip.overrides format: `host:count,host:count`."""
+
+    def __call__(self, value: Any) -> str | None:
+        try:
+            parse_host_counts(str(value))
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def __str__(self) -> str:
+        return "host:count,host:count,..."
 
 
 def _num(n: float) -> str:
@@ -778,6 +816,42 @@ _SETTINGS = (
         at_least(0),
     ),
     Setting("connections.max.idle.ms", LONG, 600000, "Close connections idle this long.", None),
+    # --- connection limits: Kafka's ConnectionQuotas (broker/connection_quotas.py) ---
+    Setting(
+        "max.connections",
+        INT,
+        UNLIMITED,
+        "Connections over all listeners (listener.name.<l>.max.connections for one"
+        " listener); at the limit a listener stops accepting until a connection closes.",
+        None,
+        at_least(0),
+    ),
+    Setting(
+        "max.connections.per.ip",
+        INT,
+        UNLIMITED,
+        "Connections from one address; past it a new connection is closed at once"
+        " (0 needs max.connections.per.ip.overrides).",
+        None,
+        at_least(0),
+    ),
+    Setting(
+        "max.connections.per.ip.overrides",
+        STRING,
+        "",
+        "Per-address (or host name) exceptions to max.connections.per.ip: host:count,...",
+        None,
+        HostCounts(),
+    ),
+    Setting(
+        "max.connection.creation.rate",
+        INT,
+        UNLIMITED,
+        "New connections accepted per second over all listeners"
+        " (listener.name.<l>.max.connection.creation.rate for one); faster ones wait.",
+        None,
+        at_least(0),
+    ),
     # --- security: listeners, TLS, SASL, ACLs (docs/security.md) ---
     Setting(
         "listeners",
@@ -891,8 +965,9 @@ _SETTINGS = (
         "queued.max.request.bytes",
         LONG,
         268435456,
-        "Bytes of requests being served and responses not yet sent, over all connections;"
-        " past this, connections wait before reading their next request.",
+        "Bytes of request frames being read or served and of responses being sent, over"
+        " all connections; past it a frame over 256 KiB waits for room before it is read"
+        " (smaller ones never wait). At least socket.request.max.bytes.",
         None,
         at_least(1048576),
     ),
@@ -900,7 +975,9 @@ _SETTINGS = (
         "socket.receive.timeout.ms",
         LONG,
         30000,
-        "A request frame must arrive whole within this long of its first byte.",
+        "A request frame must arrive whole within this long of its first byte, time"
+        " waiting for request memory included (Odradek's own setting: Kafka bounds only"
+        " a connection's idle time).",
         None,
         at_least(1),
     ),
@@ -1026,8 +1103,11 @@ _UNIT_ALIASES = {
 }
 
 # Kafka's per-listener overrides: listener.name.<listener>.<setting>, for the ssl.* and
-# sasl.* settings, connections.max.reauth.ms, and <mechanism>.sasl.jaas.config.
+# sasl.* settings, those below, and <mechanism>.sasl.jaas.config.
 _LISTENER_PREFIXED = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
+_LISTENER_SETTINGS = frozenset(
+    {"connections.max.reauth.ms", "max.connections", "max.connection.creation.rate"}
+)
 _JAAS = re.compile(r"^(plain|scram-sha-256|scram-sha-512)\.sasl\.jaas\.config$")
 
 
@@ -1040,9 +1120,7 @@ def listener_setting(name: str) -> Setting | None:
     if _JAAS.match(base):
         return Setting(name, PASSWORD, "", "JAAS login module config of one mechanism.")
     setting = SETTINGS.get(base)
-    if setting is None or not (
-        base.startswith(("ssl.", "sasl.")) or base == "connections.max.reauth.ms"
-    ):
+    if setting is None or not (base.startswith(("ssl.", "sasl.")) or base in _LISTENER_SETTINGS):
         return None
     return Setting(name, setting.type, setting.default, setting.doc)
 
@@ -1255,6 +1333,19 @@ class BrokerConfig:
             raise ConfigError(
                 f"group.min.session.timeout.ms ({low}) must not exceed "
                 f"group.max.session.timeout.ms ({high})"
+            )
+        queued, largest = self["queued.max.request.bytes"], self["socket.request.max.bytes"]
+        if queued < largest:
+            # Kafka's check: a frame larger than the memory pool could never be read.
+            raise ConfigError(
+                f"queued.max.request.bytes ({queued}) must be at least "
+                f"socket.request.max.bytes ({largest})"
+            )
+        if self["max.connections.per.ip"] == 0 and not parse_host_counts(
+            self["max.connections.per.ip.overrides"]
+        ):
+            raise ConfigError(
+                "max.connections.per.ip can be 0 only if max.connections.per.ip.overrides is set"
             )
         session = self["group.consumer.session.timeout.ms"]
         interval = self["group.consumer.heartbeat.interval.ms"]
