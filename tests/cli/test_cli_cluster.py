@@ -390,8 +390,8 @@ def test_status_table_flags_partitions_and_shows_pids_and_leases(
     assert ["orders", "2", "3", "1", "3,1", "3", "offline,", "under-replicated"] in rows
     assert not any(r[0] == "__consumer_offsets" for r in rows)
     assert outcome.lines[-1] == (
-        "4 partitions, 2 under-replicated, 1 offline; 3 partitions of internal topics hidden "
-        "(1 under-replicated) (--internal shows them)"
+        "4 partitions, 2 under-replicated, 1 offline; 3 partitions of internal topics hidden, "
+        "1 under-replicated (--internal shows them)"
     )
 
 

@@ -600,7 +600,7 @@ def _print_status(summary: dict[str, Any], rows: list[BrokerRow], *, filtered: b
         ]
         line += (
             f"; {hidden['partitions']} partitions of internal topics hidden"
-            + (f" ({', '.join(flagged)})" if flagged else "")
+            + "".join(f", {flag}" for flag in flagged)
             + " (--internal shows them)"
         )
     out.print(line)
