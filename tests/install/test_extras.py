@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from odradek.cli.common import BOOTSTRAP_ENV
 from odradek.cluster.launcher import answers_api_versions
 from odradek.testing import free_port
 
@@ -61,13 +62,12 @@ class Venv:
         return str(self.bin / "python")
 
     def env(self) -> dict[str, str]:
-        """A user's shell with the virtualenv activated: nothing of the test's own Python."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-        env["PATH"] = f"{self.bin}{os.pathsep}{SYSTEM_PATH}"
-        env["VIRTUAL_ENV"] = str(self.root)
-        env.pop("ODRADEK_ETCD_BINARY", None)
-        env.pop("ODRADEK_BOOTSTRAP", None)
-        return env
+        """A user's shell with the virtualenv activated."""
+        return {
+            **users_env(),
+            "PATH": f"{self.bin}{os.pathsep}{SYSTEM_PATH}",
+            "VIRTUAL_ENV": str(self.root),
+        }
 
     def run(
         self,
@@ -89,6 +89,13 @@ class Venv:
             timeout=timeout,
             check=False,
         )
+
+
+def users_env() -> dict[str, str]:
+    """This environment without what points at the test's own Python and checkout (its
+    PYTHONPATH would make pip and the virtualenv see the checkout's sources)."""
+    test_only = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "ODRADEK_ETCD_BINARY", BOOTSTRAP_ENV}
+    return {k: v for k, v in os.environ.items() if k not in test_only}
 
 
 def check(result: subprocess.CompletedProcess[str]) -> str:
@@ -113,6 +120,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(source)],
+        env=users_env(),
         capture_output=True,
         check=True,
         timeout=INSTALL_TIMEOUT_S,
@@ -130,6 +138,7 @@ def make_venv(root: Path, wheel: Path, extra: str | None) -> Venv:
             *(sys.executable, "-m", "pip", "--python", str(root / "bin" / "python")),
             *("install", "--quiet", "--disable-pip-version-check", requirement),
         ],
+        env=users_env(),
         capture_output=True,
         text=True,
         timeout=INSTALL_TIMEOUT_S,
