@@ -56,7 +56,7 @@ def test_sigterm_stops_cleanly_and_leaves_clean_logs(tmp_path: Path) -> None:
             "log.cleaner.min.cleanable.ratio: Value must be between 0 and 1",
         ),
         (["serve", "--set", "justakey"], "--set expects key=value"),
-        (["serve", "--log-level", "LOUD"], "--log-level expects"),
+        (["serve", "--log-level", "LOUD"], "argument --log-level: invalid choice: 'LOUD'"),
         (["serve", "--advertise", "0.0.0.0:9092"], "--advertise needs an address clients can"),
         (
             ["serve", "--set", "max.connections.per.ip.overrides=127.0.0.1=5"],

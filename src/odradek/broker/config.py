@@ -555,7 +555,8 @@ _SETTINGS = (
         "etcd.endpoints",
         LIST,
         "",
-        "etcd client endpoints HOST:PORT holding the cluster's metadata (Odradek; empty: one "
+        "etcd client endpoints HOST:PORT holding the cluster's metadata, tried in order at "
+        "start-up; the first that answers is used while the broker runs (Odradek; empty: one "
         "node, no etcd).",
         None,
         EtcdEndpoints(),

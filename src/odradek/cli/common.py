@@ -72,6 +72,35 @@ def add_format_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+PARTITION_SHORT_FLAG_MOVED = (
+    "-p is the partition count ('topics create -p 6'); to pick one partition give --partition N"
+)
+
+
+def reject_short_flag(parser: argparse.ArgumentParser, flag: str, message: str) -> None:
+    """Make `flag`, which this command no longer has, a one-line usage error saying what
+    to write instead, so old usage fails instead of meaning something else."""
+
+    class Rejected(argparse.Action):
+        def __call__(
+            self,
+            parser: argparse.ArgumentParser,
+            namespace: argparse.Namespace,
+            values: Any,
+            option_string: str | None = None,
+        ) -> None:
+            parser.error(message)
+
+    parser.add_argument(
+        flag,
+        action=Rejected,
+        nargs="?",
+        dest=argparse.SUPPRESS,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
+
+
 def positive_float(text: str) -> float:
     try:
         value = float(text)

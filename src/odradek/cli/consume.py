@@ -14,6 +14,7 @@ from typing import Any
 
 from odradek.cli.common import (
     API_TIMEOUT_S,
+    PARTITION_SHORT_FLAG_MOVED,
     Failed,
     add_connection_options,
     admin_client,
@@ -22,6 +23,7 @@ from odradek.cli.common import (
     non_negative_int,
     positive_float,
     positive_int,
+    reject_short_flag,
 )
 from odradek.cli.errors import CliError
 
@@ -53,7 +55,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     source.add_argument(
         "--partition",
-        "-p",
         action="append",
         type=non_negative_int,
         metavar="N",
@@ -99,6 +100,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SEP",
         help="what --format kv puts between key and value (default: a tab)",
     )
+    reject_short_flag(parser, "-p", PARTITION_SHORT_FLAG_MOVED)
     add_connection_options(parser)
     parser.set_defaults(run=run)
 

@@ -13,6 +13,7 @@ from typing import Any, BinaryIO
 
 from odradek.cli.common import (
     API_TIMEOUT_S,
+    PARTITION_SHORT_FLAG_MOVED,
     Failed,
     add_connection_options,
     admin_client,
@@ -20,6 +21,7 @@ from odradek.cli.common import (
     describe_error,
     key_value,
     non_negative_int,
+    reject_short_flag,
 )
 from odradek.cli.errors import CliError
 
@@ -63,7 +65,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--partition",
-        "-p",
         type=non_negative_int,
         metavar="N",
         help="send every record to partition N (default: by key hash, or spread when no key)",
@@ -78,6 +79,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="MS",
         help="wait up to MS to fill batches (default 5)",
     )
+    reject_short_flag(parser, "-p", PARTITION_SHORT_FLAG_MOVED)
     add_connection_options(parser)
     parser.set_defaults(run=run)
 

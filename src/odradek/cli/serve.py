@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 DEFAULT_LISTEN = "127.0.0.1:9092"
 DEFAULT_DATA_DIR = "odradek-data"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 # Kafka settings with no meaning for one Odradek node: read from a file, then ignored.
 KAFKA_SETTINGS_IGNORED = frozenset(
@@ -111,14 +112,22 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--etcd",
         metavar="HOST:PORT[,HOST:PORT...]",
-        help="join a cluster whose metadata lives in this etcd (the etcd.endpoints setting); "
-        "without it the broker is a single node and needs no etcd",
+        help="join a cluster whose metadata lives in etcd (the etcd.endpoints setting): the "
+        "endpoints are tried in order at start-up and the first that answers is used for "
+        "as long as the broker runs (no switch to another while running); without it the "
+        "broker is a single node and needs no etcd",
     )
     parser.add_argument(
         "--node-id", type=int, metavar="ID", help="this broker's id (the node.id setting)"
     )
     parser.add_argument("--rack", metavar="RACK", help="this broker's rack (broker.rack)")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,  # any case, as Python's logging level names
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="what the broker logs, in any case (default INFO)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -206,11 +215,8 @@ def run(args: argparse.Namespace) -> int:
     from odradek.log.dir_lock import DirectoryInUseError
     from odradek.protocol.scram import ScramError
 
-    level = getattr(logging, str(args.log_level).upper(), None)
-    if not isinstance(level, int):
-        raise CliError(f"--log-level expects DEBUG, INFO, WARNING or ERROR, got {args.log_level!r}")
     logging.basicConfig(
-        level=level,
+        level=args.log_level,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
