@@ -48,7 +48,7 @@ def test_every_command_explains_itself(cli, command: list[str]) -> None:
 
 def test_describe_help_says_where_the_generation_comes_from(cli) -> None:
     result = cli("groups", "describe", "--help", connect=False)
-    assert "__odradek_group_events" in result.out and "unknown" in result.out
+    assert "__consumer_offsets" in result.out and "unknown" in result.out
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ so a JSON log formatter can pick them up.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from odradek.coordinator.types import CoordinatorEvent
@@ -29,6 +29,12 @@ GROUP_EPOCH_BUMPED = "group_epoch_bumped"
 TARGET_ASSIGNMENT_COMPUTED = "target_assignment_computed"
 MEMBER_RECONCILED = "member_reconciled"
 GROUP_CONVERTED = "group_converted"  # classic <-> consumer (online migration)
+
+
+def members_phrase(member_ids: Sequence[str]) -> str:
+    """Member ids as prose for a reason: "member a" or "members a, b"."""
+    noun = "member" if len(member_ids) == 1 else "members"
+    return f"{noun} {', '.join(member_ids)}"
 
 
 def make_event(kind: str, group_id: str, at_ms: int, **fields: Any) -> CoordinatorEvent:
