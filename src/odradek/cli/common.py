@@ -239,8 +239,8 @@ def _reason(exc: BaseException) -> str:
     return re.sub(r"^\[Error -?\d+\] \w+: ", "", text)
 
 
-def unreachable(args: argparse.Namespace, exc: BaseException, within_s: float) -> Failed:
-    return Failed(f"cannot reach a broker at {args.bootstrap} within {within_s:g}s: {_reason(exc)}")
+def unreachable(args: argparse.Namespace, exc: BaseException, within: str) -> Failed:
+    return Failed(f"cannot reach a broker at {args.bootstrap} within {within}: {_reason(exc)}")
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -280,13 +280,16 @@ def admin_client(args: argparse.Namespace) -> Iterator[AdminClient]:
     deadline = deadline_of(args)
     admin.set_deadline(deadline.at)
     try:
-        connect_s = min(args.connect_timeout, deadline.remaining_s(f"reaching {args.bootstrap}"))
+        remaining = deadline.remaining_s(f"reaching {args.bootstrap}")
+        connect_s, within = args.connect_timeout, f"{args.connect_timeout:g}s"
+        if remaining < connect_s:
+            connect_s, within = remaining, f"{deadline.seconds:g}s (--timeout)"
         try:
             admin.describe_cluster(timeout_ms=max(1, int(connect_s * 1000)))
         except KafkaError as exc:
             if is_authentication_error(exc):
                 raise Failed(f"{args.bootstrap}: {describe_error(exc)}") from None
-            raise unreachable(args, exc, connect_s) from None
+            raise unreachable(args, exc, within) from None
         yield admin
     finally:
         admin.close()
