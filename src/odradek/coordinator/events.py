@@ -1,10 +1,12 @@
 """Structured observations: every state transition and every completed rebalance.
 
-Events are returned in ``Result.events`` for the runtime (metrics, CLI views).
-The runtime logs them with :func:`log_events` once the call that produced
-them is durable (a call that fails is undone, and so are its events), through
-stdlib ``logging`` with the event dict under ``extra={"odradek_event": ...}``
-so a JSON log formatter can pick them up.
+Events are returned in ``Result.events`` for the runtime (metrics), and the
+core also writes each of them as a record of the group's partition, after the
+call's own records (``history``: what ``odradek groups history`` reads). The
+runtime logs them with :func:`log_events` once the call that produced them is
+durable (a call that fails is undone, and so are its events), through stdlib
+``logging`` with the event dict under ``extra={"odradek_event": ...}`` so a
+JSON log formatter can pick them up.
 """
 
 from __future__ import annotations

@@ -137,7 +137,18 @@ def decode_event_key(key: bytes) -> tuple[str, int] | None:
 
 def event_key_prefix(group_id: str) -> bytes:
     """What every event key of ``group_id`` starts with (its slot follows: 4 bytes)."""
-    return encode_event_key(group_id, 0)[:-4]
+    name = group_id.encode()
+    return KEY_PREFIX + _I16.pack(len(name)) + name
+
+
+def _split_key(key: bytes) -> tuple[bytes, int]:
+    """(prefix, slot) of an event key, checked but not decoded (replay's hot path)."""
+    if len(key) < 8 or _I16.unpack_from(key, 2)[0] != len(key) - 8:
+        raise RecordFormatError("bad group event key length")
+    (slot,) = _I32.unpack_from(key, len(key) - 4)
+    if not 0 <= slot < HISTORY_SLOTS:
+        raise RecordFormatError(f"bad group event key slot {slot}")
+    return key[:-4], slot
 
 
 def encode_event_value(sequence: int, event: CoordinatorEvent) -> bytes:
@@ -215,6 +226,7 @@ def encode_fields(fields: dict[str, Any]) -> bytes:
 
 
 def _smaller_fields(out: dict[str, Any], truncated: dict[str, int]) -> dict[str, Any]:
+    """``encode_fields``' second and third tries."""
     smaller: dict[str, Any] = {}
     for name, value in out.items():
         if name == TRUNCATED:
@@ -263,11 +275,12 @@ class GroupHistories:
     """Hard state of one shard's histories: each group's next sequence and live events.
 
     Changed only by ``replay`` of event records (like every hard state of the shard), so
-    a shard loaded from the log has exactly the histories the live shard had.
+    a shard loaded from the log has exactly the histories the live shard had. Groups are
+    known by their key prefix (``event_key_prefix``): replay never decodes a group id.
     """
 
     def __init__(self) -> None:
-        self._rings: dict[str, _Ring] = {}
+        self._rings: dict[bytes, _Ring] = {}
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, GroupHistories) and self._rings == other._rings
@@ -278,43 +291,46 @@ class GroupHistories:
         return f"GroupHistories({self._rings!r})"
 
     def replay(self, record: CoordinatorRecord) -> None:
-        decoded = decode_event_key(record.key)
-        assert decoded is not None
-        group_id, slot = decoded
-        ring = self._rings.get(group_id)
+        prefix, slot = _split_key(record.key)
+        ring = self._rings.get(prefix)
         if record.value is None:
             if ring is None:
                 return  # its record was compacted away already
             sequence = _sequence_in_slot(ring.next_sequence, slot)
             ring.live.pop(sequence, None)
             if not ring.live:
-                del self._rings[group_id]  # nothing left: the next event is sequence 0
+                del self._rings[prefix]  # nothing left: the next event is sequence 0
             return
         sequence, at_ms = event_header(record.value)
         if ring is None:
-            ring = self._rings[group_id] = _Ring()
+            ring = self._rings[prefix] = _Ring()
         elif sequence < ring.next_sequence - HISTORY_SLOTS:
-            return  # overwritten already (a reader that started late would see it first)
+            return  # overwritten already
         ring.live.pop(sequence - HISTORY_SLOTS, None)  # the event this one overwrote
         ring.live[sequence] = at_ms
-        ring.next_sequence = max(ring.next_sequence, sequence + 1)
+        if sequence >= ring.next_sequence:
+            ring.next_sequence = sequence + 1
+
+    def _ring(self, group_id: str) -> _Ring | None:
+        return self._rings.get(event_key_prefix(group_id))
 
     def next_sequence(self, group_id: str) -> int:
-        ring = self._rings.get(group_id)
+        ring = self._ring(group_id)
         return 0 if ring is None else ring.next_sequence
 
     def groups(self) -> list[str]:
-        return list(self._rings)
+        """The groups with live events."""
+        return [prefix[4:].decode(errors="replace") for prefix in self._rings]
 
     def live_slots(self, group_id: str) -> list[int]:
-        ring = self._rings.get(group_id)
+        ring = self._ring(group_id)
         if ring is None:
             return []
         return [sequence % HISTORY_SLOTS for sequence in sorted(ring.live)]
 
     def slots_older_than(self, group_id: str, cutoff_ms: int) -> list[int]:
         """Slots of ``group_id``'s live events stamped before ``cutoff_ms`` (wall clock)."""
-        ring = self._rings.get(group_id)
+        ring = self._ring(group_id)
         if ring is None:
             return []
         return [s % HISTORY_SLOTS for s, at in sorted(ring.live.items()) if at < cutoff_ms]
