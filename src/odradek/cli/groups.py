@@ -332,8 +332,12 @@ def group_report(args: argparse.Namespace, admin: Any, group: str) -> dict[str, 
     # A consumer-protocol group's epoch is in its description; it has no leader. A group
     # that never had members (offsets only) has neither.
     facts: dict[str, Any] = {}
+    unreadable = None
     if not consumer_group and not never_joined:
-        facts = history.latest_facts(history.read_events(args, admin, group))
+        try:
+            facts = history.latest_facts(history.read_events(args, admin, group))
+        except history.HistoryNotReadable as exc:
+            unreadable = str(exc)  # the rest of the description does not need it
     rows = []
     for tp in sorted(partitions):
         topic = topics.get(tp.topic)
@@ -400,6 +404,8 @@ def group_report(args: argparse.Namespace, admin: Any, group: str) -> dict[str, 
         "leader": leader,
         "generation_source": source,
     }
+    if unreadable is not None:
+        report["history_error"] = unreadable
     if consumer_group:
         report["group_epoch"] = description.group_epoch
         report["assignment_epoch"] = description.assignment_epoch
@@ -418,7 +424,7 @@ def group_report(args: argparse.Namespace, admin: Any, group: str) -> dict[str, 
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    from odradek.cli import render
+    from odradek.cli import history, render
     from odradek.client import TopicPartition
 
     with admin_client(args) as admin:
@@ -446,9 +452,11 @@ def run_describe(args: argparse.Namespace) -> int:
         protocol = report["protocol_type"] or "simple (offsets only, no members ever joined)"
         if report["protocol"]:
             protocol += f" / {report['protocol']}"
+        why = "the group's history has none"
+        if report.get("history_error"):
+            why = f"this client may not read the group's history in {history.OFFSETS_TOPIC}"
         generation: Any = render.text(
-            "unknown (DescribeGroups does not carry it, and the group's history has none)",
-            "dim",
+            f"unknown (DescribeGroups does not carry it, and {why})", "dim"
         )
         if report["generation_source"] == "no members ever":
             generation = render.text("none (no member has ever joined this group)", "dim")

@@ -46,6 +46,17 @@ MAX_POLL_RECORDS = 20_000
 FETCH_BYTES = 16 * 1024 * 1024  # the partition is read whole: take it in large fetches
 
 Event = dict[str, Any]
+TOPIC_AUTHORIZATION_FAILED = 29
+
+
+class HistoryNotReadable(Failed):
+    """The client may not read ``__consumer_offsets`` (no READ on it in the ACLs)."""
+
+
+def _failure(what: str, exc: Any) -> Failed:
+    if getattr(exc, "code", None) == TOPIC_AUTHORIZATION_FAILED:
+        return HistoryNotReadable(f"{what}: not authorized to read {OFFSETS_TOPIC}")
+    return Failed(f"{what}: {describe_error(exc)}")
 
 
 def group_partition(args: argparse.Namespace, admin: Any, group: str) -> int | None:
@@ -58,7 +69,7 @@ def group_partition(args: argparse.Namespace, admin: Any, group: str) -> int | N
     except UnknownTopicOrPartitionError:
         return None
     except KafkaError as exc:
-        raise Failed(f"cannot look up {OFFSETS_TOPIC}: {describe_error(exc)}") from None
+        raise _failure(f"cannot look up {OFFSETS_TOPIC}", exc) from None
     return partition_for(group, len(described[OFFSETS_TOPIC].partitions))
 
 
@@ -115,7 +126,7 @@ def read_events(
     except KafkaTimeoutError:
         raise deadline.timed_out(what) from None
     except KafkaError as exc:
-        raise Failed(f"{what}: {describe_error(exc)}") from None
+        raise _failure(what, exc) from None
     finally:
         consumer.close()
     return [event.as_dict() for event in reader.events()]
