@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from coord_ctx import Ctx, ctx0, join_response, stable
+from coord_ctx import Ctx, commit, ctx0, join_response, stable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -125,7 +125,7 @@ def test_the_sweep_tombstones_events_older_than_the_retention() -> None:
         )
     )
     (a,), gen = stable(ctx, 1)
-    ctx.call(commit_request("g", gen, a))  # offsets keep the Empty group alive
+    ctx.call(commit("g", "foo", 0, 7, gen, a))  # offsets keep the Empty group alive
     ctx.leave("g", (a, None))
     first = len(events_of(ctx))
     ctx.sleep(30_000)
@@ -142,12 +142,6 @@ def test_the_sweep_tombstones_events_older_than_the_retention() -> None:
     cycle(ctx)
     assert history(ctx.log)[0].sequence == 0  # nothing left: the count starts over
     ctx.check_replay_equivalence()
-
-
-def commit_request(group: str, gen: int, member: str) -> Any:
-    from coord_ctx import commit
-
-    return commit(group, "foo", 0, 7, gen, member)
 
 
 def test_a_deleted_groups_history_is_tombstoned() -> None:
