@@ -311,7 +311,6 @@ def test_list_configs_take_append_and_subtract(admin: AdminClient) -> None:
         ].result(timeout=10),
         lambda admin: incremental_set(admin, "__consumer_offsets", "max.message.bytes", "10"),
         lambda admin: incremental_set(admin, "__consumer_offsets", "cleanup.policy", "delete"),
-        lambda admin: incremental_set(admin, "__odradek_group_events", "max.message.bytes", "1"),
         lambda admin: [
             f.result(timeout=10)
             for f in admin.incremental_alter_configs(
@@ -339,7 +338,6 @@ def test_list_configs_take_append_and_subtract(admin: AdminClient) -> None:
         "more-partitions",
         "max-message-bytes",
         "cleanup-policy",
-        "events-max-message-bytes",
         "delete-cleanup-policy",
         "replace-all",
     ],
@@ -360,7 +358,6 @@ def test_internal_topics_refuse_changes_that_break_the_coordinator(
 def test_internal_topics_allow_housekeeping_configs(admin: AdminClient) -> None:
     # validate_only: checked exactly as a real change, nothing changes on the shared broker
     incremental_set(admin, "__consumer_offsets", "segment.ms", "3600000", validate_only=True)
-    incremental_set(admin, "__odradek_group_events", "retention.ms", "3600000", validate_only=True)
     with pytest.raises(Exception, match="INVALID_CONFIG"):  # the client floor still applies
         incremental_set(admin, "__consumer_offsets", "segment.bytes", "2048", validate_only=True)
 

@@ -49,7 +49,7 @@ def test_every_command_explains_itself(cli, command: list[str]) -> None:
 
 def test_describe_help_says_where_the_generation_comes_from(cli) -> None:
     result = cli("groups", "describe", "--help", connect=False)
-    assert "__odradek_group_events" in result.out and "unknown" in result.out
+    assert "__consumer_offsets" in result.out and "unknown" in result.out
 
 
 @pytest.mark.parametrize(
@@ -117,6 +117,54 @@ def test_unreachable_broker_is_one_line_exit_1_within_seconds(run_process, args)
     assert len(lines) == 1, result.err
     assert f"cannot reach a broker at 127.0.0.1:{port}" in lines[0]
     assert "connection refused" in lines[0]
+
+
+@pytest.fixture
+def silent_broker():
+    """A listening socket that never accepts: a connect succeeds (the kernel queues it)
+    and no request is ever answered, like a hung broker."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["topics", "list"],
+        ["groups", "describe", "g"],
+        ["groups", "history", "g"],
+        ["groups", "list"],
+        ["transactions", "list"],
+    ],
+    ids=" ".join,
+)
+def test_timeout_bounds_a_command_whatever_the_connect_timeout(
+    run_process, silent_broker, args
+) -> None:
+    started = time.monotonic()
+    result = run_process(
+        *args, "--bootstrap", silent_broker, "--connect-timeout", "30", "--timeout", "2"
+    )
+    took = time.monotonic() - started
+    assert took < 12, took  # 2 s, and the interpreter's start on shared cores
+    assert result.code == 1, result
+    [line] = result.err.strip().splitlines()
+    assert line == (
+        f"odradek: cannot reach a broker at {silent_broker} within 2s (--timeout): no answer"
+    )
+
+
+def test_every_broker_command_has_a_timeout(cli) -> None:
+    for command in COMMANDS:
+        help_text = cli(*command, "--help", connect=False).out
+        assert "--timeout SECONDS" in help_text, command
 
 
 def test_unknown_host_is_one_line(run_process) -> None:

@@ -755,6 +755,15 @@ _SETTINGS = (
         at_least(0),
     ),
     Setting("group.max.size", INT, 2**31 - 1, "Most members in one group.", None, at_least(1)),
+    Setting(
+        "group.history.retention.ms",
+        LONG,
+        7 * 24 * 3_600_000,
+        "Group events (the history `odradek groups history` shows) older than this are "
+        "deleted; each group keeps at most its last 512 anyway (no Kafka equivalent).",
+        None,
+        at_least(1),
+    ),
     # --- consumer groups (KIP-848, group.protocol=consumer; docs/coordinator.md) ---
     Setting(
         "group.consumer.session.timeout.ms",

@@ -53,7 +53,13 @@ storage_failures = RateLimitedLog(log)
 
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__odradek_group_events", "__transaction_state"})
+# Where group events went before they became records of the group's own
+# __consumer_offsets partition (coordinator/history.py): no longer written; a data
+# directory that has it keeps it, as an internal topic, until an operator deletes it.
+LEGACY_GROUP_EVENTS_TOPIC = "__odradek_group_events"
+INTERNAL_TOPICS = frozenset(
+    {"__consumer_offsets", LEGACY_GROUP_EVENTS_TOPIC, "__transaction_state"}
+)
 INVALID_CONFIG = 40
 POLICY_VIOLATION = 44
 # Configs of internal topics a client may change: housekeeping that changes neither what
@@ -79,7 +85,7 @@ INTERNAL_TOPIC_ALTERABLE_CONFIGS = frozenset(
 )
 # The rebalance history is observational: its retention is the operator's choice.
 INTERNAL_TOPIC_EXTRA_ALTERABLE = {
-    "__odradek_group_events": frozenset({"retention.ms", "retention.bytes"})
+    LEGACY_GROUP_EVENTS_TOPIC: frozenset({"retention.ms", "retention.bytes"})
 }
 PRODUCER_ID_BLOCK = 1000
 MAX_PARTITIONS = 100_000  # keeps `<249-char name>-<index>` within a 255-byte file name

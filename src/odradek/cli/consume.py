@@ -13,11 +13,11 @@ import time
 from typing import Any
 
 from odradek.cli.common import (
-    API_TIMEOUT_S,
     PARTITION_SHORT_FLAG_MOVED,
     Failed,
     add_connection_options,
     admin_client,
+    api_timeout_ms,
     client_settings,
     describe_error,
     non_negative_int,
@@ -77,7 +77,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--timeout",
         type=positive_float,
         metavar="SECONDS",
-        help="stop when no record has arrived for this long",
+        help="stop when no record has arrived for this long (also the longest wait for "
+        "the brokers' other answers; default: follow the topic until Ctrl-C)",
     )
     parser.add_argument(
         "--format",
@@ -101,7 +102,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="what --format kv puts between key and value (default: a tab)",
     )
     reject_short_flag(parser, "-p", PARTITION_SHORT_FLAG_MOVED)
-    add_connection_options(parser)
+    add_connection_options(parser, timeout=False)  # its --timeout is the idle time
     parser.set_defaults(run=run)
 
 
@@ -233,14 +234,14 @@ def run(args: argparse.Namespace) -> int:
             auto_offset_reset=reset,
             enable_auto_commit=True,
             allow_auto_create_topics=False,
-            default_api_timeout_ms=int(API_TIMEOUT_S * 1000),
+            default_api_timeout_ms=api_timeout_ms(args),
             **settings,
         )
     else:
         consumer = Consumer(
             auto_offset_reset=reset,
             allow_auto_create_topics=False,
-            default_api_timeout_ms=int(API_TIMEOUT_S * 1000),
+            default_api_timeout_ms=api_timeout_ms(args),
             **settings,
         )
     restore = _stop_on_sigterm()

@@ -423,10 +423,11 @@ class ClusterNode:
             self.controller.poke()
 
     def _local_topic(self, name: str) -> bool:
-        """Topics each broker keeps for itself, never in etcd (the group history)."""
-        from odradek.broker.group_runtime import EVENTS_TOPIC
+        """Topics each broker keeps for itself, never in etcd: the group history of older
+        versions, no longer written (left alone where a data directory has it)."""
+        from odradek.broker.topics import LEGACY_GROUP_EVENTS_TOPIC
 
-        return name == EVENTS_TOPIC
+        return name == LEGACY_GROUP_EVENTS_TOPIC
 
     def _advance(self, revision: int) -> None:
         self.revision = max(self.revision, revision)

@@ -37,7 +37,9 @@ Calling it
    with the request; JoinGroup and SyncGroup responses can come back from a
    later call, so responses are matched by token, never by position.
    ``result.events`` are structured observations (state transitions,
-   completed rebalances); ``events.log_events`` logs them.
+   completed rebalances); ``events.log_events`` logs them. The core has
+   already written them into ``result.records`` too, after the call's own
+   records: the group's history, kept in its partition (``history``).
 3. Unloading: ``shard.on_unloaded()`` answers parked requests with
    NOT_COORDINATOR and cancels the shard's timers.
 

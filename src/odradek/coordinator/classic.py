@@ -9,7 +9,15 @@ from __future__ import annotations
 from odradek.coordinator import events as ev
 from odradek.coordinator.core import ShardBase
 from odradek.coordinator.errors import ErrorCode
-from odradek.coordinator.group import ClassicGroup, ClassicMember, JoinMode, Waiter
+from odradek.coordinator.group import (
+    ClassicGroup,
+    ClassicMember,
+    JoinMode,
+    Waiter,
+    entry_bytes,
+    member_entry_bytes,
+    record_bytes_bound,
+)
 from odradek.coordinator.state import GroupState
 from odradek.coordinator.timer import HEARTBEAT, JOIN, PENDING, SYNC, timer_key
 from odradek.coordinator.types import (
@@ -28,6 +36,13 @@ from odradek.coordinator.types import (
 
 S = GroupState
 E = ErrorCode
+# A member id's uuid part, for sizing a member that has none yet (same length).
+NEW_ID_PLACEHOLDER = "0" * 36
+# max.message.bytes / this stays free beside a group's record, for the events written
+# with it (a call's events are written only while they fit: history.py).
+EVENTS_HEADROOM_DIVISOR = 32
+# The leader id a record is sized with, at least (the next join phase may elect another).
+LEADER_ID_BYTES = 255
 
 
 def _join_error(error: ErrorCode, member_id: str = "") -> JoinGroupResponse:
@@ -59,6 +74,9 @@ class ClassicHandlers(ShardBase):
             if not req.protocol_type or not req.protocols:
                 self._respond(token, _join_error(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
                 return
+            if not self._record_fits(None, req):
+                self._respond(token, _join_error(E.GROUP_MAX_SIZE_REACHED))
+                return
             group = ClassicGroup(req.group_id, state_timestamp_ms=self._wall_ms)
             self.groups[req.group_id] = group
             # Like Kafka's new coordinator, persist the group as soon as it exists.
@@ -70,6 +88,8 @@ class ClassicHandlers(ShardBase):
                 group.remove_member(member.member_id)
                 self._cancel_heartbeat(group, member.member_id)
             self._respond(token, _join_error(E.GROUP_MAX_SIZE_REACHED))
+        elif not self._record_fits(group, req):
+            self._refuse_oversized(group, now, token, req)
         elif unknown:
             self._join_new_member(group, now, token, req)
         else:
@@ -88,6 +108,90 @@ class ClassicHandlers(ShardBase):
                 return True
             return group.num_awaiting_join < max_size
         return member_id in group.members or len(group.members) < max_size
+
+    # --- the group's record must fit max.message.bytes -------------------------------
+    #
+    # A classic group is one record (GroupMetadataValue: every member's metadata and
+    # assignment), written when a join phase completes. Kafka fails that write with
+    # MESSAGE_TOO_LARGE, answered as UNKNOWN_SERVER_ERROR (GroupMetadataManager's
+    # appendGroupMetadataErrorToResponseError), and the group rebalances again and again.
+    # Odradek refuses the member that would not fit, as group.max.size refuses one
+    # member too many (acceptJoiningMember): GROUP_MAX_SIZE_REACHED, fatal for that
+    # member only, answered at once. The group keeps serving the others, and takes the
+    # member once others leave or it joins with smaller metadata. Assignments are not
+    # counted (a join phase writes none; a leader's SyncGroup whose assignment does not
+    # fit fails alone). A share of max.message.bytes stays free for the events written
+    # with the record (history.py).
+
+    def _record_budget(self) -> int:
+        limit = self.config.max_message_bytes
+        return limit - limit // EVENTS_HEADROOM_DIVISOR
+
+    def _record_fits(self, group: ClassicGroup | None, req: JoinGroupRequest) -> bool:
+        """Whether the group's record fits with the joining member as it asks, in place
+        of the member it is (or, static, replaces), beside every other member. A member
+        whose entry does not grow always fits (a group loaded over the limit sheds at
+        the end of its join phase instead: ``_shed_oversized``)."""
+        prefix = req.group_instance_id if req.group_instance_id is not None else req.client_id
+        member_id = req.member_id or f"{prefix}-{NEW_ID_PLACEHOLDER}"
+        protocols = tuple(req.protocols)
+        joiner = entry_bytes(
+            member_id, req.group_instance_id, req.client_id, req.client_host, protocols
+        )
+        entries = joiner
+        leader = len(member_id.encode())
+        if group is not None:
+            replaced_bytes = 0
+            for replaced in {req.member_id, group.static_member_id(req.group_instance_id)}:
+                member = group.members.get(replaced or "")
+                if member is not None:
+                    replaced_bytes += member_entry_bytes(member)
+            if replaced_bytes and joiner <= replaced_bytes:
+                return True
+            entries += group.members_bytes - replaced_bytes
+            leader = max(leader, len((group.leader_id or "").encode()), LEADER_ID_BYTES)
+        size = record_bytes_bound(req.group_id, req.protocol_type, protocols, entries, leader)
+        return size <= self._record_budget()
+
+    def _refuse_oversized(
+        self, group: ClassicGroup, now: int, token: RequestToken, req: JoinGroupRequest
+    ) -> None:
+        """GROUP_MAX_SIZE_REACHED to a member the group's record cannot hold; one that was
+        a member leaves (the others rebalance without it)."""
+        mid = req.member_id
+        if mid in group.pending_members:  # KIP-394's second JoinGroup
+            del group.pending_members[mid]
+            self._cancel_pending(group, mid)
+        elif mid in group.members and not group.is_static_member_fenced(req.group_instance_id, mid):
+            self._remove_member_and_update(
+                group, group.members[mid], now, self._too_large_reason(f"member {mid}")
+            )
+        self._respond(token, _join_error(E.GROUP_MAX_SIZE_REACHED))
+
+    def _too_large_reason(self, who: str) -> str:
+        return (
+            f"{who} removed: with its metadata the group's record would exceed "
+            f"max.message.bytes ({self.config.max_message_bytes})"
+        )
+
+    def _shed_oversized(self, group: ClassicGroup, now: int) -> None:
+        """Before a generation is written: refuse the members that joined last until the
+        group's record fits (their JoinGroup gets GROUP_MAX_SIZE_REACHED). Joins are
+        checked as they come; only a group loaded over the limit (an operator lowered
+        max.message.bytes) gets here with too much."""
+        members = list(group.members.values())
+        if not members:
+            return
+        leader = max(len(m.member_id.encode()) for m in members)
+        size = record_bytes_bound(
+            group.group_id, group.protocol_type, members[0].protocols, group.members_bytes, leader
+        )
+        budget = self._record_budget()
+        while members and size > budget:
+            member = members.pop()
+            size -= member_entry_bytes(member)
+            self._answer_join_waiter(member, _join_error(E.GROUP_MAX_SIZE_REACHED))
+            self._drop_member(group, member, now, self._too_large_reason("member"))
 
     def _join_new_member(
         self, group: ClassicGroup, now: int, token: RequestToken, req: JoinGroupRequest
@@ -227,6 +331,7 @@ class ClassicHandlers(ShardBase):
 
     def _update_member(
         self,
+        group: ClassicGroup,
         member: ClassicMember,
         protocols: tuple[tuple[str, bytes], ...],
         rebalance_timeout_ms: int,
@@ -236,7 +341,7 @@ class ClassicHandlers(ShardBase):
         if member.join_waiter is not None and waiter is not None:
             # A retried JoinGroup replaces the parked one; answer the old so no token leaks.
             self._answer_join_waiter(member, _join_error(E.REBALANCE_IN_PROGRESS, member.member_id))
-        member.protocols = tuple(protocols)
+        group.set_protocols(member, tuple(protocols))
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.session_timeout_ms = session_timeout_ms
         member.join_waiter = waiter
@@ -251,7 +356,12 @@ class ClassicHandlers(ShardBase):
         reason: str,
     ) -> None:
         self._update_member(
-            member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, Waiter(token)
+            group,
+            member,
+            req.protocols,
+            req.rebalance_timeout_ms,
+            req.session_timeout_ms,
+            Waiter(token),
         )
         if req.reason:
             reason += f" (client reason: {req.reason})"
@@ -277,7 +387,12 @@ class ClassicHandlers(ShardBase):
         member = group.replace_static_member(instance_id, old_id, new_id)
         self._schedule_heartbeat(group, member, now + member.session_timeout_ms)
         self._update_member(
-            member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, Waiter(token)
+            group,
+            member,
+            req.protocols,
+            req.rebalance_timeout_ms,
+            req.session_timeout_ms,
+            Waiter(token),
         )
         self._event(
             ev.STATIC_MEMBER_REPLACED,
@@ -371,6 +486,7 @@ class ClassicHandlers(ShardBase):
                 self._drop_member(group, member, now, "did not rejoin before the rebalance timeout")
         if group.state is S.DEAD:
             return
+        self._shed_oversized(group, now)
         if not group.maybe_elect_new_joined_leader() and group.members:
             # Nobody rejoined: wait another rebalance timeout for session expiry to clean up.
             self._schedule_join(group, JoinMode.REGULAR, now + group.rebalance_timeout_ms)
@@ -579,10 +695,12 @@ class ClassicHandlers(ShardBase):
         # a member that is leaving in the same request.
         results = []
         removed: list[str] = []
+        client_reasons: set[str | None] = set()
         for lm in req.members:
             why = "member left the group"
             if lm.reason:
                 why += f" (client reason: {lm.reason})"
+            client_reasons.add(lm.reason)
             if lm.member_id == "":
                 # KIP-345 admin removal by instance id.
                 current = group.static_member_id(lm.group_instance_id)
@@ -607,7 +725,10 @@ class ClassicHandlers(ShardBase):
                 error = E.UNKNOWN_MEMBER_ID
             results.append(LeaveGroupMemberResponse(lm.member_id, lm.group_instance_id, int(error)))
         if removed:
-            reason = f"members {removed} left the group"
+            reason = f"{ev.members_phrase(removed)} left the group"
+            shared = next(iter(client_reasons)) if len(client_reasons) == 1 else None
+            if shared:
+                reason += f" (client reason: {shared})"
             if group.state in (S.STABLE, S.COMPLETING_REBALANCE):
                 self._maybe_prepare_rebalance(group, now, reason)
             elif group.state is S.PREPARING_REBALANCE:
@@ -663,7 +784,9 @@ class ClassicHandlers(ShardBase):
                         group, member, now, "no SyncGroup before the rebalance timeout"
                     )
             self._prepare_rebalance(
-                group, now, f"members {laggards} did not sync before the rebalance timeout"
+                group,
+                now,
+                f"{ev.members_phrase(laggards)} did not sync before the rebalance timeout",
             )
 
     def _on_heartbeat_timer(self, now: int, group: ClassicGroup, member_id: str) -> None:

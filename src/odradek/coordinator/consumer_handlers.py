@@ -554,7 +554,7 @@ class ConsumerGroupHandlers(ShardBase):
                 self._record(consumer_record(REGULAR_EXPRESSION, group.group_id, value, regex))
                 change.regexes[regex] = value
                 if found is not None:
-                    change.reasons.append(f"regex {regex!r} now matches {list(topics)}")
+                    change.reasons.append(f"regex {regex!r} now matches {_topics_phrase(topics)}")
         subscription = subscription_metadata(change.subscribed_topic_names(), image)
         if subscription != tuple(group.subscription_metadata.values()):
             self._record(
@@ -964,3 +964,11 @@ class ConsumerGroupHandlers(ShardBase):
     def _maybe_downgrade(self, now: int, group: ConsumerGroup, leaving: set[str], why: str) -> bool:
         """Members leave: turn the group back into a classic group if that is due (True)."""
         return False
+
+
+def _topics_phrase(topics: Iterable[str]) -> str:
+    """Topic names as prose: "topics a, b", "topic a" or "no topic"."""
+    names = sorted(topics)
+    if not names:
+        return "no topic"
+    return f"{'topic' if len(names) == 1 else 'topics'} {', '.join(names)}"

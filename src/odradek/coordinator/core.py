@@ -28,6 +28,13 @@ from odradek.coordinator.consumer_records import (
 )
 from odradek.coordinator.errors import ErrorCode
 from odradek.coordinator.group import ClassicGroup, ClassicMember, RebalanceTracking
+from odradek.coordinator.history import (
+    GroupHistories,
+    batch_bytes,
+    event_record,
+    event_tombstone,
+    record_bytes,
+)
 from odradek.coordinator.journal import active_journal
 from odradek.coordinator.metadata import EMPTY_IMAGE, TopicsImage
 from odradek.coordinator.records import group_metadata_record
@@ -95,6 +102,10 @@ class ShardBase:
         self.loaded = False
         self._out = Result()
         self._wall_ms = 0  # wall clock of the call in progress
+        # Each group's event history (history.py): hard state, changed only by replay.
+        self.histories = GroupHistories()
+        # Groups whose whole history the call in progress deletes (deleted groups).
+        self._histories_deleted: set[str] = set()
 
     # --- output -----------------------------------------------------------------
 
@@ -106,6 +117,67 @@ class ShardBase:
 
     def _event(self, kind: str, group_id: str, **fields: object) -> None:
         self._out.events.append(ev.make_event(kind, group_id, self._wall_ms, **fields))
+
+    # --- the groups' histories (history.py) ------------------------------------------
+
+    def _delete_history(self, group_id: str) -> None:
+        """The group is gone: tombstone every event it has (at the end of the call)."""
+        self._histories_deleted.add(group_id)
+
+    def _write_history(self, out: Result) -> None:
+        """Append the call's events to ``out.records`` as history records, after the
+        call's own records, and the tombstones of deleted groups' histories.
+
+        History never fails a call: in an atomic result a record is written only while
+        the batch stays within ``max_message_bytes`` (the rest are skipped, and the
+        events still reach the runtime's listeners); in any result a record that could
+        not fit a batch alone is skipped. Deleted histories whose tombstones are
+        skipped are tombstoned by the next sweep (``_sweep_histories``).
+        """
+        limit = self.config.max_message_bytes
+        used = batch_bytes(out.records) if out.atomic else 0
+
+        def fits(record: CoordinatorRecord) -> bool:
+            nonlocal used
+            size = record_bytes(record)
+            if not out.atomic:
+                return batch_bytes(()) + size <= limit
+            if used + size > limit:
+                return False
+            used += size
+            return True
+
+        deleted = self._histories_deleted
+        for group_id in sorted(deleted):
+            tombstones = [event_tombstone(group_id, s) for s in self.histories.live_slots(group_id)]
+            if not out.atomic or used + sum(map(record_bytes, tombstones)) <= limit:
+                for tombstone in tombstones:
+                    if fits(tombstone):
+                        out.records.append(tombstone)
+        sequences: dict[str, int] = {}
+        for event in out.events:
+            group_id = event.group_id
+            if group_id in deleted:
+                continue  # its last events went with it (the listeners still see them)
+            sequence = sequences.get(group_id)
+            if sequence is None:
+                sequence = self.histories.next_sequence(group_id)
+            record = event_record(group_id, sequence, event)
+            if fits(record):
+                out.records.append(record)
+                sequences[group_id] = sequence + 1
+
+    def _sweep_histories(self) -> None:
+        """Tombstone events older than ``group_history_retention_ms``, and the histories
+        of groups that no longer exist (part of the periodic offsets cleanup)."""
+        cutoff = self._wall_ms - self.config.group_history_retention_ms
+        for group_id in self.histories.groups():
+            group = self.groups.get(group_id)
+            if group is None or group.state is GroupState.DEAD:
+                self._delete_history(group_id)
+                continue
+            for slot in self.histories.slots_older_than(group_id, cutoff):
+                self._record(event_tombstone(group_id, slot))
 
     def _replace_group(self, group: ClassicGroup | ConsumerGroup) -> None:
         """Put ``group`` in place of whatever has its id now (a conversion between

@@ -332,7 +332,8 @@ class OffsetHandlers(ShardBase):
                 self._record(offset_tombstone(group.group_id, topic, partition))
 
     def _delete_group(self, group: ClassicGroup | ConsumerGroup, reason: str) -> None:
-        """Tombstone an Empty group and whatever offsets it still has."""
+        """Tombstone an Empty group, whatever offsets it still has, and its history."""
+        self._delete_history(group.group_id)
         for topic, partition in sorted(group.offsets):
             self._record(offset_tombstone(group.group_id, topic, partition))
         if isinstance(group, ConsumerGroup):

@@ -29,6 +29,7 @@ from odradek.coordinator.consumer_records import (
 )
 from odradek.coordinator.errors import ApiError, ErrorCode
 from odradek.coordinator.group import ClassicGroup, ClassicMember, CommittedOffset
+from odradek.coordinator.history import GroupHistories, is_event_key
 from odradek.coordinator.journal import Journal, start_recording, stop_recording
 from odradek.coordinator.metadata import TopicsImage
 from odradek.coordinator.migration import MigrationHandlers
@@ -226,6 +227,7 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers)
                 return
             if kind == CLEANUP:
                 self._cleanup_group_metadata()
+                self._sweep_histories()
                 self._schedule_cleanup(now_ms)
                 self._out.atomic = False  # many independent tombstones: any batching will do
                 return
@@ -270,9 +272,11 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers)
         self._last_journal = None
         self._out = out = Result()
         self._wall_ms = now_ms if wall_ms is None else wall_ms
+        self._histories_deleted = set()
         recording = start_recording(journal)
         try:
             body()
+            self._write_history(out)
         except BaseException:
             stop_recording(recording)
             journal.undo(self.groups, self.timer.restore)
@@ -287,7 +291,9 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers)
         Not atomic: if it raises, discard the shard and load a fresh one.
         """
         self._out = out = Result()
+        out.atomic = False  # each group's records (and events) stand alone
         self._wall_ms = now_ms if wall_ms is None else wall_ms
+        self._histories_deleted = set()
         self.loaded = True
         self._consumer_groups_loaded(now_ms)
         for group in list(self.groups.values()):
@@ -314,6 +320,7 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers)
                     group, now_ms, "loaded group has no assignment (rebalance interrupted)"
                 )
         self._schedule_cleanup(now_ms)
+        self._write_history(out)
         self._out = Result()
         return out
 
@@ -332,6 +339,7 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers)
             group.state = S.DEAD
         self.timer.cancel(CLEANUP_KEY)
         self.groups.clear()
+        self.histories = GroupHistories()
         self.loaded = False
         self._out = Result()
         return out
@@ -347,6 +355,9 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers)
         Replaying the records of a call commits it: it can no longer be aborted.
         """
         self._last_journal = None
+        if is_event_key(record.key):
+            self.histories.replay(record)  # a group event: only its sequence matters here
+            return
         consumer_key = decode_consumer_key(record.key)
         if consumer_key is not None:
             self._replay_consumer_record(consumer_key, record.value)
@@ -505,6 +516,7 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers)
             )
             if m.group_instance_id is not None:
                 group.static_members[m.group_instance_id] = m.member_id
+        group.members_bytes = group.count_members_bytes()
         # In-flight rebalances are not persisted: a loaded group is Stable or Empty.
         group.state = S.STABLE if group.members else S.EMPTY
         group.subscribed_topics = group.compute_subscribed_topics()
