@@ -168,6 +168,27 @@ def test_describe_metadata_quorum_names_the_node_as_its_only_voter_and_leader(
     assert [(ln["host"], ln["port"]) for ln in node["listeners"]] == [(broker.host, broker.port)]
 
 
+def test_each_start_is_a_new_metadata_epoch_and_each_change_an_offset(tmp_path: Path) -> None:
+    """What a single node's DescribeQuorum reports: one more epoch per start, as each
+    start of a one-voter KRaft quorum is an election; one more offset per change."""
+    import asyncio
+
+    from odradek.broker.config import BrokerConfig
+    from odradek.broker.topics import NewTopic as Wanted
+    from odradek.broker.topics import TopicManager
+
+    first = TopicManager(tmp_path, BrokerConfig())
+    epoch, offset = first.leader_epoch, first.metadata_offset
+    asyncio.run(first.create_topics([Wanted("a"), Wanted("b")]))
+    assert first.metadata_offset == offset + 2
+    first.close()
+    second = TopicManager(tmp_path, BrokerConfig())
+    try:
+        assert (second.leader_epoch, second.metadata_offset) == (epoch + 1, offset + 2)
+    finally:
+        second.close()
+
+
 def test_describe_quorum_of_another_partition_is_an_invalid_request(broker: BrokerProcess) -> None:
     with WireClient(broker.bootstrap) as client:
         response = client.request(

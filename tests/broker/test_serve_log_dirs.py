@@ -97,3 +97,4 @@ def test_refusals_are_one_line(tmp_path: Path) -> None:
     foreign = serve("--data-dir", str(c), "--data-dir", str(b))
     assert foreign.returncode == 2
     assert f"log directory {b} belongs to cluster" in one_line(foreign)
+    assert sorted(p.name for p in c.iterdir()) == [".lock"]  # refused before writing

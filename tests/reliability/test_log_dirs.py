@@ -479,3 +479,24 @@ def test_a_broker_killed_mid_move_restarts_with_one_complete_copy(tmp_path: Path
     finally:
         admin.close()
         broker.stop()
+
+
+@pytest.mark.embedded
+def test_a_vanished_log_dir_is_reported_failed_and_gets_no_new_partition(tmp_path: Path) -> None:
+    disk1, disk2 = tmp_path / "disk1", tmp_path / "disk2"
+    broker = BrokerProcess(disk1, extra_args=["--data-dir", str(disk2)]).start()
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        shutil.rmtree(disk2)  # the disk is gone
+        [described] = admin.describe_log_dirs()
+        state = {d["log_dir"]: (d["error_code"], d["total_bytes"]) for d in described["log_dirs"]}
+        assert state[str(disk2)] == (KAFKA_STORAGE_ERROR, -1)
+        assert state[str(disk1)][0] == 0
+        admin.create_topics([NewTopic("after", 4, 1)])
+        assert _placed(admin, "after") == [(str(disk1), False)] * 4
+        replica = TopicPartitionReplica("after", 0, 0)
+        moved = admin.alter_replica_log_dirs({replica: str(disk2)})
+        assert moved[replica].errno == KAFKA_STORAGE_ERROR
+    finally:
+        admin.close()
+        broker.stop()

@@ -161,18 +161,30 @@ class LogDirs:
 
     # --- identity --------------------------------------------------------------------------
 
-    def identify(self, cluster_id: str) -> None:
-        """Read each directory's ``meta.properties`` (written where missing) and check it.
+    def stored_cluster_id(self) -> str | None:
+        """The cluster id the first directory's ``meta.properties`` records, if any."""
+        path = self.metadata_dir / META_PROPERTIES
+        try:
+            return _read_properties(path).get("cluster.id") or None
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LogDirError(f"{path} cannot be used: {exc}") from None
 
-        Raises LogDirError naming the directory that belongs elsewhere.
+    def identify(self, cluster_id: str) -> None:
+        """Check each directory's ``meta.properties``, then write it where it is missing.
+
+        Raises LogDirError naming the directory that belongs elsewhere (having written
+        nothing).
         """
         owners: dict[uuid.UUID, Path] = {}
+        missing = []
         for log_dir in self.dirs:
             path = log_dir.path / META_PROPERTIES
             if path.exists():
                 log_dir.directory_id = self._check_properties(log_dir.path, path, cluster_id)
             else:
-                self._write_properties(path, cluster_id, log_dir.directory_id)
+                missing.append(log_dir)
             other = owners.get(log_dir.directory_id)
             if other is not None:
                 raise LogDirError(
@@ -180,6 +192,8 @@ class LogDirs:
                     f"in {META_PROPERTIES}: they are one directory (or a copy); list it once"
                 )
             owners[log_dir.directory_id] = log_dir.path
+        for log_dir in missing:
+            self._write_properties(log_dir.path / META_PROPERTIES, cluster_id, log_dir.directory_id)
 
     @staticmethod
     def _check_properties(where: Path, path: Path, cluster_id: str) -> uuid.UUID:

@@ -262,6 +262,10 @@ class TopicManager:
             meta = json.loads(self._meta_path.read_text())
         else:
             meta = {"producer_id_block": 0}
+            # A start cut short after the directories got their identity, before this.
+            stored = self.log_dirs.stored_cluster_id()
+            if stored is not None:
+                meta["cluster_id"] = stored
         configured = self.config["cluster.id"]
         if configured:
             meta["cluster_id"] = configured
@@ -1007,9 +1011,11 @@ class TopicManager:
             log.info("moved %s-%d from %s to %s", *key, source.parent, move.target.path)
         else:
             self.log_dirs.count(move.target.path, -1)
-            if isinstance(failure, OSError):
-                self._note_dir_failure(failure)
-            if not isinstance(failure, MoveCancelled | asyncio.CancelledError):
+            if move.mover.cancelled or isinstance(failure, MoveCancelled | asyncio.CancelledError):
+                log.info("moving %s-%d to %s stopped: %s", *key, move.target.path, failure)
+            else:
+                if isinstance(failure, OSError):
+                    self._note_dir_failure(failure)
                 log.error("moving %s-%d to %s failed: %s", *key, move.target.path, failure)
         move.finished.set_result(failure)
 

@@ -9,7 +9,10 @@ caught up. Odradek copies the files instead, in three steps:
    copies what is new since the last one: of a ``.log`` segment file only the
    bytes appended since (a segment only grows, or goes away whole), of any other
    file (indexes, checkpoints, snapshot) the whole file when it changed. Passes
-   repeat until little is left (`CATCH_UP_BYTES`). Three things can change a
+   repeat until a pass finds little to copy (`CATCH_UP_BYTES`), then the copy is
+   fsynced and one more pass copies what came meanwhile. A partition written
+   faster than it can be copied stays in this step (as Kafka's future replica
+   stays behind until it catches up): the swap never copies much. Three things can change a
    file behind a pass, and each is caught: compaction and index rewrites replace
    a file (a new inode: copied again whole), retention and DeleteRecords remove
    segments (removed from the copy), a follower's truncation cuts a segment back
@@ -47,6 +50,7 @@ import os
 import shutil
 import stat
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -72,8 +76,7 @@ FUTURE_SUFFIX = "-future"
 DELETE_SUFFIX = "-delete"
 MOVED_FROM_FILE = ".moved-from"
 MAX_FILE_NAME = 255
-CATCH_UP_BYTES = 4 << 20  # swap once at most this much is left to copy
-MAX_PASSES = 32
+CATCH_UP_BYTES = 4 << 20  # swap once a pass had at most this much to copy
 MAX_ATTEMPTS = 3  # copies started over after a truncation, before giving up
 CHUNK = 1 << 20
 # Files a log writes and renames in place of others: never copied.
@@ -120,9 +123,11 @@ class DirMove:
         self.left_bytes = 0  # bytes the last pass saw still to copy
         self.copied_through = 0  # offsets below this are in the copy (segment granularity)
         self.done = False
+        self.swap_s = 0.0  # how long the swap held the partition's locks (at most)
         self._retired: Path | None = None  # the source, renamed for removal, after the swap
         self._cancel = threading.Event()
         self._copied: dict[str, _Copied] = {}
+        self._unsynced: dict[str, int] = {}  # name -> bytes copied into it since its fsync
 
     # --- driving ----------------------------------------------------------------------
 
@@ -147,12 +152,22 @@ class DirMove:
                 self._start_copy()
                 truncations = self.plog.truncations
                 self._catch_up()
+                # What the swap would wait for before taking the locks (finishing rolled
+                # segments, fsyncs), done now, then the copy caught up again: the swap
+                # finds little to copy.
+                self.plog.drain()
+                self.plog.flush()
+                self._catch_up()
+                began = time.monotonic()
                 try:
                     self.plog.relocate(functools.partial(self._swap, truncations=truncations))
                 except _CopyOutdated:
                     log.info("%s: truncated while copying, copying again (%d)", self.name, attempt)
                     continue
                 swapped = True
+                # An upper bound of the partition's pause (it includes waiting for a
+                # compaction or retention pass in progress, before the lock).
+                self.swap_s = time.monotonic() - began
                 break
             else:
                 raise OSError(f"{self.name} kept being truncated while it was copied")
@@ -161,6 +176,13 @@ class DirMove:
                 shutil.rmtree(self.future, ignore_errors=True)
         self.done = True
         self._finish()
+        log.info(
+            "moved %s to %s: %d bytes copied, the swap took %.1f ms",
+            self.name,
+            self.dest_root,
+            self.copied_bytes,
+            self.swap_s * 1000,
+        )
 
     # --- step 1: copy while serving ------------------------------------------------------
 
@@ -168,17 +190,22 @@ class DirMove:
         shutil.rmtree(self.future, ignore_errors=True)
         self.future.mkdir(parents=True)
         self._copied.clear()
+        self._unsynced.clear()
         self.copied_bytes = 0
 
     def _catch_up(self) -> None:
-        for _ in range(MAX_PASSES):
-            self._sync(fsync=False)
-            if self.left_bytes <= CATCH_UP_BYTES:
+        """Copy and fsync outside the locks until a pass finds little to copy and little
+        is left unsynced: the swap then copies and fsyncs at most that little."""
+        while True:
+            self._sync()
+            if self.left_bytes > CATCH_UP_BYTES:
+                continue
+            if sum(self._unsynced.values()) <= CATCH_UP_BYTES:
                 break
-        self._fsync_copy()  # the bulk, outside the locks
+            self._fsync_copy()
 
-    def _sync(self, *, fsync: bool) -> list[str]:
-        """One pass: bring the copy up to the source's files; the names changed."""
+    def _sync(self) -> None:
+        """One pass: bring the copy up to the source's files."""
         source = self.plog.directory
         present: dict[str, os.stat_result] = {}
         with os.scandir(source) as entries:
@@ -194,7 +221,7 @@ class DirMove:
         for name in set(self._copied) - set(present):  # removed since: retention, etc.
             (self.future / name).unlink(missing_ok=True)
             self.copied_bytes -= self._copied.pop(name).size
-        changed = []
+            self._unsynced.pop(name, None)
         self.left_bytes = sum(
             max(info.st_size - self._copied[n].size, 0) if n in self._copied else info.st_size
             for n, info in present.items()
@@ -202,20 +229,20 @@ class DirMove:
         for name in sorted(present):
             if self._cancel.is_set():
                 raise MoveCancelled(f"moving {self.name} was cancelled")
-            if self._copy_file(source / name, name, present[name], fsync=fsync):
-                changed.append(name)
+            copied = self._copy_file(source / name, name, present[name])
+            if copied:
+                self._unsynced[name] = self._unsynced.get(name, 0) + copied
         self.copied_through = self._copied_through(present)
-        return changed
 
-    def _copy_file(self, src: Path, name: str, info: os.stat_result, *, fsync: bool) -> bool:
-        """Copy what changed of one file; whether anything was copied."""
+    def _copy_file(self, src: Path, name: str, info: os.stat_result) -> int:
+        """Copy what changed of one file; how many bytes were copied."""
         done = self._copied.get(name)
         append_only = name.endswith(".log")
         if done is not None and done.inode == info.st_ino:
             if append_only and done.size == info.st_size:
-                return False
+                return 0
             if not append_only and (done.size, done.mtime_ns) == (info.st_size, info.st_mtime_ns):
-                return False
+                return 0
         start = 0
         if (
             done is not None
@@ -227,7 +254,7 @@ class DirMove:
         try:
             src_fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            return False  # removed since the listing: the next pass drops the copy
+            return 0  # removed since the listing: the next pass drops the copy
         try:
             now = os.fstat(src_fd)
             if now.st_ino != info.st_ino:
@@ -237,8 +264,6 @@ class DirMove:
             try:
                 os.ftruncate(dst_fd, start)
                 size = self._copy_bytes(src_fd, dst_fd, start, now.st_size)
-                if fsync:
-                    os.fsync(dst_fd)
             finally:
                 os.close(dst_fd)
         finally:
@@ -246,7 +271,7 @@ class DirMove:
         previous = done.size if done is not None else 0
         self.copied_bytes += size - previous
         self._copied[name] = _Copied(now.st_ino, size, now.st_mtime_ns)
-        return True
+        return max(size - start, 1)  # 1: a file emptied still needs its fsync
 
     def _copy_bytes(self, src_fd: int, dst_fd: int, start: int, end: int) -> int:
         """Copy [start, end) and return the size copied up to (end, or less if cut)."""
@@ -275,12 +300,10 @@ class DirMove:
         return self.plog.end_offset
 
     def _fsync_copy(self) -> None:
-        for name in self._copied:
-            fd = os.open(self.future / name, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        """fsync what was copied since the last time, and the directory."""
+        for name in sorted(self._unsynced):
+            _fsync_file(self.future / name)
+        self._unsynced.clear()
         fsync_dir(self.future)
 
     # --- step 2: swap (called by PartitionLog.relocate, its locks held) -------------------
@@ -290,10 +313,10 @@ class DirMove:
             raise _CopyOutdated()
         if self._cancel.is_set():
             raise MoveCancelled(f"moving {self.name} was cancelled")
-        self._sync(fsync=True)
+        self._sync()
         (self.future / MOVED_FROM_FILE).write_text(f"{source}\n")
-        _fsync_file(self.future / MOVED_FROM_FILE)
-        fsync_dir(self.future)
+        self._unsynced[MOVED_FROM_FILE] = 1
+        self._fsync_copy()
         if self.final.exists():
             raise FileExistsError(f"{self.final} already exists")
         os.rename(self.future, self.final)

@@ -1469,7 +1469,8 @@ class PartitionLog:
         """Continue from a copy of this log's files made in another directory.
 
         Under the maintenance lock and the lock (appends, reads and maintenance wait),
-        the files are closed as ``close()`` closes them, so they are complete and quiet;
+        the files are closed as ``close()`` closes them, so they are complete and quiet
+        (the bulk of its fsyncs is done first, before appends have to wait);
         ``finish_copy(directory)`` then completes the copy and returns its directory, and
         the log reopens there (cheaply: the copy carries the clean-shutdown record) and
         takes that state over. If ``finish_copy`` raises, the log reopens where it was
@@ -1477,6 +1478,7 @@ class PartitionLog:
         """
         with self._maintenance:
             self.drain()
+            self.flush()
             with self._lock:
                 self._check_open()
                 if self._closing:
@@ -1490,9 +1492,11 @@ class PartitionLog:
                 moved = PartitionLog.open(
                     where, self.config, now_ms=self._now_ms, files=self._files
                 )
-                kept = {name: self.__dict__[name] for name in self._KEPT_ON_RELOCATION}
-                self.__dict__.update(moved.__dict__)
-                self.__dict__.update(kept)
+                # One update, in which this object's own lock never changes: a thread
+                # waiting for it keeps waiting for the one this thread holds.
+                state = dict(moved.__dict__)
+                state.update({name: self.__dict__[name] for name in self._KEPT_ON_RELOCATION})
+                self.__dict__.update(state)
                 if failure is not None:
                     raise failure
 
