@@ -94,12 +94,14 @@ class OneOf:
 
 @dataclass(frozen=True, slots=True)
 class ListOf:
-    """Kafka's `ValidList.in`: a non-empty list whose items are all allowed."""
+    """Kafka's `ValidList.in`: a list whose items are all allowed; empty only where
+    `allow_empty` says so (Kafka 4.1 accepts an empty `cleanup.policy`)."""
 
     choices: tuple[str, ...]
+    allow_empty: bool = False
 
     def __call__(self, value: Any) -> str | None:
-        if not value:
+        if not value and not self.allow_empty:
             return "Empty list is not allowed"
         bad = [v for v in value if v not in self.choices]
         if bad:
@@ -434,9 +436,10 @@ _SETTINGS = (
         "log.cleanup.policy",
         LIST,
         "delete",
-        "delete, compact, or both.",
+        "delete, compact, both, or neither (empty: no retention deletion, no compaction: "
+        "records are kept forever, as in Kafka 4.1).",
         "cleanup.policy",
-        ListOf(CLEANUP_POLICIES),
+        ListOf(CLEANUP_POLICIES, allow_empty=True),
     ),
     Setting(
         "log.cleaner.delete.retention.ms",
@@ -1005,6 +1008,15 @@ _SETTINGS = (
         1000,
         "Topics one Metadata/Produce request may auto-create; the rest answer"
         " LEADER_NOT_AVAILABLE until a retry creates them.",
+        None,
+        at_least(1),
+    ),
+    Setting(
+        "max.request.partition.size.limit",
+        INT,
+        2000,
+        "Most partitions one DescribeTopicPartitions response describes (the request's "
+        "response_partition_limit may ask for fewer; a cursor continues).",
         None,
         at_least(1),
     ),

@@ -28,6 +28,7 @@ import itertools
 import logging
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -122,7 +123,7 @@ class Broker:
 
     def __init__(
         self,
-        data_dir: Path,
+        data_dir: Path | Sequence[Path],  # several: the log directories, metadata in the first
         config: BrokerConfig | None = None,
         *,
         host: str = "127.0.0.1",
@@ -148,9 +149,9 @@ class Broker:
         self.connection_quotas = ConnectionQuotas(self.config, [lst.name for lst in self.listeners])
         self.node_id = int(self.config["node.id"])
         # Locks the data directory first (DirectoryInUseError if another broker has it).
-        self.topics = TopicManager(Path(data_dir), self.config)
+        self.topics = TopicManager(data_dir, self.config)
         try:
-            self._assemble(data_dir, node_class, metrics_address, metrics_token)
+            self._assemble(self.topics.data_dir, node_class, metrics_address, metrics_token)
         except BaseException:
             self.topics.close()  # gives the directory back
             raise
