@@ -474,6 +474,13 @@ _SETTINGS = (
         at_least(1),
     ),
     Setting(
+        "log.cleaner.enable",
+        BOOL,
+        True,
+        "Run the log cleaner. false: compacted topics, __consumer_offsets included, are never "
+        "compacted and grow without bound (as Kafka warns).",
+    ),
+    Setting(
         "log.cleaner.backoff.ms",
         LONG,
         15000,

@@ -26,6 +26,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import math
 import socket
 import time
 from collections.abc import Sequence
@@ -278,6 +279,8 @@ class Broker:
         cleaner_every = int(self.config["log.cleaner.backoff.ms"]) / 1000
         next_retention = loop.time() + retention_every
         next_cleaning = loop.time() + cleaner_every
+        if not self.config["log.cleaner.enable"]:
+            next_cleaning = math.inf  # no compaction pass ever comes due
         while True:
             await asyncio.sleep(max(min(next_retention, next_cleaning) - loop.time(), 0))
             now = loop.time()
