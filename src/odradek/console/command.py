@@ -107,6 +107,17 @@ def parse_listen(text: str, option: str = "--listen") -> tuple[str, int]:
     return host, int(port)
 
 
+def require_console(feature: str) -> None:
+    """A one-line usage error naming the install when aiohttp is missing."""
+    from odradek import extras
+    from odradek.cli.errors import CliError
+
+    try:
+        extras.require("console", feature)
+    except extras.MissingExtra as exc:
+        raise CliError(str(exc)) from None
+
+
 def is_loopback(host: str) -> bool:
     from odradek.broker.security.metrics_http import is_loopback as loopback
 
@@ -135,7 +146,7 @@ def _set_password(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_users(path: str | None) -> dict[str, str] | None:
+def load_users(path: str | None, option: str = "--users") -> dict[str, str] | None:
     from odradek.cli.errors import CliError
     from odradek.console.auth import UsersFileError, read_users
 
@@ -144,20 +155,22 @@ def load_users(path: str | None) -> dict[str, str] | None:
     try:
         users = read_users(Path(path))
     except UsersFileError as exc:
-        raise CliError(f"--users: {exc}") from None
+        raise CliError(f"{option}: {exc}") from None
     if not users:
-        raise CliError(f"--users {path} has no users: add one with --set-password NAME")
+        raise CliError(
+            f"{option} {path} has no users: add one with "
+            "'odradek console --users FILE --set-password NAME'"
+        )
     return users
 
 
 def run(args: argparse.Namespace) -> int:
     from odradek.cli.common import client_settings
     from odradek.cli.errors import CliError
-    from odradek.extras import require
 
     if args.set_password:
         return _set_password(args)
-    require("console", "odradek console")
+    require_console("console")
     host, port = parse_listen(args.listen)
     users = load_users(args.users)
     if users is None and not is_loopback(host):
@@ -266,9 +279,8 @@ def embedded_address(text: str) -> tuple[str, int]:
 
 def check_embedded(host: str, users: dict[str, str] | None) -> None:
     from odradek.cli.errors import CliError
-    from odradek.extras import require
 
-    require("console", "odradek serve --console")
+    require_console("serve --console")
     if users is None and not is_loopback(host):
         raise CliError(
             f"--console {host}: not a loopback address; give --console-users FILE for a login"

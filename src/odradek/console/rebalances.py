@@ -124,7 +124,7 @@ class Span:
 def from_events(events: Sequence[dict[str, Any]]) -> list[Span]:
     """Spans from Odradek's recorded events (dicts as ``StoredEvent.as_dict`` gives), with
     the rebalance in progress, if any, as a last span without an end."""
-    from odradek.cli.history import REBALANCING, STATE_TRANSITION, rebalances
+    from odradek.cli.history import REBALANCE_COMPLETED, REBALANCING, STATE_TRANSITION, rebalances
 
     spans = []
     for r in rebalances(list(events)):
@@ -142,30 +142,34 @@ def from_events(events: Sequence[dict[str, Any]]) -> list[Span]:
                 state=r["state"],
             )
         )
-    last = next((e for e in reversed(events) if e.get("kind") == STATE_TRANSITION), None)
-    if last is not None and last.get("to_state") in REBALANCING:
-        # In progress: its start is the first transition out of a settled state since.
-        start = last
-        for e in reversed(events):
-            if e.get("kind") != STATE_TRANSITION:
-                continue
-            if spans and e.get("at_ms", 0) < (spans[-1].completed_ms or 0):
-                break
-            start = e
-            if e.get("from_state") in SETTLED_STATES:
-                break
-        reasons = [str(start.get("reason") or "")]
+    # In progress: transitions since the last completed rebalance, the newest into a
+    # rebalancing state. It started with the first of them.
+    since = [
+        e
+        for e in events[_after_last(events, REBALANCE_COMPLETED) :]
+        if e.get("kind") == STATE_TRANSITION
+    ]
+    if since and since[-1].get("to_state") in REBALANCING:
+        reasons = [str(since[0].get("reason") or "")]
         spans.append(
             Span(
                 number=len(spans) + 1,
-                generation=last.get("generation"),
-                started_ms=int(start.get("at_ms") or 0),
+                generation=since[-1].get("generation"),
+                started_ms=int(since[0].get("at_ms") or 0),
                 completed_ms=None,
                 reasons=reasons,
                 causes=causes_of(reasons),
             )
         )
     return spans
+
+
+def _after_last(events: Sequence[dict[str, Any]], kind: str) -> int:
+    """The index just after the last event of ``kind`` (0 if none)."""
+    for i in range(len(events) - 1, -1, -1):
+        if events[i].get("kind") == kind:
+            return i + 1
+    return 0
 
 
 @dataclass(frozen=True, slots=True)
