@@ -214,7 +214,9 @@ def _render(request: web.Request, page: pages.Page) -> web.Response:
         user=session.user if session else None,
         csrf=session.csrf if session else None,
         read_only=request.app[SETTINGS]["read_only"],
-        live_updates=page.status == 200,
+        live_updates=page.status == 200
+        and request.method == "GET"
+        and any(pattern.match(request.path) for pattern, _, _ in PAGES),
     )
     return web.Response(text=html, content_type="text/html", status=page.status)
 

@@ -93,6 +93,11 @@ class Group:
     ownership: deque[rb.Ownership] = field(
         default_factory=lambda: deque(maxlen=MAX_OWNERSHIP_CHANGES)
     )
+    owned: dict[str, tuple[TP, ...]] = field(default_factory=dict)  # as of the last change
+    from_records: bool = False  # its metadata records are read: describes add no ownership
+    # Partitions of members a session or poll timeout removed, and since when they had not
+    # been committed (they stopped before the rebalance began), by the rebalance's generation.
+    stalls: dict[int, dict[TP, int]] = field(default_factory=dict)
     # KIP-848 members as their records hold them (the tail), by member id.
     consumer_members: dict[str, Member] = field(default_factory=dict)
     # Cached for the listing: recomputed by ``_refresh_row``.
@@ -275,6 +280,11 @@ class Model:
             members[m.member_id] = Member(
                 m.member_id, m.group_instance_id, m.client_id, m.client_host, assigned
             )
+        g.from_records = True
+        # A record written when the join phase ends carries no assignment yet: it says
+        # nothing about who owns what (the one written at the sync does).
+        if not members or any(m.assignment for m in members.values()):
+            self._own(g, {mid: m.assignment for mid, m in members.items()}, at_ms)
         self._set_members(g, members, at_ms, source_state="Stable" if members else "Empty")
         g.observations.append(
             rb.Observation(
@@ -283,17 +293,21 @@ class Model:
         )
         self._refresh_row(g)
 
+    @staticmethod
+    def _own(g: Group, owned: Mapping[str, tuple[TP, ...]], at_ms: int) -> None:
+        """Who owns what from ``at_ms`` on (every member of the group): the changes go to
+        the swimlanes."""
+        for mid, tps in owned.items():
+            if g.owned.get(mid, ()) != tps:
+                g.ownership.append(rb.Ownership(at_ms, mid, tps))
+        for mid in g.owned.keys() - owned.keys():
+            if g.owned[mid]:
+                g.ownership.append(rb.Ownership(at_ms, mid, ()))
+        g.owned = {mid: tps for mid, tps in owned.items() if tps}
+
     def _set_members(
         self, g: Group, members: dict[str, Member], at_ms: int, source_state: str | None
     ) -> None:
-        """New member set: record ownership changes for the swimlanes."""
-        before = {m.member_id: m.assignment for m in g.members.values()}
-        for mid, m in members.items():
-            if before.get(mid) != m.assignment:
-                g.ownership.append(rb.Ownership(at_ms, mid, m.assignment))
-        for mid in before.keys() - members.keys():
-            if before[mid]:
-                g.ownership.append(rb.Ownership(at_ms, mid, ()))
         g.members = members
         g.members_known = True
         if source_state is not None and g.state in ("Unknown", "Empty", "Stable"):
@@ -311,6 +325,8 @@ class Model:
             event = decode_event_value(group_id, value)
             g.event_slots[slot] = event
             self.events_seen = True
+            if event.kind == "rebalance_completed":
+                self._note_stalls(g, event)
             if event.kind == "state_transition":
                 to_state = event.fields.get("to_state")
                 if isinstance(to_state, str):
@@ -319,6 +335,27 @@ class Model:
                     g.group_type = "consumer"
         self._touch(g)
 
+    def _note_stalls(self, g: Group, event: StoredEvent) -> None:
+        """A rebalance that removed members whose session (or poll interval) ran out: their
+        partitions stopped at the members' last commits, before the rebalance began."""
+        f = event.fields
+        causes = rb.causes_of(f.get("reasons") or ())
+        if not f.get("left") or not {rb.SESSION_TIMEOUT, rb.POLL_TIMEOUT} & set(causes):
+            return
+        started = event.at_ms - int(f.get("duration_ms") or 0)
+        owned = rb.owners_at(g.ownership, started)
+        since: dict[TP, int] = {}
+        for mid in f.get("left") or ():
+            for tp in owned.get(str(mid), ()):
+                window = g.windows.get(tp)
+                if window is None or not window.commits:
+                    continue
+                last = [c.at_ms for c in window.commits if c.at_ms <= started]
+                if last and last[-1] < started:
+                    since[tp] = last[-1]
+        if since and isinstance(f.get("generation"), int):
+            g.stalls[int(f["generation"])] = since
+
     def _apply_consumer_record(self, key: bytes, value: bytes | None, at_ms: int) -> None:
         k = cr.decode_consumer_key(key)
         if k is None:
@@ -326,6 +363,7 @@ class Model:
         g = self._group(k.group)
         g.group_type = "consumer"
         g.protocol_type = "consumer"
+        g.from_records = True
         if k.kind == cr.GROUP_METADATA:
             if value is None:
                 if not g.committed:
@@ -336,9 +374,9 @@ class Model:
             g.generation = decoded.epoch
         elif k.kind == cr.MEMBER_METADATA and k.member is not None:
             if value is None:
-                gone = g.consumer_members.pop(k.member, None)
-                if gone is not None and gone.assignment:
-                    g.ownership.append(rb.Ownership(at_ms, k.member, ()))
+                g.consumer_members.pop(k.member, None)
+                if k.member in g.owned:
+                    self._own(g, {m: t for m, t in g.owned.items() if m != k.member}, at_ms)
             else:
                 meta = cr.decode_consumer_value(k.kind, value)
                 assert isinstance(meta, cr.MemberMetadataValue)
@@ -363,8 +401,7 @@ class Model:
             assigned = self._names(current.assigned)
             m = g.consumer_members.get(k.member) or Member(k.member)
             m.epoch = current.member_epoch
-            if m.assignment != assigned:
-                g.ownership.append(rb.Ownership(at_ms, k.member, assigned))
+            self._own(g, {**g.owned, k.member: assigned}, at_ms)
             m.assignment = assigned
             g.consumer_members[k.member] = m
         self._refresh_row(g)
@@ -460,11 +497,10 @@ class Model:
             }
             # DescribeGroups leaves assignments out while a classic group rebalances.
             settled = d.state in rb.SETTLED_STATES
-            if settled or d.type == "consumer":
-                self._set_members(g, members, now, None)
-            else:
-                g.members = members
-                g.members_known = True
+            if (settled or d.type == "consumer") and not g.from_records:
+                # Where the group's records cannot be read, polls are all there is.
+                self._own(g, {mid: m.assignment for mid, m in members.items()}, now)
+            self._set_members(g, members, now, None)
             g.observations.append(
                 rb.Observation(
                     now, d.state, g.generation if d.type == "consumer" else None, frozenset(members)
@@ -661,9 +697,13 @@ class Model:
     def spans(self, g: Group) -> list[rb.Span]:
         with self.lock:
             events = g.events()
-            if events:
-                return rb.from_events(events)
-            return rb.infer(list(g.observations))
+            if not events:
+                return rb.infer(list(g.observations))
+            spans = rb.from_events(events)
+            for span in spans:
+                if span.generation in g.stalls:
+                    span.stalled_since = dict(g.stalls[span.generation])
+            return spans
 
     def group_count(self) -> int:
         return len(self.groups)

@@ -383,6 +383,12 @@ def timeline_section(view: dict[str, Any]) -> str:
         stopped_text = "-"
         if stopped and s["state"] == "Empty":
             stopped_text = f"{len(stopped)} ({_tp_list(stopped)}): no member left to read them"
+        elif stopped and s["stalled_since_ms"] is not None:
+            longest = duration(s["completed_ms"] - s["stalled_since_ms"])
+            stopped_text = (
+                f"{len(stopped)} ({_tp_list(stopped)}), up to {longest}: those of the removed "
+                "member had stopped at its last commit"
+            )
         elif stopped:
             stopped_text = f"{len(stopped)} ({_tp_list(stopped)}) for {took}"
         people = "; ".join(
@@ -571,8 +577,8 @@ def reset_page(
             for k, v in form.items()
             if k in ("target", "value", "topics")
         )
-        label = "Execute" if not result["refused"] else "Try again"
-        value = "1"
+        # Refused: check again (a dry run) once the consumers are stopped.
+        label, value = ("Check again", "0") if result["refused"] else ("Execute", "1")
         blocks.append(
             static(
                 f'<form class="reset" method="post" action="/groups/{quote(g, safe="")}/reset">'

@@ -20,7 +20,7 @@ Everything here is pure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +98,9 @@ class Span:
     state: str | None = None  # where it ended (Stable or Empty)
     start_known: bool = True
     source: str = "events"  # or "inferred"
+    # Partitions of members removed by a timeout: when they were last committed, before
+    # the rebalance began (they had stopped since then).
+    stalled_since: dict[tuple[str, int], int] = field(default_factory=dict)
 
     @property
     def duration_ms(self) -> int | None:
@@ -118,6 +121,7 @@ class Span:
             "kept": list(self.kept),
             "start_known": self.start_known,
             "source": self.source,
+            "stalled_since_ms": min(self.stalled_since.values(), default=None),
         }
 
 
@@ -268,6 +272,16 @@ class Lane:
     segments: list[Segment] = field(default_factory=list)
 
 
+def owners_at(changes: Iterable[Ownership], at_ms: int) -> dict[str, tuple[tuple[str, int], ...]]:
+    """Who owned what at ``at_ms`` (the changes in time order)."""
+    owned: dict[str, tuple[tuple[str, int], ...]] = {}
+    for c in sorted(changes, key=lambda c: c.at_ms):
+        if c.at_ms > at_ms:
+            break
+        owned[c.member] = c.partitions
+    return {m: tps for m, tps in owned.items() if tps}
+
+
 def lanes(
     changes: Sequence[Ownership],
     spans: Sequence[Span],
@@ -277,7 +291,8 @@ def lanes(
 ) -> list[Lane]:
     """One lane per member, oldest member first: owned segments between changes, and the
     parts of them a rebalance stopped (eager: everything the member owned, from the span's
-    start to its end; cooperative: only what it gave up)."""
+    start to its end; cooperative: only what it gave up; a member a timeout removed: from
+    its last commit)."""
     by_member: dict[str, list[Ownership]] = {}
     for c in sorted(changes, key=lambda c: c.at_ms):
         by_member.setdefault(c.member, []).append(c)
@@ -302,10 +317,13 @@ def _cut(
     cursor = c.at_ms
     for s in spans:
         stop_end = s.completed_ms if s.completed_ms is not None else end
-        # The rebalance that ends this ownership (or one within it).
-        if stop_end <= cursor or s.started_ms >= end:
+        begin = s.started_ms
+        if c.member in s.left:
+            stalled = [s.stalled_since[tp] for tp in c.partitions if tp in s.stalled_since]
+            begin = min([begin, *stalled])
+        if stop_end <= cursor or begin >= end:
             continue
-        start = max(s.started_ms, cursor)
+        start = max(begin, cursor)
         finish = min(stop_end, end)
         stopped = c.partitions if eager else tuple(p for p in c.partitions if p not in after)
         if not stopped or finish <= start:
@@ -322,26 +340,21 @@ def _cut(
     return pieces
 
 
+# A sync's record may be stamped a little after the rebalance's completion event.
+SETTLE_MS = 1_000
+
+
 def stopped_partitions(
     changes: Sequence[Ownership], span: Span, *, eager: bool
 ) -> list[tuple[str, int]]:
-    """The partitions ``span`` stopped: every owned one under an eager assignor, the ones
-    that changed owner under a cooperative one."""
+    """The partitions ``span`` stopped: everything owned when it began under an eager
+    assignor; under a cooperative one, those that had another owner (or none) after it."""
     if span.completed_ms is None:
         return []
-    before: dict[str, tuple[tuple[str, int], ...]] = {}
-    after: dict[str, tuple[tuple[str, int], ...]] = {}
-    for c in sorted(changes, key=lambda c: c.at_ms):
-        if c.at_ms < span.completed_ms:
-            before[c.member] = c.partitions
-        elif c.member not in after:
-            after[c.member] = c.partitions
+    before = owners_at(changes, span.started_ms)
+    after = owners_at(changes, span.completed_ms + SETTLE_MS)
     owner_before = {p: m for m, ps in before.items() for p in ps}
-    owner_after = {p: m for m, ps in {**before, **after}.items() for p in ps}
+    owner_after = {p: m for m, ps in after.items() for p in ps}
     if eager:
         return sorted(owner_before)
     return sorted(p for p, m in owner_before.items() if owner_after.get(p) != m)
-
-
-def by_partition(assignment: Mapping[str, Iterable[tuple[str, int]]]) -> dict[tuple[str, int], str]:
-    return {tp: member for member, tps in assignment.items() for tp in tps}
