@@ -489,8 +489,7 @@ async def login_post(request: web.Request) -> web.StreamResponse:
         page = pages.login_page(
             "Wrong user or password.", session.csrf, _safe_next(str(form.get("next", "")))
         )
-        page.status = 401
-        return _render(request, page)
+        return _render(request, page)  # 200: the form again, with what went wrong
     sessions = request.app[SESSIONS]
     sessions.drop(session.token)  # a new session id on login: no fixation
     fresh = sessions.new(name)
