@@ -136,7 +136,15 @@ async def group_html(ctx: Ctx, match: Params, query: Params) -> pages.Page:
     g = await _group(ctx, match["group"])
     model = ctx.service.model
     since = _since(query, model.now_ms())
-    lag = await blocking(views.lag_view, model, ctx.service.store, g, since)
+    lag = await blocking(
+        views.lag_view,
+        model,
+        ctx.service.store,
+        g,
+        since,
+        partitions=False,
+        partition=query.get("partition") or None,
+    )
     return pages.group_page(
         views.group_view(model, g),
         views.rebalances_view(model, g),
@@ -397,7 +405,15 @@ async def api_lag(ctx: Ctx, request: web.Request) -> Any:
     g = await _group(ctx, request.match_info["group"])
     model = ctx.service.model
     since = _since(request.query, model.now_ms())
-    return await blocking(views.lag_view, model, ctx.service.store, g, since)
+    return await blocking(
+        views.lag_view,
+        model,
+        ctx.service.store,
+        g,
+        since,
+        partitions=request.query.get("partitions", "1") != "0",
+        partition=request.query.get("partition") or None,
+    )
 
 
 async def api_topics(ctx: Ctx, request: web.Request) -> Any:

@@ -87,20 +87,12 @@ def lag_chart(
     *,
     since_ms: int,
     now_ms: int,
-    partition: str | None = None,
+    partition_samples: Sequence[Sequence[Any]] | None = None,
     height: int = 220,
 ) -> str:
     """Total lag over time (solid line, a dot per sample), and one partition's (dashed)."""
     total = thin([(s["at_ms"], int(s["lag"])) for s in samples])
-    part: list[tuple[int, int]] = []
-    if partition:
-        part = thin(
-            [
-                (s["at_ms"], int(s["partitions"][partition]))
-                for s in samples
-                if s["partitions"].get(partition) is not None
-            ]
-        )
+    part = thin([(int(at), int(lag)) for at, lag in partition_samples or () if lag is not None])
     left, right, top, bottom = 70, WIDTH - 20, 12, height - 28
     # From the first sample of the window: a history younger than the window fills it.
     start = max(since_ms, total[0][0] - 1000) if total else since_ms

@@ -10,10 +10,10 @@ works air-gapped. What it costs: history is the console's own, not shared by two
 consoles, and it stays on the machine the console ran on (docs/console.md).
 
 Size. Samples are kept in blocks, one per group and hour (``BLOCK_SPAN_MS``), each a
-header naming the group's partitions, then per sample the milliseconds since the last
-and, per partition, the change of committed offset and log end as zigzag varints:
-a consumer that moves a few thousand records a minute costs 5-7 bytes a partition a
-minute. A sample equal to the previous one is not written (the chart holds the last
+header naming the group's partitions, then per sample the milliseconds since the last,
+the total lag, and per partition the change of committed offset and log end as zigzag
+varints: a consumer that moves a few thousand records a minute costs 5-7 bytes a
+partition a minute. A sample equal to the previous one is not written (the chart holds the last
 value), so an idle group costs one sample an hour. 20,000 groups of one busy partition
 each come to about 20,000 x 168 blocks x ~450 bytes, 1.5 GB a week; idle ones, 20,000 x
 168 x ~40 bytes, 130 MB. The open blocks (this hour's) are written every
@@ -75,9 +75,18 @@ def _read_zigzag(data: bytes, pos: int) -> tuple[int, int]:
     return (n >> 1) ^ -(n & 1), pos
 
 
+def total_lag(values: Values) -> int:
+    """The group's lag in a sample: the sum over partitions where both offsets are known."""
+    return sum(max(end - c, 0) for c, end in values if c >= 0 and end >= 0)
+
+
 @dataclass
 class Block:
-    """One group's samples from ``start_ms`` on, over one layout of partitions."""
+    """One group's samples from ``start_ms`` on, over one layout of partitions.
+
+    After the header (the layout), each sample is: milliseconds since the previous one,
+    the total lag (so a chart of it reads no partition), the length of what follows,
+    and per partition the change of committed offset and of log end."""
 
     start_ms: int
     layout: Layout
@@ -100,17 +109,24 @@ class Block:
     def append(self, at_ms: int, values: Values) -> None:
         if len(values) != len(self.layout):
             raise ValueError("values do not match the block's layout")
-        _uvarint(self.data, max(at_ms - self.last_ms, 0))
+        payload = bytearray()
         for (committed, end), (c0, e0) in zip(values, self.last, strict=True):
-            _zigzag(self.data, committed - c0)
-            _zigzag(self.data, end - e0)
+            _zigzag(payload, committed - c0)
+            _zigzag(payload, end - e0)
+        _uvarint(self.data, max(at_ms - self.last_ms, 0))
+        _uvarint(self.data, total_lag(values))
+        _uvarint(self.data, len(payload))
+        self.data += payload
         self.last_ms = max(at_ms, self.last_ms)
         self.last = values
         self.samples += 1
 
 
-def decode_block(start_ms: int, data: bytes) -> tuple[Layout, list[tuple[int, Values]]]:
-    """(layout, [(at_ms, values)]) of a stored block."""
+def decode_block(
+    start_ms: int, data: bytes, *, partitions: bool = True
+) -> tuple[Layout, list[tuple[int, int, Values | None]]]:
+    """(layout, [(at_ms, total lag, values)]) of a stored block; ``partitions=False``
+    skips every partition's offsets (values None): what a chart of the total needs."""
     count, pos = _read_uvarint(data, 0)
     layout = []
     for _ in range(count):
@@ -119,19 +135,28 @@ def decode_block(start_ms: int, data: bytes) -> tuple[Layout, list[tuple[int, Va
         pos += length
         partition, pos = _read_uvarint(data, pos)
         layout.append((topic, partition))
-    samples: list[tuple[int, Values]] = []
+    samples: list[tuple[int, int, Values | None]] = []
     at = start_ms
     last = [(0, 0)] * count
     while pos < len(data):
         delta, pos = _read_uvarint(data, pos)
+        lag, pos = _read_uvarint(data, pos)
+        size, pos = _read_uvarint(data, pos)
         at += delta
+        if not partitions:
+            pos += size
+            samples.append((at, lag, None))
+            continue
+        end = pos + size
         row = []
         for i in range(count):
             dc, pos = _read_zigzag(data, pos)
             de, pos = _read_zigzag(data, pos)
             row.append((last[i][0] + dc, last[i][1] + de))
+        if pos != end:
+            raise LagStoreError("bad sample length in lag block")
         last = row
-        samples.append((at, tuple(row)))
+        samples.append((at, lag, tuple(row)))
     return tuple(layout), samples
 
 
@@ -141,11 +166,9 @@ def decode_block(start_ms: int, data: bytes) -> tuple[Layout, list[tuple[int, Va
 @dataclass(frozen=True, slots=True)
 class Sample:
     at_ms: int
-    offsets: dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> (committed, end)
-
-    @property
-    def lag(self) -> int:
-        return sum(max(end - c, 0) for c, end in self.offsets.values() if c >= 0 and end >= 0)
+    lag: int  # the group's total
+    # (topic, partition) -> (committed, end); empty when read without partitions
+    offsets: dict[tuple[str, int], tuple[int, int]]
 
 
 class LagStore:
@@ -250,8 +273,16 @@ class LagStore:
             cursor = self._db.execute("DELETE FROM blocks WHERE start_ms < ?", (cutoff,))
             return cursor.rowcount
 
-    def series(self, group: str, since_ms: int, until_ms: int | None = None) -> list[Sample]:
-        """The group's samples from ``since_ms`` (to ``until_ms``), oldest first."""
+    def series(
+        self,
+        group: str,
+        since_ms: int,
+        until_ms: int | None = None,
+        *,
+        partitions: bool = True,
+    ) -> list[Sample]:
+        """The group's samples from ``since_ms`` (to ``until_ms``), oldest first; with
+        ``partitions=False`` only the totals (much less to read at 10,000 partitions)."""
         with self._lock:
             rows = self._db.execute(
                 "SELECT start_ms, data FROM blocks WHERE group_id = ? AND start_ms >= ? "
@@ -264,11 +295,25 @@ class LagStore:
                 rows.append((block.start_ms, bytes(block.data)))
         out: list[Sample] = []
         for start_ms, data in sorted(rows):
-            layout, samples = decode_block(start_ms, data)
-            for at_ms, values in samples:
+            layout, samples = decode_block(start_ms, data, partitions=partitions)
+            for at_ms, lag, values in samples:
                 if at_ms < since_ms or (until_ms is not None and at_ms > until_ms):
                     continue
-                out.append(Sample(at_ms, dict(zip(layout, values, strict=True))))
+                offsets = dict(zip(layout, values, strict=True)) if values is not None else {}
+                out.append(Sample(at_ms, lag, offsets))
+        return out
+
+    def partition_series(
+        self, group: str, tp: tuple[str, int], since_ms: int
+    ) -> list[tuple[int, int | None]]:
+        """(at_ms, lag) of one partition of the group (None where an offset is unknown)."""
+        out = []
+        for s in self.series(group, since_ms):
+            offsets = s.offsets.get(tp)
+            if offsets is None:
+                continue
+            c, end = offsets
+            out.append((s.at_ms, max(end - c, 0) if c >= 0 and end >= 0 else None))
         return out
 
     def size_bytes(self) -> int:

@@ -418,6 +418,7 @@ def timeline_section(view: dict[str, Any]) -> str:
     return intro + timeline_chart(view) + table
 
 
+PICKER_OPTIONS = 200
 LAG_WINDOWS = (("1h", 3600), ("6h", 6 * 3600), ("24h", 24 * 3600), ("7d", 7 * 24 * 3600))
 
 
@@ -431,15 +432,21 @@ def lag_section(view: dict[str, Any], params: dict[str, Any]) -> str:
     )
     partitions = sorted(view["partitions"])
     chosen = params.get("partition") or ""
-    options = '<option value="">total only</option>' + "".join(
-        f'<option value="{esc(p)}"{" selected" if p == chosen else ""}>{esc(p)}</option>'
-        for p in partitions
-    )
+    if len(partitions) <= PICKER_OPTIONS:
+        options = '<option value="">total only</option>' + "".join(
+            f'<option value="{esc(p)}"{" selected" if p == chosen else ""}>{esc(p)}</option>'
+            for p in partitions
+        )
+        field = f'<select id="lag-partition" name="partition">{options}</select>'
+    else:  # thousands of partitions: type one
+        field = (
+            f'<input id="lag-partition" name="partition" value="{esc(chosen)}" '
+            'placeholder="topic-N">'
+        )
     picker = (
         '<form class="inline" method="get">'
         f'<input type="hidden" name="window" value="{esc(window)}">'
-        f'<label for="lag-partition">and partition</label><select id="lag-partition" '
-        f'name="partition">{options}</select><button>Show</button></form>'
+        f'<label for="lag-partition">and partition</label>{field}<button>Show</button></form>'
     )
     legend = (
         '<p class="legend"><span class="key total">solid line, dots: total lag</span>'
@@ -466,7 +473,10 @@ def lag_section(view: dict[str, Any], params: dict[str, Any]) -> str:
     return (
         f'<div class="toolbar"><span>window: {links}</span>{picker}</div>{legend}{stored}'
         + lag_chart(
-            samples, since_ms=view["since_ms"], now_ms=view["now_ms"], partition=chosen or None
+            samples,
+            since_ms=view["since_ms"],
+            now_ms=view["now_ms"],
+            partition_samples=view["partition_samples"],
         )
         + f'<p class="note">{len(samples):,} samples. Verdicts follow Burrow\'s rules over '
         "each partition's last 10 commits; nothing to configure.</p>" + table

@@ -157,15 +157,35 @@ def rebalances_view(model: Model, g: Group) -> dict[str, Any]:
     }
 
 
-def lag_view(model: Model, store: LagStore | None, g: Group, since_ms: int) -> dict[str, Any]:
-    samples = store.series(g.group_id, since_ms) if store is not None else []
+def lag_view(
+    model: Model,
+    store: LagStore | None,
+    g: Group,
+    since_ms: int,
+    *,
+    partitions: bool = True,
+    partition: str | None = None,
+) -> dict[str, Any]:
+    """The group's lag samples since ``since_ms``: totals, and every partition's lag
+    (``partitions``) or one partition's series (``partition``, "topic-N")."""
+    samples = store.series(g.group_id, since_ms, partitions=partitions) if store else []
     out = []
     for s in samples:
-        partitions = {
-            tp_name(tp): (max(end - c, 0) if c >= 0 and end >= 0 else None)
-            for tp, (c, end) in s.offsets.items()
-        }
-        out.append({"at_ms": s.at_ms, "lag": s.lag, "partitions": partitions})
+        entry: dict[str, Any] = {"at_ms": s.at_ms, "lag": s.lag}
+        if partitions:
+            entry["partitions"] = {
+                tp_name(tp): (max(end - c, 0) if c >= 0 and end >= 0 else None)
+                for tp, (c, end) in s.offsets.items()
+            }
+        out.append(entry)
+    chosen: list[list[Any]] | None = None
+    if partition and store is not None:
+        topic, _, number = partition.rpartition("-")
+        if topic and number.isdigit():
+            chosen = [
+                [at, lag]
+                for at, lag in store.partition_series(g.group_id, (topic, int(number)), since_ms)
+            ]
     with model.lock:
         verdict = _verdict(g)
         per_partition = {
@@ -177,6 +197,8 @@ def lag_view(model: Model, store: LagStore | None, g: Group, since_ms: int) -> d
         "since_ms": since_ms,
         "now_ms": model.now_ms(),
         "samples": out,
+        "partition": partition if chosen is not None else None,
+        "partition_samples": chosen,
         "verdict": verdict,
         "partitions": per_partition,
         "stored": store is not None,
