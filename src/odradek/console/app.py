@@ -51,9 +51,12 @@ CSP = (
 )
 LIVE_TICK_S = 1.0
 LIVE_REFRESH_S = 5.0  # pages whose regions ask the cluster re-render at most this often
+LIVE_MIN_INTERVAL_S = 1.0  # and a page re-renders at most this often, whatever changes
 KEEPALIVE_S = 15.0
 MAX_EVENT_STREAMS = 200
 LOGIN_FAILURE_DELAY_S = 0.5
+STATIC_CACHE = "max-age=300"
+VERDICTS_SHOWN = 500  # partitions in a group page's verdict table
 
 SERVICE = web.AppKey("service", ConsoleService)
 SETTINGS = web.AppKey("settings", dict)
@@ -144,9 +147,10 @@ async def group_html(ctx: Ctx, match: Params, query: Params) -> pages.Page:
         since,
         partitions=False,
         partition=query.get("partition") or None,
+        verdicts=VERDICTS_SHOWN,
     )
     return pages.group_page(
-        views.group_view(model, g),
+        views.group_view(model, g, partitions=pages.partitions_page(dict(query))),
         views.rebalances_view(model, g),
         lag,
         params=dict(query),
@@ -194,15 +198,30 @@ async def cluster_html(ctx: Ctx, match: Params, query: Params) -> pages.Page:
     return pages.cluster_page(views.cluster_view(ctx.service.model), access)
 
 
-# Pages by path, for the routes and for the event stream (which renders them again).
-PAGES: list[tuple[re.Pattern[str], PageFn, bool]] = [
-    # (path, renderer, whether its live regions ask the cluster)
-    (re.compile(r"^/groups$"), groups_html, False),
-    (re.compile(r"^/groups/(?P<group>[^/]+)$"), group_html, False),
-    (re.compile(r"^/topics$"), topics_html, False),
-    (re.compile(r"^/topics/(?P<topic>[^/]+)$"), topic_html, True),
-    (re.compile(r"^/cluster$"), cluster_html, False),
+def _group_version(model: Any, match: Params) -> int | None:
+    g = model.group(unquote(match.get("group", "")))
+    return g.version if g is not None else model.version
+
+
+# Pages by path, for the routes and for the event stream (which renders them again when
+# what they show changed: the version its function gives; None: every LIVE_REFRESH_S,
+# for a page whose live part asks the cluster).
+VersionFn = Callable[[Any, Params], int | None]
+PAGES: list[tuple[re.Pattern[str], PageFn, VersionFn]] = [
+    (re.compile(r"^/groups$"), groups_html, lambda model, match: model.version),
+    (re.compile(r"^/groups/(?P<group>[^/]+)$"), group_html, _group_version),
+    (re.compile(r"^/topics$"), topics_html, lambda model, match: model.cluster_version),
+    (re.compile(r"^/topics/(?P<topic>[^/]+)$"), topic_html, lambda model, match: None),
+    (re.compile(r"^/cluster$"), cluster_html, lambda model, match: model.cluster_version),
 ]
+
+
+def _live_page(path: str) -> tuple[re.Match[str], PageFn, VersionFn] | None:
+    for pattern, fn, version in PAGES:
+        match = pattern.match(path)
+        if match is not None:
+            return match, fn, version
+    return None
 
 
 def _ctx(request: web.Request, *, live: bool = False) -> Ctx:
@@ -214,28 +233,33 @@ def _ctx(request: web.Request, *, live: bool = False) -> Ctx:
     )
 
 
-def _render(request: web.Request, page: pages.Page) -> web.Response:
+def _render(request: web.Request, page: pages.Page, version: int | None = None) -> web.Response:
+    """The page in the layout; ``version``: what the page shows is as of this model
+    version (its event stream sends nothing until that changes)."""
     session: Session | None = request.get("session")
+    live = page.status == 200 and request.method == "GET" and _live_page(request.path)
     html = pages.layout(
         page,
         view=request.path_qs,
         user=session.user if session else None,
         csrf=session.csrf if session else None,
         read_only=request.app[SETTINGS]["read_only"],
-        live_updates=page.status == 200
-        and request.method == "GET"
-        and any(pattern.match(request.path) for pattern, _, _ in PAGES),
+        live_updates=bool(live),
+        version=version,
     )
     return web.Response(text=html, content_type="text/html", status=page.status)
 
 
 def html_route(fn: PageFn) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handler(request: web.Request) -> web.StreamResponse:
+        found = _live_page(request.path)
+        model = request.app[SERVICE].model
+        version = found[2](model, request.match_info) if found else None  # before rendering
         try:
             page = await fn(_ctx(request), request.match_info, request.query)
         except ConsoleError as exc:
             page = pages.error_page(exc.status, str(exc))
-        return _render(request, page)
+        return _render(request, page, version)
 
     return handler
 
@@ -247,13 +271,10 @@ async def events(request: web.Request) -> web.StreamResponse:
     """Server-sent events for one page: its live regions, whenever they change."""
     view = request.query.get("view", "/groups")
     parts = urlsplit(view)
-    found = next(
-        ((p.match(parts.path), fn, asks) for p, fn, asks in PAGES if p.match(parts.path)), None
-    )
+    found = _live_page(parts.path)
     if found is None:
         raise web.HTTPBadRequest(text=f"no live page at {view!r}")
-    match, fn, asks_cluster = found
-    assert match is not None
+    match, fn, version_of = found
     streams = request.app[STREAMS]
     if len(streams) >= MAX_EVENT_STREAMS:
         raise web.HTTPServiceUnavailable(text="too many open pages")
@@ -266,22 +287,25 @@ async def events(request: web.Request) -> web.StreamResponse:
             "X-Accel-Buffering": "no",
         }
     )
-    await response.prepare(request)
     task = asyncio.current_task()
     streams.add(task)
     model = request.app[SERVICE].model
     sent: dict[str, str] = {}
-    seen_version = -1
-    rendered_at = 0.0
+    # The page was rendered at this version: nothing to send before it changes.
+    seen_version: int | None = _int(request.query.get("v"), -1, name="v")
+    rendered_at = time.monotonic() if seen_version != -1 else 0.0
     last_write = time.monotonic()
     try:
+        await response.prepare(request)
         while True:
             now = time.monotonic()
-            due = model.version != seen_version
-            if asks_cluster:
+            version = version_of(model, match_info)
+            if version is None:
                 due = now - rendered_at >= LIVE_REFRESH_S
+            else:
+                due = version != seen_version and now - rendered_at >= LIVE_MIN_INTERVAL_S
             if due:
-                seen_version = model.version
+                seen_version = version
                 rendered_at = now
                 try:
                     page = await fn(_ctx(request, live=True), match_info, query)
@@ -538,6 +562,9 @@ async def security_headers(request: web.Request, handler: Any) -> web.StreamResp
         response = exc
         _headers(response)
         raise
+    if request.path.startswith("/static/") and not response.prepared:
+        # The package's own files: cached a while (revalidated by their ETag after).
+        response.headers["Cache-Control"] = STATIC_CACHE
     _headers(response)
     return response
 

@@ -239,10 +239,10 @@ def timeline_chart(view: dict[str, Any], *, window: int = 12) -> str:
             f'<text class="label" x="{x(t):.1f}" y="{height - 6}" text-anchor="middle">'
             f"{esc(clock(t))}</text>"
         )
-    if len(lanes) > len(shown):
+    hidden = max(view.get("members_with_lanes", len(lanes)), len(lanes)) - len(shown)
+    if hidden > 0:
         out.append(
-            f'<text class="label" x="4" y="{height - 6}">+{len(lanes) - len(shown)} members '
-            "not drawn</text>"
+            f'<text class="label" x="4" y="{height - 6}">+{hidden:,} members not drawn</text>'
         )
     out.append("</svg>")
     return "".join(out)

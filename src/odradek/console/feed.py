@@ -99,7 +99,7 @@ class Tail(threading.Thread):
                 while not self.stop_event.is_set():
                     records = consumer.poll(POLL_S)
                     if records:
-                        with self.model.lock:
+                        with self.model.batch():
                             for r in records:
                                 self.model.apply_record(r.key, r.value, r.timestamp)
                                 positions[TopicPartition(r.topic, r.partition)] = r.offset + 1

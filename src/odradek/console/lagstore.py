@@ -84,9 +84,9 @@ def total_lag(values: Values) -> int:
 class Block:
     """One group's samples from ``start_ms`` on, over one layout of partitions.
 
-    After the header (the layout), each sample is: milliseconds since the previous one,
-    the total lag (so a chart of it reads no partition), the length of what follows,
-    and per partition the change of committed offset and of log end."""
+    After the header (its length, then the layout), each sample is: milliseconds since
+    the previous one, the total lag (so a chart of it reads no partition), the length of
+    what follows, and per partition the change of committed offset and of log end."""
 
     start_ms: int
     layout: Layout
@@ -97,12 +97,15 @@ class Block:
 
     def __post_init__(self) -> None:
         if not self.data:
-            _uvarint(self.data, len(self.layout))
+            header = bytearray()
+            _uvarint(header, len(self.layout))
             for topic, partition in self.layout:
                 name = topic.encode()
-                _uvarint(self.data, len(name))
-                self.data += name
-                _uvarint(self.data, partition)
+                _uvarint(header, len(name))
+                header += name
+                _uvarint(header, partition)
+            _uvarint(self.data, len(header))  # so that a reader of totals can skip it
+            self.data += header
             self.last_ms = self.start_ms
             self.last = tuple((0, 0) for _ in self.layout)
 
@@ -127,7 +130,12 @@ def decode_block(
 ) -> tuple[Layout, list[tuple[int, int, Values | None]]]:
     """(layout, [(at_ms, total lag, values)]) of a stored block; ``partitions=False``
     skips every partition's offsets (values None): what a chart of the total needs."""
-    count, pos = _read_uvarint(data, 0)
+    header, pos = _read_uvarint(data, 0)
+    if not partitions:
+        pos += header
+        count = 0
+    else:
+        count, pos = _read_uvarint(data, pos)
     layout = []
     for _ in range(count):
         length, pos = _read_uvarint(data, pos)

@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +103,7 @@ class Group:
     # Cached for the listing: recomputed by ``_refresh_row``.
     lag: int = NO_LAG
     verdict: GroupVerdict | None = None
+    partition_lags: dict[TP, int] = field(default_factory=dict)
     partition_verdicts: dict[TP, PartitionVerdict] = field(default_factory=dict)
     version: int = 0
     updated_ms: int = 0
@@ -190,12 +191,16 @@ class Model:
         self.topic_names: dict[uuid.UUID, str] = {}
         self.cluster = ClusterView()
         self.version = 0  # bumped by every change: the live pages' cue
+        self.cluster_version = 0  # bumped when brokers, leaders or replicas change
         self.tail_state = "starting"  # catching up, live, or why it cannot read
         self.tail_readable = True
         self.events_seen = False  # an Odradek broker: rebalances come from its events
         self._sorted: dict[str, tuple[int, list[GroupRow]]] = {}
         self._rows: dict[str, GroupRow] = {}
-        self._rows_version = 0
+        # Groups whose row is redone once the change in progress is applied (a batch of
+        # records may commit 10,000 partitions of one group: one row, not 10,000).
+        self._dirty: set[str] = set()
+        self._batch_depth = 0
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -213,6 +218,25 @@ class Model:
         g.version = self.version
         g.updated_ms = self.now_ms()
 
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Apply several changes under the lock; rows are redone once, at the end."""
+        with self.lock:
+            self._batch_depth += 1
+            try:
+                yield
+            finally:
+                self._batch_depth -= 1
+                if not self._batch_depth:
+                    for group_id in self._dirty:
+                        g = self.groups.get(group_id)
+                        if g is not None:
+                            self._finish(g)
+                    self._dirty.clear()
+
+    def _mark(self, g: Group) -> None:
+        self._dirty.add(g.group_id)
+
     def apply_record(self, key: bytes | None, value: bytes | None, at_ms: int) -> None:
         """One record of ``__consumer_offsets`` (raw key and value; ``at_ms`` its
         timestamp). Records of unknown types, and undecodable ones, are skipped, as
@@ -220,7 +244,7 @@ class Model:
         if key is None or len(key) < 2:
             return
         kind = int.from_bytes(key[:2], "big", signed=True)
-        with self.lock, contextlib.suppress(RecordFormatError, ConsumerProtocolError):
+        with self.batch(), contextlib.suppress(RecordFormatError, ConsumerProtocolError):
             if kind in (0, 1, 2):
                 decoded = decode_key(key)
                 if isinstance(decoded, OffsetCommitKey):
@@ -243,7 +267,7 @@ class Model:
             commit = decode_offset_commit_value(value)
             stamp = commit.commit_timestamp if commit.commit_timestamp > 0 else at_ms
             self._commit(g, tp, commit.offset, stamp)
-        self._refresh_row(g)
+        self._judge(g, tp, self.now_ms())
 
     def _commit(self, g: Group, tp: TP, offset: int, at_ms: int) -> None:
         g.committed[tp] = (offset, at_ms)
@@ -256,6 +280,36 @@ class Model:
         if window is None:
             window = g.windows[tp] = CommitWindow()
         window.add(at_ms, offset, lag)
+
+    def _judge(self, g: Group, tp: TP, now_ms: int) -> None:
+        """One partition's lag and verdict; the group's row follows at the batch's end."""
+        committed = g.committed.get(tp)
+        end = self.log_ends.get(tp)
+        window = g.windows.get(tp)
+        if committed is None or end is None:
+            g.partition_lags.pop(tp, None)
+            g.partition_verdicts.pop(tp, None)
+        else:
+            lag = max(end - committed[0], 0)
+            g.partition_lags[tp] = lag
+            if window is not None:
+                g.partition_verdicts[tp] = judge_partition(window, lag, now_ms)
+            else:
+                g.partition_verdicts.pop(tp, None)
+        self._mark(g)
+
+    def _judge_all(self, g: Group, now_ms: int) -> None:
+        for tp in set(g.committed) | set(g.partition_lags):
+            self._judge(g, tp, now_ms)
+        self._mark(g)
+
+    def _finish(self, g: Group) -> None:
+        """The group's row: totals over its partitions (each already judged)."""
+        g.lag = sum(g.partition_lags.values()) if g.partition_lags else NO_LAG
+        verdicts = g.partition_verdicts
+        g.verdict = judge_group(verdicts.values()) if verdicts else None
+        self._touch(g)
+        self._rows[g.group_id] = self._row_of(g)
 
     def _apply_group_metadata(self, group_id: str, value: bytes | None, at_ms: int) -> None:
         if value is None:
@@ -291,7 +345,7 @@ class Model:
                 at_ms, "Stable" if members else "Empty", meta.generation, frozenset(members)
             )
         )
-        self._refresh_row(g)
+        self._mark(g)
 
     @staticmethod
     def _own(g: Group, owned: Mapping[str, tuple[TP, ...]], at_ms: int) -> None:
@@ -404,7 +458,7 @@ class Model:
             self._own(g, {**g.owned, k.member: assigned}, at_ms)
             m.assignment = assigned
             g.consumer_members[k.member] = m
-        self._refresh_row(g)
+        self._mark(g)
 
     def _names(self, assignment: Mapping[uuid.UUID, Iterable[int]]) -> tuple[TP, ...]:
         """A KIP-848 assignment (topic ids) as (topic name, partition) pairs."""
@@ -423,13 +477,14 @@ class Model:
         for tp in g.committed:
             self._tp_groups.get(tp, set()).discard(group_id)
         self._rows.pop(group_id, None)
+        self._dirty.discard(group_id)
         self.version += 1
 
     def apply_listing(self, listings: Iterable[Any], complete: bool = True) -> None:
         """A ListGroups answer (``ConsumerGroupListing``s). With ``complete``, groups the
         brokers no longer list and that have nothing committed are dropped."""
         now = self.now_ms()
-        with self.lock:
+        with self.batch():
             seen = set()
             for listing in listings:
                 seen.add(listing.group_id)
@@ -451,7 +506,7 @@ class Model:
                     g.members = {}
                     changed = True
                 if changed:
-                    self._refresh_row(g)
+                    self._mark(g)
             if complete:
                 for group_id in [gid for gid, g in self.groups.items() if gid not in seen]:
                     g = self.groups[group_id]
@@ -460,12 +515,12 @@ class Model:
                     elif g.state not in ("Empty", "Dead"):
                         g.state = "Empty" if g.committed else "Dead"
                         g.members = {}
-                        self._refresh_row(g)
+                        self._mark(g)
 
     def apply_description(self, d: Any) -> None:
         """A ``ConsumerGroupDescription`` (DescribeGroups or ConsumerGroupDescribe)."""
         now = self.now_ms()
-        with self.lock:
+        with self.batch():
             if not d.exists:
                 g = self.groups.get(d.group_id)
                 if g is not None and not g.committed:
@@ -506,12 +561,12 @@ class Model:
                     now, d.state, g.generation if d.type == "consumer" else None, frozenset(members)
                 )
             )
-            self._refresh_row(g)
+            self._mark(g)
 
     def apply_committed(self, group_id: str, offsets: Mapping[Any, int]) -> None:
         """Committed offsets polled with OffsetFetch (where the topic may not be read)."""
         now = self.now_ms()
-        with self.lock:
+        with self.batch():
             g = self._group(group_id)
             for tp, offset in offsets.items():
                 key = (tp[0], tp[1])
@@ -521,20 +576,20 @@ class Model:
             for gone in set(g.committed) - {(tp[0], tp[1]) for tp in offsets}:
                 g.committed.pop(gone, None)
                 g.windows.pop(gone, None)
-            self._refresh_row(g)
+            self._judge_all(g, now)
 
     def apply_log_ends(self, ends: Mapping[Any, int]) -> None:
-        with self.lock:
-            touched: set[str] = set()
+        now = self.now_ms()
+        with self.batch():
             for tp, end in ends.items():
                 key = (tp[0], tp[1])
-                if self.log_ends.get(key) != end:
-                    self.log_ends[key] = end
-                    touched |= self._tp_groups.get(key, set())
-            for group_id in touched:
-                g = self.groups.get(group_id)
-                if g is not None:
-                    self._refresh_row(g, judge=False)
+                if self.log_ends.get(key) == end:
+                    continue
+                self.log_ends[key] = end
+                for group_id in self._tp_groups.get(key, ()):
+                    g = self.groups.get(group_id)
+                    if g is not None:
+                        self._judge(g, key, now)
 
     def apply_metadata(
         self,
@@ -548,6 +603,7 @@ class Model:
         now = self.now_ms()
         with self.lock:
             c = self.cluster
+            before = (c.cluster_id, c.controller, dict(c.brokers), dict(c.partitions))
             c.cluster_id, c.controller = cluster_id, controller
             present = {b.node_id: (b.host, b.port, b.rack) for b in brokers}
             for node in set(c.brokers) - set(present):
@@ -584,32 +640,11 @@ class Model:
             c.partitions = partitions
             c.updated_ms = now
             c.error = None
-            self.version += 1
+            if before != (c.cluster_id, c.controller, c.brokers, c.partitions):
+                self.version += 1
+                self.cluster_version += 1
 
     # --- evaluation and sampling ---------------------------------------------------------
-
-    def _refresh_row(self, g: Group, *, judge: bool = True) -> None:
-        lag_total = 0
-        known = False
-        verdicts: dict[TP, PartitionVerdict] = {}
-        now = self.now_ms()
-        for tp, (offset, _at) in g.committed.items():
-            end = self.log_ends.get(tp)
-            if end is None:
-                continue
-            lag = max(end - offset, 0)
-            lag_total += lag
-            known = True
-            if judge:
-                window = g.windows.get(tp)
-                if window is not None:
-                    verdicts[tp] = judge_partition(window, lag, now)
-        g.lag = lag_total if known else NO_LAG
-        if judge:
-            g.partition_verdicts = verdicts
-            g.verdict = judge_group(verdicts.values()) if verdicts else None
-        self._touch(g)
-        self._rows[g.group_id] = self._row_of(g)
 
     @staticmethod
     def _row_of(g: Group) -> GroupRow:
@@ -626,10 +661,11 @@ class Model:
 
     def evaluate(self) -> None:
         """Judge every group again (time alone turns a silent consumer STOPPED)."""
-        with self.lock:
+        now = self.now_ms()
+        with self.batch():
             for g in list(self.groups.values()):
-                if g.committed:
-                    self._refresh_row(g)
+                if g.committed or g.partition_lags:
+                    self._judge_all(g, now)
 
     def samples(self) -> list[tuple[str, tuple[TP, ...], tuple[tuple[int, int], ...]]]:
         """(group, layout, values) of every group with committed or assigned partitions:
@@ -723,13 +759,16 @@ def _sort_key(sort: str) -> Callable[[GroupRow], Any]:
     return lambda r: r.group
 
 
-def partition_rows(model: Model, g: Group) -> list[dict[str, Any]]:
-    """Per partition committed, log end, lag, verdict and owner (a snapshot for pages)."""
+def partition_rows(
+    model: Model, g: Group, start: int = 0, stop: int | None = None
+) -> tuple[int, list[dict[str, Any]]]:
+    """(how many partitions, the rows [start:stop]): per partition committed, log end,
+    lag, verdict and owner (a snapshot for pages)."""
     with model.lock:
         owner = {tp: m.member_id for m in g.members.values() for tp in m.assignment}
-        tps = sorted(set(g.committed) | set(owner))
+        everything = sorted(set(g.committed) | set(owner))
         rows = []
-        for tp in tps:
+        for tp in everything[start:stop]:
             committed = g.committed.get(tp)
             end = model.log_ends.get(tp)
             lag = max(end - committed[0], 0) if committed is not None and end is not None else None
@@ -747,7 +786,7 @@ def partition_rows(model: Model, g: Group) -> list[dict[str, Any]]:
                     "member_id": owner.get(tp),
                 }
             )
-        return rows
+        return len(everything), rows
 
 
 __all__ = ["Group", "GroupRow", "Member", "Model", "Verdict", "partition_rows"]

@@ -74,6 +74,7 @@ def layout(
     csrf: str | None,
     read_only: bool,
     live_updates: bool = True,
+    version: int | None = None,
 ) -> str:
     current = ' aria-current="page"'
     nav = "".join(
@@ -88,9 +89,10 @@ def layout(
             f"<span>signed in as {esc(user)}</span> <button>Sign out</button></form>"
         )
     mode = '<span class="badge">read-only</span>' if read_only else ""
-    live_attr = (
-        f' data-live="{esc("/events?view=" + quote(view, safe=""))}"' if live_updates else ""
-    )
+    events = "/events?view=" + quote(view, safe="")
+    if version is not None:
+        events += f"&v={version}"
+    live_attr = f' data-live="{esc(events)}"' if live_updates else ""
     body = "".join(b.html for b in page.blocks)
     return (
         "<!doctype html>"
@@ -418,7 +420,6 @@ def timeline_section(view: dict[str, Any]) -> str:
     return intro + timeline_chart(view) + table
 
 
-PICKER_OPTIONS = 200
 LAG_WINDOWS = (("1h", 3600), ("6h", 6 * 3600), ("24h", 24 * 3600), ("7d", 7 * 24 * 3600))
 
 
@@ -430,9 +431,9 @@ def lag_section(view: dict[str, Any], params: dict[str, Any]) -> str:
         f'<a href="?{_query(params, window=name)}"{current if name == window else ""}>{name}</a>'
         for name, _ in LAG_WINDOWS
     )
-    partitions = sorted(view["partitions"])
+    partitions = view["partition_names"]
     chosen = params.get("partition") or ""
-    if len(partitions) <= PICKER_OPTIONS:
+    if view["partitions_judged"] <= len(partitions):
         options = '<option value="">total only</option>' + "".join(
             f'<option value="{esc(p)}"{" selected" if p == chosen else ""}>{esc(p)}</option>'
             for p in partitions
@@ -464,11 +465,13 @@ def lag_section(view: dict[str, Any], params: dict[str, Any]) -> str:
         )
     table = ""
     if verdicts:
+        more = view["partitions_judged"] - len(verdicts)
+        rest = f'<p class="note">and {more:,} more partitions (see the offsets below)</p>'
         table = (
             "<details><summary>Verdict per partition</summary>"
             '<table class="verdicts"><thead><tr><th>Partition</th><th>Verdict</th>'
-            f"<th>Lag clears in</th></tr></thead><tbody>{''.join(verdicts[:500])}</tbody>"
-            "</table></details>"
+            f"<th>Lag clears in</th></tr></thead><tbody>{''.join(verdicts)}</tbody>"
+            f"</table>{rest if more > 0 else ''}</details>"
         )
     return (
         f'<div class="toolbar"><span>window: {links}</span>{picker}</div>{legend}{stored}'
@@ -483,15 +486,24 @@ def lag_section(view: dict[str, Any], params: dict[str, Any]) -> str:
     )
 
 
+def partitions_page(params: dict[str, Any]) -> tuple[int, int]:
+    """(start, stop) of the offsets table's page ``ppage``."""
+    try:
+        page = max(int(params.get("ppage") or 1), 1)
+    except ValueError:
+        page = 1
+    return (page - 1) * PARTITIONS_PAGE, page * PARTITIONS_PAGE
+
+
 def offsets_table(view: dict[str, Any], params: dict[str, Any]) -> str:
     rows = view["partitions"]
-    if not rows:
+    count = view["totals"]["partitions"]
+    if not count:
         return '<p class="empty">No committed offsets and no assigned partitions.</p>'
-    page = int(params.get("ppage") or 1)
-    pages = max((len(rows) + PARTITIONS_PAGE - 1) // PARTITIONS_PAGE, 1)
-    page = max(min(page, pages), 1)
+    page = view["partitions_from"] // PARTITIONS_PAGE + 1
+    pages = max((count + PARTITIONS_PAGE - 1) // PARTITIONS_PAGE, 1)
     out = []
-    for r in rows[(page - 1) * PARTITIONS_PAGE : page * PARTITIONS_PAGE]:
+    for r in rows:
         out.append(
             f"<tr><td>{esc(r['topic'])}</td><td class=num>{r['partition']}</td>"
             f"<td class=num>{number(r['committed_offset'])}</td>"
@@ -508,7 +520,7 @@ def offsets_table(view: dict[str, Any], params: dict[str, Any]) -> str:
         "<th class=num>Committed</th><th class=num>Log end</th><th class=num>Lag</th>"
         "<th>Verdict</th><th>Member</th></tr></thead><tbody>"
         + "".join(out)
-        + f"</tbody><tfoot><tr><td>Total</td><td class=num>{len(rows):,}</td><td></td><td></td>"
+        + f"</tbody><tfoot><tr><td>Total</td><td class=num>{count:,}</td><td></td><td></td>"
         f"<td class=num>{number(total)}</td><td></td><td></td></tr></tfoot></table>{pager}"
     )
 

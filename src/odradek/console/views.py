@@ -21,6 +21,7 @@ DEFAULT_PAGE_SIZE = 50
 PARTITIONS_PAGE = 200  # partitions per page of a group's offsets table
 MEMBERS_PAGE = 200
 LANES_SHOWN = 40  # swimlanes drawn (the members with the most recent changes)
+PICKER_LIMIT = 200  # partitions offered by name in the lag chart's picker
 
 
 def tp_name(tp: tuple[str, int]) -> str:
@@ -79,7 +80,11 @@ def _verdict(g: Group) -> dict[str, Any] | None:
     }
 
 
-def group_view(model: Model, g: Group) -> dict[str, Any]:
+def group_view(
+    model: Model, g: Group, *, partitions: tuple[int, int | None] = (0, None)
+) -> dict[str, Any]:
+    """The group; ``partitions`` (start, stop) limits the partition rows (a page of them:
+    the totals still cover all)."""
     with model.lock:
         consumer = g.group_type == "consumer"
         members_src = g.members if g.members_known or not g.consumer_members else g.consumer_members
@@ -100,8 +105,7 @@ def group_view(model: Model, g: Group) -> dict[str, Any]:
                 entry["to_revoke"] = _tps(sorted(set(m.assignment) - set(target)))
                 entry["to_receive"] = _tps(sorted(set(target) - set(m.assignment)))
             members.append(entry)
-        rows = partition_rows(model, g)
-        lags = [r["lag"] for r in rows if r["lag"] is not None]
+        count, rows = partition_rows(model, g, *partitions)
         return {
             "group": g.group_id,
             "state": g.state,
@@ -113,21 +117,27 @@ def group_view(model: Model, g: Group) -> dict[str, Any]:
             "coordinator": g.coordinator,
             "members": members,
             "partitions": rows,
-            "totals": {"lag": sum(lags) if lags else None, "partitions": len(rows)},
+            "partitions_from": partitions[0],
+            "totals": {"lag": None if g.lag < 0 else g.lag, "partitions": count},
             "verdict": _verdict(g),
             "feed": feed_status(model),
         }
 
 
-def rebalances_view(model: Model, g: Group) -> dict[str, Any]:
+def rebalances_view(model: Model, g: Group, *, lanes_shown: int = LANES_SHOWN) -> dict[str, Any]:
     now = model.now_ms()
     spans = model.spans(g)
     with model.lock:
         changes = list(g.ownership)
         eager = g.group_type != "consumer" and g.assignor not in rb.COOPERATIVE_ASSIGNORS
-    lanes = rb.lanes(changes, spans, eager=eager, now_ms=now)
-    # The members whose ownership changed last are the ones a reader is looking for.
-    lanes.sort(key=lambda lane: max((s.end_ms for s in lane.segments), default=0), reverse=True)
+    # The members whose ownership changed last are the ones a reader is looking for; at
+    # 1,000 members, only those get a lane.
+    last: dict[str, int] = {}
+    for c in changes:
+        last[c.member] = c.at_ms
+    shown = set(sorted(last, key=lambda m: last[m], reverse=True)[:lanes_shown])
+    lanes = rb.lanes([c for c in changes if c.member in shown], spans, eager=eager, now_ms=now)
+    lanes.sort(key=lambda lane: last.get(lane.member, 0), reverse=True)
     out_spans = []
     for s in spans:
         d = s.as_dict()
@@ -139,6 +149,7 @@ def rebalances_view(model: Model, g: Group) -> dict[str, Any]:
         "eager": eager,
         "now_ms": now,
         "rebalances": out_spans,
+        "members_with_lanes": len(last),
         "lanes": [
             {
                 "member": lane.member,
@@ -165,9 +176,11 @@ def lag_view(
     *,
     partitions: bool = True,
     partition: str | None = None,
+    verdicts: int | None = None,
 ) -> dict[str, Any]:
     """The group's lag samples since ``since_ms``: totals, and every partition's lag
-    (``partitions``) or one partition's series (``partition``, "topic-N")."""
+    (``partitions``) or one partition's series (``partition``, "topic-N"); the first
+    ``verdicts`` partitions' verdicts (all by default)."""
     samples = store.series(g.group_id, since_ms, partitions=partitions) if store else []
     out = []
     for s in samples:
@@ -188,9 +201,13 @@ def lag_view(
             ]
     with model.lock:
         verdict = _verdict(g)
+        judged = sorted(g.partition_verdicts)
         per_partition = {
-            tp_name(tp): {"verdict": pv.verdict.name, "seconds_to_clear": pv.seconds_to_clear}
-            for tp, pv in sorted(g.partition_verdicts.items())
+            tp_name(tp): {
+                "verdict": g.partition_verdicts[tp].verdict.name,
+                "seconds_to_clear": g.partition_verdicts[tp].seconds_to_clear,
+            }
+            for tp in judged[:verdicts]
         }
     return {
         "group": g.group_id,
@@ -201,6 +218,8 @@ def lag_view(
         "partition_samples": chosen,
         "verdict": verdict,
         "partitions": per_partition,
+        "partitions_judged": len(judged),
+        "partition_names": [tp_name(tp) for tp in judged[:PICKER_LIMIT]],
         "stored": store is not None,
     }
 
