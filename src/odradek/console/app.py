@@ -29,6 +29,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from importlib import resources
@@ -56,6 +57,7 @@ KEEPALIVE_S = 15.0
 MAX_EVENT_STREAMS = 200
 LOGIN_FAILURE_DELAY_S = 0.5
 STATIC_CACHE = "max-age=300"
+WORKERS = 4  # threads for the calls a page makes to the cluster
 VERDICTS_SHOWN = 500  # partitions in a group page's verdict table
 
 SERVICE = web.AppKey("service", ConsoleService)
@@ -76,9 +78,16 @@ Params = Mapping[str, str]
 PageFn = Callable[[Ctx, Params, Params], Awaitable[pages.Page]]
 
 
+_executor: ThreadPoolExecutor | None = None
+
+
 async def blocking(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run a blocking call (Odradek's client) in a thread."""
-    return await asyncio.get_running_loop().run_in_executor(None, partial(fn, *args, **kwargs))
+    """Run a blocking call (Odradek's client) in one of the console's own threads: not
+    the loop's default executor, which a broker running the console uses itself."""
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="odradek-console")
+    return await asyncio.get_running_loop().run_in_executor(_executor, partial(fn, *args, **kwargs))
 
 
 def _int(value: str | None, default: int, *, name: str) -> int:
@@ -199,7 +208,7 @@ async def cluster_html(ctx: Ctx, match: Params, query: Params) -> pages.Page:
 
 
 def _group_version(model: Any, match: Params) -> int | None:
-    g = model.group(unquote(match.get("group", "")))
+    g = model.group(match.get("group", ""))
     return g.version if g is not None else model.version
 
 
@@ -237,10 +246,14 @@ def _render(request: web.Request, page: pages.Page, version: int | None = None) 
     """The page in the layout; ``version``: what the page shows is as of this model
     version (its event stream sends nothing until that changes)."""
     session: Session | None = request.get("session")
-    live = page.status == 200 and request.method == "GET" and _live_page(request.path)
+    live = (
+        page.status == 200
+        and request.method == "GET"
+        and _live_page(request.rel_url.raw_path) is not None
+    )
     html = pages.layout(
         page,
-        view=request.path_qs,
+        view=request.rel_url.raw_path_qs,
         user=session.user if session else None,
         csrf=session.csrf if session else None,
         read_only=request.app[SETTINGS]["read_only"],
@@ -252,7 +265,7 @@ def _render(request: web.Request, page: pages.Page, version: int | None = None) 
 
 def html_route(fn: PageFn) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handler(request: web.Request) -> web.StreamResponse:
-        found = _live_page(request.path)
+        found = _live_page(request.rel_url.raw_path)
         model = request.app[SERVICE].model
         version = found[2](model, request.match_info) if found else None  # before rendering
         try:
@@ -292,7 +305,10 @@ async def events(request: web.Request) -> web.StreamResponse:
     model = request.app[SERVICE].model
     sent: dict[str, str] = {}
     # The page was rendered at this version: nothing to send before it changes.
-    seen_version: int | None = _int(request.query.get("v"), -1, name="v")
+    try:
+        seen_version: int | None = _int(request.query.get("v"), -1, name="v")
+    except ConsoleError:
+        seen_version = -1
     rendered_at = time.monotonic() if seen_version != -1 else 0.0
     last_write = time.monotonic()
     try:
@@ -712,4 +728,4 @@ class ConsoleServer:
         if self.runner is not None:
             with contextlib.suppress(Exception):
                 await self.runner.cleanup()
-        await asyncio.get_running_loop().run_in_executor(None, self.service.close)
+        await blocking(self.service.close)
