@@ -9,7 +9,8 @@ cluster to list 20,000 groups.
   the ACLs refuse it, it says so once and stops, and the poller takes over.
 * ``Poller`` asks every ``poll_interval_s``: cluster metadata (brokers, leaders, ISR:
   elections are leader changes between two polls), ListGroups (every group's state, in
-  one request per broker), the log end offsets of every partition a group commits to,
+  one request per broker; past 5,000 groups every groups / 1,000 seconds), the log end
+  offsets of every partition a group commits to,
   DescribeGroups / ConsumerGroupDescribe for the groups someone is looking at and, on
   brokers that record no events, for the groups whose state just changed (their member
   sets before and after a rebalance); committed offsets with OffsetFetch only where
@@ -46,6 +47,7 @@ VIEW_TTL_S = 30.0  # a group page's interest lasts this long after its last requ
 DESCRIBES_PER_ROUND = 50  # state changes followed up with a describe, per poll
 OFFSET_FETCHES_PER_ROUND = 100  # groups whose commits are polled, per poll (no tail)
 EXPIRE_EVERY_S = 3600.0
+LISTED_GROUPS_PER_S = 1_000  # ListGroups every poll up to 5,000 groups, then less often
 RETRY_S = 2.0
 
 
@@ -157,6 +159,7 @@ class Poller(threading.Thread):
         self._next_expire = 0.0
         self._offsets_cursor = 0
         self.rounds = 0
+        self._next_listing = 0.0
         self.wake = threading.Event()
         # Told the cluster's id once it is known (the lag history belongs to one cluster).
         self.on_cluster_id: Callable[[str | None], None] | None = None
@@ -201,7 +204,15 @@ class Poller(threading.Thread):
         """One round of questions (each failure is kept to its own part)."""
         self._metadata(admin)
         states = {gid: g.state for gid, g in self.model.groups.items()}
-        listing_ok = self._listing(admin)
+        listing_ok = False
+        if time.monotonic() >= self._next_listing:
+            # ListGroups answers with every group: at 20,000 that costs both sides more
+            # than anything else a poll asks, so it is asked less often as groups grow.
+            groups = len(self.model.groups)
+            self._next_listing = time.monotonic() + max(
+                self.poll_interval_s, groups / LISTED_GROUPS_PER_S
+            )
+            listing_ok = self._listing(admin)
         changed = [
             gid
             for gid, g in list(self.model.groups.items())
