@@ -89,6 +89,30 @@ def test_a_silent_consumer_turns_stopped_with_time_alone() -> None:
     assert model.group("g").verdict.label == "ERROR (STOPPED)"
 
 
+def test_a_new_log_end_moves_lag_at_once_and_the_verdict_where_lag_leaves_zero() -> None:
+    clock = Clock()
+    model = Model(clock)
+    model.apply_log_ends({("orders", 0): 30})
+    for i, offset in enumerate((10, 20, 30)):
+        at = T0 + i * 5_000
+        clock.now = at / 1000
+        value = OffsetCommitValue(offset, -1, "", at)
+        feed(model, offset_commit_record("g", "orders", 0, value), at)
+    model.evaluate()
+    g = model.group("g")
+    assert (g.lag, g.verdict.label) == (0, "OK")
+    # The log grows past the last commit: the lag is no longer 0, so it is judged again.
+    model.apply_log_ends({("orders", 0): 50})
+    assert g.lag == 20 and g.partition_lags[("orders", 0)] == 20
+    judged = g.partition_verdicts[("orders", 0)]
+    # It grows again: the lag follows at once, the verdict waits for the next evaluate.
+    model.apply_log_ends({("orders", 0): 80})
+    assert g.lag == 50
+    assert g.partition_verdicts[("orders", 0)] is judged
+    model.evaluate()
+    assert g.partition_verdicts[("orders", 0)] is not judged
+
+
 def test_group_metadata_records_give_members_generations_and_ownership() -> None:
     model = Model(Clock())
     feed(model, group_metadata_record("g", metadata(1, member("a", 0, 1, 2, 3))), T0)

@@ -332,6 +332,7 @@ def run(args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         console = None
+        broker_stop = stop
         try:
             if console_at is not None:
                 # In this loop, beside the broker; its clients reach the broker once it listens.
@@ -339,7 +340,8 @@ def run(args: argparse.Namespace) -> int:
 
                 console = embedded_server(broker, console_users, data_dirs[0])
                 await console.start(*console_at)
-            await run_broker(broker, stop)
+                broker_stop = console.stopped_first(stop)  # while the broker still answers it
+            await run_broker(broker, broker_stop)
         except OSError as exc:
             raise CliError(f"cannot listen: {exc.strerror or exc}") from None
         except Exception as exc:

@@ -712,6 +712,8 @@ class ConsoleServer:
         self.app = app
         self.runner: web.AppRunner | None = None
         self.port: int | None = None
+        self._stopping: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
 
     async def start(self, host: str, port: int) -> None:
         self.service.start()
@@ -725,7 +727,26 @@ class ConsoleServer:
         log.info("console: serving on http://%s:%s", host, self.port or port)
 
     async def stop(self) -> None:
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop())
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self) -> None:
         if self.runner is not None:
             with contextlib.suppress(Exception):
                 await self.runner.cleanup()
         await blocking(self.service.close)
+
+    def stopped_first(self, stop: asyncio.Event) -> asyncio.Event:
+        """An event set once ``stop`` is set and the console has stopped: what a broker
+        serving the console waits for, so that the console's clients end while the
+        broker still answers them."""
+        done = asyncio.Event()
+
+        async def wait() -> None:
+            await stop.wait()
+            await self.stop()
+            done.set()
+
+        self._waiter = asyncio.ensure_future(wait())
+        return done

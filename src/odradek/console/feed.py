@@ -197,8 +197,6 @@ class Poller(threading.Thread):
         finally:
             if admin is not None:
                 admin.close()
-            if self.store is not None:
-                self.store.flush()
 
     def poll_once(self, admin: Any) -> None:
         """One round of questions (each failure is kept to its own part)."""
@@ -226,7 +224,7 @@ class Poller(threading.Thread):
             self._committed(admin)
         self._log_ends(admin)
         now = self.clock()
-        if now >= self._next_sample:
+        if now >= self._next_sample and not self.stop_event.is_set():
             self._next_sample = now + self.sample_interval_s
             self.sample(now)
 

@@ -106,7 +106,6 @@ class Group:
     partition_lags: dict[TP, int] = field(default_factory=dict)
     partition_verdicts: dict[TP, PartitionVerdict] = field(default_factory=dict)
     version: int = 0
-    updated_ms: int = 0
 
     @property
     def member_count(self) -> int | None:
@@ -200,6 +199,7 @@ class Model:
         # Groups whose row is redone once the change in progress is applied (a batch of
         # records may commit 10,000 partitions of one group: one row, not 10,000).
         self._dirty: set[str] = set()
+        self._rejudged: set[str] = set()  # of those, the ones a partition verdict changed
         self._batch_depth = 0
 
     def now_ms(self) -> int:
@@ -216,7 +216,6 @@ class Model:
     def _touch(self, g: Group) -> None:
         self.version += 1
         g.version = self.version
-        g.updated_ms = self.now_ms()
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -231,11 +230,14 @@ class Model:
                     for group_id in self._dirty:
                         g = self.groups.get(group_id)
                         if g is not None:
-                            self._finish(g)
+                            self._finish(g, group_id in self._rejudged)
                     self._dirty.clear()
+                    self._rejudged.clear()
 
-    def _mark(self, g: Group) -> None:
+    def _mark(self, g: Group, *, rejudged: bool = True) -> None:
         self._dirty.add(g.group_id)
+        if rejudged:
+            self._rejudged.add(g.group_id)
 
     def apply_record(self, key: bytes | None, value: bytes | None, at_ms: int) -> None:
         """One record of ``__consumer_offsets`` (raw key and value; ``at_ms`` its
@@ -303,11 +305,30 @@ class Model:
             self._judge(g, tp, now_ms)
         self._mark(g)
 
-    def _finish(self, g: Group) -> None:
+    def _relag(self, g: Group, tp: TP, now_ms: int) -> None:
+        """A new log end for one of the group's partitions: its lag, and its verdict only
+        where the lag came to or left 0 (Burrow's first rule); the rest waits for the next
+        ``evaluate`` (at 20,000 groups on one busy partition, judging every group at each
+        poll was most of the console's work)."""
+        committed = g.committed.get(tp)
+        end = self.log_ends.get(tp)
+        before = g.partition_lags.get(tp)
+        if committed is None or end is None or before is None:
+            self._judge(g, tp, now_ms)
+            return
+        lag = max(end - committed[0], 0)
+        g.partition_lags[tp] = lag
+        if (lag == 0) != (before == 0):
+            self._judge(g, tp, now_ms)
+        else:
+            self._mark(g, rejudged=False)
+
+    def _finish(self, g: Group, rejudged: bool = True) -> None:
         """The group's row: totals over its partitions (each already judged)."""
         g.lag = sum(g.partition_lags.values()) if g.partition_lags else NO_LAG
         verdicts = g.partition_verdicts
-        g.verdict = judge_group(verdicts.values()) if verdicts else None
+        if rejudged or g.verdict is None:
+            g.verdict = judge_group(verdicts.values()) if verdicts else None
         self._touch(g)
         self._rows[g.group_id] = self._row_of(g)
 
@@ -478,6 +499,7 @@ class Model:
             self._tp_groups.get(tp, set()).discard(group_id)
         self._rows.pop(group_id, None)
         self._dirty.discard(group_id)
+        self._rejudged.discard(group_id)
         self.version += 1
 
     def apply_listing(self, listings: Iterable[Any], complete: bool = True) -> None:
@@ -589,7 +611,7 @@ class Model:
                 for group_id in self._tp_groups.get(key, ()):
                     g = self.groups.get(group_id)
                     if g is not None:
-                        self._judge(g, key, now)
+                        self._relag(g, key, now)
 
     def apply_metadata(
         self,

@@ -30,6 +30,7 @@ MESSAGES_MAX_BYTES = 1024 * 1024  # what one page of the message browser may car
 MESSAGES_MAX_COUNT = 500
 VALUE_SHOWN_BYTES = 16 * 1024  # a longer key or value is cut on the page (its size shown)
 MESSAGE_FORMATS = ("text", "json", "hex")
+CLOSE_WAIT_S = 3.0
 
 
 class ConsoleError(Exception):
@@ -123,11 +124,13 @@ class ConsoleService:
         self.poller.store = self.store
 
     def close(self) -> None:
+        """Stop the feeds (waiting a little: they are daemon threads, and one may be in a
+        call to a broker that is going away) and write the lag history."""
         self._stop.set()
         self.poller.wake.set()
         for thread in (self.poller, self.tail):
             if thread.is_alive():
-                thread.join(timeout=10.0)
+                thread.join(timeout=CLOSE_WAIT_S)
         with self._admin_lock:
             if self._admin is not None:
                 self._admin.close()
