@@ -162,7 +162,6 @@ class ConsumerRebalance:
     """From a group-epoch bump until the group is Stable again, for the rebalance event."""
 
     started_ms: int  # monotonic
-    from_epoch: int
     members_before: tuple[str, ...]
     reasons: tuple[str, ...] = ()
 
@@ -234,10 +233,6 @@ class ConsumerGroup:
     def partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
         owner = self.partition_owners.get((topic_id, partition))
         return NO_PARTITION_EPOCH if owner is None else owner[1]
-
-    def partition_owner(self, topic_id: uuid.UUID, partition: int) -> str | None:
-        owner = self.partition_owners.get((topic_id, partition))
-        return None if owner is None else owner[0]
 
     def preferred_assignor(self) -> str | None:
         """The server assignor most members ask for (ties: the first name alphabetically)."""

@@ -580,9 +580,7 @@ class ConsumerGroupHandlers(ShardBase):
         reasons = tuple(change.reasons)
         track = group.rebalance
         if track is None:
-            group.rebalance = ConsumerRebalance(
-                now, group.group_epoch, tuple(sorted(group.members)), reasons
-            )
+            group.rebalance = ConsumerRebalance(now, tuple(sorted(group.members)), reasons)
         else:
             group.rebalance = replace(track, reasons=track.reasons + reasons)
         self._event(

@@ -272,12 +272,6 @@ class ClassicGroup:
 
     # --- queries ---------------------------------------------------------------
 
-    def is_state(self, *states: GroupState) -> bool:
-        return self.state in states
-
-    def has_member(self, member_id: str) -> bool:
-        return member_id in self.members
-
     def is_leader(self, member_id: str) -> bool:
         return self.leader_id == member_id
 

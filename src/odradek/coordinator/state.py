@@ -40,11 +40,3 @@ def is_legal_transition(src: GroupState, dst: GroupState) -> bool:
 def check_transition(src: GroupState, dst: GroupState) -> None:
     if not is_legal_transition(src, dst):
         raise IllegalStateTransition(f"illegal group state transition {src.value} -> {dst.value}")
-
-
-def parse_state(name: str) -> GroupState | None:
-    """Case-insensitive lookup used by the ListGroups states filter."""
-    for s in GroupState:
-        if s.value.lower() == name.lower():
-            return s
-    return None
