@@ -18,7 +18,7 @@ from odradek.coordinator.group import (
     member_entry_bytes,
     record_bytes_bound,
 )
-from odradek.coordinator.state import GroupState
+from odradek.coordinator.state import GroupState, can_rebalance
 from odradek.coordinator.timer import HEARTBEAT, JOIN, PENDING, SYNC, timer_key
 from odradek.coordinator.types import (
     HeartbeatRequest,
@@ -446,7 +446,7 @@ class ClassicHandlers(ShardBase):
     # ================================================================= rebalance core
 
     def _maybe_prepare_rebalance(self, group: ClassicGroup, now: int, reason: str) -> None:
-        if group.state in (S.STABLE, S.COMPLETING_REBALANCE, S.EMPTY):
+        if can_rebalance(group.state):
             self._prepare_rebalance(group, now, reason)
 
     def _prepare_rebalance(self, group: ClassicGroup, now: int, reason: str) -> None:

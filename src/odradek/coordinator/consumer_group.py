@@ -36,6 +36,7 @@ from odradek.coordinator.consumer_records import (
 from odradek.coordinator.group import CommittedOffset
 from odradek.coordinator.journal import active_journal
 from odradek.coordinator.metadata import EMPTY_ASSIGNMENT, Assignment
+from odradek.coordinator.transitions import TransitionTable
 
 # Member epochs with a meaning of their own (ConsumerGroupHeartbeatRequest).
 JOIN_GROUP_MEMBER_EPOCH = 0
@@ -68,12 +69,66 @@ class MemberState(enum.IntEnum):
         return self.name.lower()
 
 
+M = MemberState
+
+# A member's moves, by target state (Kafka keeps no table: its CurrentAssignmentBuilder
+# makes them). ``reconciliation.reconcile`` checks each one it makes; a member that
+# starts over (it rejoins from scratch) becomes Stable from any state. Revoking keeps
+# the member's epoch, every other move takes it to the target epoch (so a state may
+# follow itself: Stable at a newer epoch, more to revoke, other partitions to wait
+# for). Nothing enters Unknown: only a newer coordinator's record holds it, and the
+# member leaves it at once, without revoking (it must own nothing by then).
+MEMBER_TRANSITIONS: TransitionTable[MemberState] = TransitionTable(
+    "consumer group member",
+    {
+        M.STABLE: {M.STABLE, M.UNREVOKED_PARTITIONS, M.UNRELEASED_PARTITIONS, M.UNKNOWN},
+        M.UNREVOKED_PARTITIONS: {M.STABLE, M.UNREVOKED_PARTITIONS, M.UNRELEASED_PARTITIONS},
+        M.UNRELEASED_PARTITIONS: {
+            M.STABLE,
+            M.UNREVOKED_PARTITIONS,
+            M.UNRELEASED_PARTITIONS,
+            M.UNKNOWN,
+        },
+        M.UNKNOWN: set(),
+    },
+    initial={M.STABLE},
+    label=lambda state: state.label,
+)
+
+
 class ConsumerGroupState(enum.StrEnum):
+    """Derived from the group's epochs and members (Kafka's ``maybeUpdateGroupState``),
+    never stored; Dead is what a deleted or unknown group is described as."""
+
     EMPTY = "Empty"  # no members
     ASSIGNING = "Assigning"  # the group epoch is ahead of the target assignment
     RECONCILING = "Reconciling"  # some member has not reached the target assignment
     STABLE = "Stable"  # every member owns its target at the target epoch
     DEAD = "Dead"  # what a group that does not exist is described as
+
+
+CS = ConsumerGroupState
+
+# A consumer group's state changes, call by call, by target state (Kafka keeps no
+# table: the state is derived). Its records may take a live group from any state to
+# any other: members come and go, targets are computed, members reconcile. A join
+# computes the new target at once, so Empty -> Assigning is legal but Odradek never
+# makes it; Assigning is seen when members are fenced and the next heartbeat has not
+# computed their partitions' new owners yet. Only an Empty group is deleted (Dead),
+# and a Dead one is gone: its id starts a new group. A group starts Empty, or Stable
+# when converted from a classic group (every member keeps its assignment).
+CONSUMER_GROUP_TRANSITIONS: TransitionTable[ConsumerGroupState] = TransitionTable(
+    "consumer group",
+    {
+        CS.EMPTY: {CS.ASSIGNING, CS.RECONCILING, CS.STABLE},
+        CS.ASSIGNING: {CS.EMPTY, CS.RECONCILING, CS.STABLE},
+        CS.RECONCILING: {CS.EMPTY, CS.ASSIGNING, CS.STABLE},
+        CS.STABLE: {CS.EMPTY, CS.ASSIGNING, CS.RECONCILING},
+        CS.DEAD: {CS.EMPTY},
+    },
+    initial={CS.EMPTY, CS.STABLE},
+    label=lambda state: state.value,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,9 +25,11 @@ from dataclasses import dataclass, field, replace
 
 from odradek.coordinator import events as ev
 from odradek.coordinator.consumer_group import (
+    CONSUMER_GROUP_TRANSITIONS,
     JOIN_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    MEMBER_TRANSITIONS,
     ConsumerGroup,
     ConsumerGroupMember,
     ConsumerGroupState,
@@ -366,6 +368,7 @@ class ConsumerGroupHandlers(ShardBase):
     def _restarted(member: ConsumerGroupMember) -> ConsumerGroupMember:
         """A live member that joins again from scratch (a join owns nothing): it starts over,
         releasing its partitions, where Kafka fences it until its session expires."""
+        MEMBER_TRANSITIONS.check(member.state, MemberState.STABLE)
         return replace(
             member,
             member_epoch=0,
@@ -681,6 +684,7 @@ class ConsumerGroupHandlers(ShardBase):
         group = change.group
         after = self._state_after(change, epoch, target)
         if after is not before:
+            CONSUMER_GROUP_TRANSITIONS.check(before, after)
             self._event(
                 ev.STATE_TRANSITION,
                 group.group_id,

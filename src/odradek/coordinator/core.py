@@ -38,7 +38,7 @@ from odradek.coordinator.history import (
 from odradek.coordinator.journal import active_journal
 from odradek.coordinator.metadata import EMPTY_IMAGE, TopicsImage
 from odradek.coordinator.records import group_metadata_record
-from odradek.coordinator.state import GroupState, check_transition
+from odradek.coordinator.state import GroupState
 from odradek.coordinator.timer import HEARTBEAT, JOIN, PENDING, SYNC, IdGenerator, Timer, timer_key
 from odradek.coordinator.types import (
     CoordinatorRecord,
@@ -216,11 +216,7 @@ class ShardBase:
     # --- state machine ------------------------------------------------------------
 
     def _transition(self, group: ClassicGroup, dst: GroupState, reason: str) -> None:
-        check_transition(group.state, dst)
-        src = group.state
-        group.previous_state = src
-        group.state = dst
-        group.state_timestamp_ms = self._wall_ms  # persisted: KIP-211 retention reads it
+        src = group.transition_to(dst, self._wall_ms)
         self._event(
             ev.STATE_TRANSITION,
             group.group_id,

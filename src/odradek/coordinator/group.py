@@ -19,7 +19,7 @@ from odradek.coordinator.consumer_protocol import (
 from odradek.coordinator.history import BATCH_HEADER_BYTES, RECORD_FRAMING_BYTES
 from odradek.coordinator.journal import active_journal
 from odradek.coordinator.records import GroupMetadataValue, MemberMetadataValue
-from odradek.coordinator.state import GroupState
+from odradek.coordinator.state import CLASSIC_GROUP_TRANSITIONS, GroupState
 from odradek.coordinator.types import RequestToken
 
 
@@ -269,6 +269,24 @@ class ClassicGroup:
     def restore_fields(self, saved: tuple[Any, ...]) -> None:
         for name, value in zip(_GROUP_SOFT_FIELDS, saved, strict=True):
             setattr(self, name, value)
+
+    # --- state (the table: state.py) ----------------------------------------------
+
+    def transition_to(self, state: GroupState, wall_ms: int) -> GroupState:
+        """Move to ``state`` (Kafka's ``transitionTo``), the one way a live group changes
+        state: checked against ``CLASSIC_GROUP_TRANSITIONS``. Returns the state it left."""
+        previous = self.state
+        CLASSIC_GROUP_TRANSITIONS.check(previous, state)
+        self.previous_state = previous
+        self.state = state
+        self.state_timestamp_ms = wall_ms  # persisted: KIP-211 retention reads it
+        return previous
+
+    def start_in(self, state: GroupState) -> None:
+        """A group rebuilt from its record (a load) or from a consumer group (a downgrade)
+        starts in ``state``: not a transition, so no previous state and no timestamp."""
+        CLASSIC_GROUP_TRANSITIONS.check_initial(state)
+        self.state = state
 
     # --- queries ---------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from dataclasses import replace
 from odradek.coordinator import events as ev
 from odradek.coordinator.classic import ClassicHandlers
 from odradek.coordinator.consumer_group import (
+    CONSUMER_GROUP_TRANSITIONS,
     ConsumerGroup,
     ConsumerGroupMember,
     IllegalGroupState,
@@ -98,6 +99,7 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
                 E.GROUP_ID_NOT_FOUND,
                 f"Cannot upgrade the classic group {group.group_id} to a consumer group: {exc}.",
             ) from exc
+        CONSUMER_GROUP_TRANSITIONS.check_initial(converted.state)
         for member in group.members.values():
             self._fail_waiters(member, E.REBALANCE_IN_PROGRESS)
         self._retire_classic_group(group)
@@ -224,7 +226,7 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
                     protocols=m.classic.protocols,
                 )
             )
-        classic.state = S.STABLE
+        classic.start_in(S.STABLE)
         classic.protocol_name = classic.select_protocol()
         for m in members:
             member = classic.members[m.member_id]

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 
 from odradek.coordinator import events as ev
 from odradek.coordinator.consumer_group import (
+    CONSUMER_GROUP_TRANSITIONS,
     ConsumerGroup,
     ConsumerGroupMember,
     ConsumerGroupState,
@@ -337,6 +338,7 @@ class OffsetHandlers(ShardBase):
         for topic, partition in sorted(group.offsets):
             self._record(offset_tombstone(group.group_id, topic, partition))
         if isinstance(group, ConsumerGroup):
+            CONSUMER_GROUP_TRANSITIONS.check(group.state, ConsumerGroupState.DEAD)
             self._tombstone_consumer_group(group)
             self._event(
                 ev.STATE_TRANSITION,

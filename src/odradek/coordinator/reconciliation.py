@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from odradek.coordinator.consumer_group import ConsumerGroupMember, MemberState
+from odradek.coordinator.consumer_group import MEMBER_TRANSITIONS, ConsumerGroupMember, MemberState
 from odradek.coordinator.metadata import Assignment, normalize
 
 PartitionEpoch = Callable[[uuid.UUID, int], int]
@@ -127,6 +127,7 @@ def _moved(
     pending: Assignment,
 ) -> ConsumerGroupMember:
     """The member at ``epoch``; the previous epoch moves only when the epoch does."""
+    MEMBER_TRANSITIONS.check(member.state, state)
     if epoch != member.member_epoch:
         return member.with_epoch(epoch, state=state, assigned=assigned, pending_revocation=pending)
     if (

@@ -336,7 +336,7 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers)
             for member in group.members.values():
                 self._fail_waiters(member, E.NOT_COORDINATOR)
             self._cancel_all_group_timers(group)
-            group.state = S.DEAD
+            group.transition_to(S.DEAD, self._wall_ms)
         self.timer.cancel(CLEANUP_KEY)
         self.groups.clear()
         self.histories = GroupHistories()
@@ -518,7 +518,7 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers)
                 group.static_members[m.group_instance_id] = m.member_id
         group.members_bytes = group.count_members_bytes()
         # In-flight rebalances are not persisted: a loaded group is Stable or Empty.
-        group.state = S.STABLE if group.members else S.EMPTY
+        group.start_in(S.STABLE if group.members else S.EMPTY)
         group.subscribed_topics = group.compute_subscribed_topics()
 
     def _schedule_cleanup(self, now_ms: int) -> None:
