@@ -23,20 +23,30 @@ from __future__ import annotations
 import enum
 import uuid
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from odradek.coordinator.consumer_records import (
+    CURRENT_MEMBER_ASSIGNMENT,
+    GROUP_METADATA,
+    MEMBER_METADATA,
+    PARTITION_METADATA,
+    REGULAR_EXPRESSION,
+    TARGET_ASSIGNMENT_MEMBER,
+    TARGET_ASSIGNMENT_METADATA,
     ClassicMemberMetadata,
     CurrentAssignmentValue,
     MemberMetadataValue,
     RegexValue,
     TopicMetadata,
+    consumer_record,
 )
 from odradek.coordinator.group import CommittedOffset
 from odradek.coordinator.journal import active_journal
-from odradek.coordinator.metadata import EMPTY_ASSIGNMENT, Assignment
+from odradek.coordinator.metadata import EMPTY_ASSIGNMENT, Assignment, TopicsImage
 from odradek.coordinator.transitions import TransitionTable
+from odradek.coordinator.types import CoordinatorRecord, OffsetCommitTopic
 
 # Member epochs with a meaning of their own (ConsumerGroupHeartbeatRequest).
 JOIN_GROUP_MEMBER_EPOCH = 0
@@ -211,6 +221,19 @@ class ConsumerGroupMember:
     def subscription_equals(self, other: ConsumerGroupMember) -> bool:
         return self.subscription_value() == other.subscription_value()
 
+    def owns_all(self, image: TopicsImage, topics: Iterable[OffsetCommitTopic]) -> bool:
+        """Whether the member owns (or is still revoking) every partition of ``topics``."""
+        for topic in topics:
+            topic_image = image.by_name.get(topic.name)
+            if topic_image is None:
+                return False
+            owned = self.assigned.get(topic_image.topic_id, frozenset()) | (
+                self.pending_revocation.get(topic_image.topic_id, frozenset())
+            )
+            if any(p.partition not in owned for p in topic.partitions):
+                return False
+        return True
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumerRebalance:
@@ -308,6 +331,21 @@ class ConsumerGroup:
             if resolved is not None:
                 names.update(resolved.topics)
         return names
+
+    def tombstone_records(self) -> list[CoordinatorRecord]:
+        """Every record that makes the group, as tombstones in Kafka's order
+        (``createGroupTombstoneRecords``), plus the resolved regexes."""
+        gid = self.group_id
+        records = [consumer_record(CURRENT_MEMBER_ASSIGNMENT, gid, None, m) for m in self.members]
+        records += [consumer_record(TARGET_ASSIGNMENT_MEMBER, gid, None, m) for m in self.members]
+        records.append(consumer_record(TARGET_ASSIGNMENT_METADATA, gid, None))
+        records += [consumer_record(MEMBER_METADATA, gid, None, m) for m in self.members]
+        records += [
+            consumer_record(REGULAR_EXPRESSION, gid, None, r) for r in self.resolved_regexes
+        ]
+        records.append(consumer_record(PARTITION_METADATA, gid, None))
+        records.append(consumer_record(GROUP_METADATA, gid, None))
+        return records
 
     def member_topic_names(self, member: ConsumerGroupMember) -> set[str]:
         names = set(member.subscribed_topic_names)

@@ -16,6 +16,7 @@ from odradek.coordinator.consumer_protocol import (
     ConsumerProtocolError,
     subscribed_topics,
 )
+from odradek.coordinator.errors import ErrorCode
 from odradek.coordinator.history import BATCH_HEADER_BYTES, RECORD_FRAMING_BYTES
 from odradek.coordinator.journal import active_journal
 from odradek.coordinator.records import GroupMetadataValue, MemberMetadataValue
@@ -310,6 +311,19 @@ class ClassicGroup:
     def is_static_member_fenced(self, instance_id: str | None, member_id: str) -> bool:
         current = self.static_member_id(instance_id)
         return current is not None and current != member_id
+
+    def validate_member(self, member_id: str, instance_id: str | None) -> ErrorCode | None:
+        """Kafka's ``ClassicGroup.validateMember``: None if ``member_id`` (with its
+        instance id) is a member, else the error its request gets."""
+        if instance_id is not None:
+            current = self.static_members.get(instance_id)
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in self.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None
 
     def candidate_protocols(self) -> set[str]:
         """Protocols every member supports."""
