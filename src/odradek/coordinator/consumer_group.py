@@ -214,9 +214,31 @@ class ConsumerGroupMember:
             pending_revocation=value.pending_revocation,
         )
 
-    def with_epoch(self, epoch: int, **changes: Any) -> ConsumerGroupMember:
-        """A new member epoch (the previous one is kept, as Kafka's updateMemberEpoch)."""
-        return replace(self, member_epoch=epoch, previous_member_epoch=self.member_epoch, **changes)
+    def move_to(
+        self, epoch: int, state: MemberState, assigned: Assignment, pending: Assignment
+    ) -> ConsumerGroupMember:
+        """The member at ``epoch`` in ``state``, owning ``assigned`` and revoking
+        ``pending``: the one way reconciliation moves a member, checked against
+        ``MEMBER_TRANSITIONS`` (the same object when nothing moves). The previous epoch
+        moves only when the epoch does (Kafka's updateMemberEpoch)."""
+        if epoch == self.member_epoch:
+            if (
+                self.state is state
+                and self.assigned == assigned
+                and self.pending_revocation == pending
+            ):
+                return self  # no move
+            MEMBER_TRANSITIONS.check(self.state, state)
+            return replace(self, state=state, assigned=assigned, pending_revocation=pending)
+        MEMBER_TRANSITIONS.check(self.state, state)
+        return replace(
+            self,
+            member_epoch=epoch,
+            previous_member_epoch=self.member_epoch,
+            state=state,
+            assigned=assigned,
+            pending_revocation=pending,
+        )
 
     def subscription_equals(self, other: ConsumerGroupMember) -> bool:
         return self.subscription_value() == other.subscription_value()
