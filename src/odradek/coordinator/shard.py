@@ -426,9 +426,6 @@ class GroupCoordinatorShard:
         group = self.ctx.groups.get(group_id)
         return None if group is None else group.state
 
-    def has_pending_txn_offset(self, group_id: str, topic: str, partition: int) -> bool:
-        return self.txn_offsets.has_pending(group_id, topic, partition)
-
     def has_open_transactions(self, group_id: str) -> bool:
         return self.txn_offsets.has_open_transactions(group_id)
 
