@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from odradek.coordinator.classic import ClassicGroupManager
-from odradek.coordinator.consumer_group import (
-    ConsumerGroup,
-)
+from odradek.coordinator.consumer_group import ConsumerGroup
 from odradek.coordinator.consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from odradek.coordinator.context import ShardContext
 from odradek.coordinator.errors import ErrorCode

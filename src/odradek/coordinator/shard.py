@@ -467,7 +467,7 @@ def error_response(
         return HeartbeatResponse(code)
     if isinstance(request, LeaveGroupRequest):
         return LeaveGroupResponse(code)
-    if isinstance(request, OffsetCommitRequest):
+    if isinstance(request, OffsetCommitRequest | TxnOffsetCommitRequest):
         return OffsetCommitResponse(
             tuple(
                 OffsetCommitTopicResponse(
@@ -489,16 +489,6 @@ def error_response(
         return DeleteGroupsResponse(tuple(DeleteGroupsResult(g, code) for g in request.group_ids))
     if isinstance(request, OffsetDeleteRequest):
         return OffsetDeleteResponse(code)
-    if isinstance(request, TxnOffsetCommitRequest):
-        return OffsetCommitResponse(
-            tuple(
-                OffsetCommitTopicResponse(
-                    t.name,
-                    tuple(OffsetCommitPartitionResponse(p.partition, code) for p in t.partitions),
-                )
-                for t in request.topics
-            )
-        )
     raise TypeError(f"unsupported request {type(request).__name__}")
 
 
