@@ -33,7 +33,7 @@ from odradek.coordinator.consumer_handlers import ConsumerGroupManager
 from odradek.coordinator.consumer_records import decode_consumer_key
 from odradek.coordinator.context import JournaledTimer, ShardContext
 from odradek.coordinator.errors import ApiError, ErrorCode
-from odradek.coordinator.group import CommittedOffset
+from odradek.coordinator.group import ClassicGroup, CommittedOffset
 from odradek.coordinator.history import GroupHistories, is_event_key
 from odradek.coordinator.journal import Journal, start_recording, stop_recording
 from odradek.coordinator.metadata import TopicsImage
@@ -160,7 +160,7 @@ class GroupCoordinatorShard:
         return self.ctx.timer
 
     @property
-    def groups(self) -> dict[str, Any]:
+    def groups(self) -> dict[str, ClassicGroup | ConsumerGroup]:
         """Classic and consumer groups by id."""
         return self.ctx.groups
 
