@@ -8,13 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from odradek.client.config import ConsumerConfig
-from odradek.client.coordinator import (
-    NO_GENERATION,
-    ConsumerCoordinator,
-    Generation,
-    MemberState,
-)
+from odradek.client.coordinator import ConsumerCoordinator, MemberState
 from odradek.client.heartbeat import Heartbeat
+from odradek.client.structs import NO_GENERATION, Generation
 from odradek.client.subscription import SubscriptionState
 
 

@@ -30,18 +30,18 @@ from odradek.client.admin_security import (
 )
 from odradek.client.admin_transactions import TransactionDescription, TransactionListing
 from odradek.client.consumer import Consumer, ConsumerRecords
-from odradek.client.coordinator import (
+from odradek.client.errors import (
     CommitFailedError,
-    OffsetAndMetadata,
+    KafkaError,
     RebalanceInProgressCommitError,
     RetriableCommitFailedError,
 )
-from odradek.client.errors import KafkaError
 from odradek.client.listener import ConsumerRebalanceListener
 from odradek.client.partitioner import DefaultPartitioner, Partitioner, murmur2
 from odradek.client.producer import Producer, ProduceResult, RecordFuture
 from odradek.client.structs import (
     ConsumerRecord,
+    OffsetAndMetadata,
     OffsetAndTimestamp,
     RecordMetadata,
     TopicPartition,

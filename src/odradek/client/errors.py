@@ -186,6 +186,14 @@ class UnknownProducerIdError(BrokerResponseError):
     code = ErrorCode.UNKNOWN_PRODUCER_ID
 
 
+class GroupMaxSizeReachedError(BrokerResponseError):
+    code = ErrorCode.GROUP_MAX_SIZE_REACHED
+
+
+class FencedInstanceIdError(BrokerResponseError):
+    code = ErrorCode.FENCED_INSTANCE_ID
+
+
 class UnsupportedCompressionTypeError(BrokerResponseError):
     code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
 
@@ -223,6 +231,22 @@ for _member in ErrorCode:
     )
     _register(_generated)
     globals()[_name] = _generated
+
+
+# Errors that say the client's metadata is out of date: refresh it and retry at the
+# (new) leader. Java's InvalidMetadataException family, with UNKNOWN_LEADER_EPOCH.
+STALE_METADATA = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+    }
+)
+# The coordinator moved or is not up: look it up again.
+COORDINATOR_MOVED = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
 
 
 def error_for_code(code: int) -> type[BrokerResponseError]:
