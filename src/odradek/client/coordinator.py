@@ -654,9 +654,6 @@ class ConsumerCoordinator(GroupMember):
         with self.cond:
             self.is_leader = True
         # The leader watches every topic the group subscribes to (partition changes).
-        self.subscriptions.group_subscription = set(all_topics) | set(
-            self.subscriptions.subscription
-        )
         self.client.add_topics(all_topics)
         # Java's ensureFreshMetadata: refresh only for a topic the metadata lacks or when it
         # is due anyway. An unneeded refresh costs the whole group time: it may wait behind
@@ -811,7 +808,6 @@ class ConsumerCoordinator(GroupMember):
             subs.assign_from_subscribed([])
         with self.cond:
             self.is_leader = False
-        subs.group_subscription = set()
         if exception is not None:
             raise KafkaError(f"user rebalance callback raised: {exception!r}") from exception
         return True

@@ -573,7 +573,6 @@ class Producer:
         self._closing = False
         self._closed = False
         self._force_close = False
-        self._sender_error: BaseException | None = None
         self._pid_retry_at = 0.0
         self.retry_count = 0  # batches sent again after a retriable failure (for tests/metrics)
         self._sender = threading.Thread(
@@ -869,7 +868,6 @@ class Producer:
                 self._wait(wait)
         except BaseException as exc:  # pragma: no cover - a bug; fail loudly, not silently
             log.exception("producer sender thread died")
-            self._sender_error = exc
             self._fail_all(KafkaError(f"producer sender thread died: {exc}"))
 
     def _wait(self, timeout: float) -> None:

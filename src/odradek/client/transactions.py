@@ -159,10 +159,6 @@ class TransactionManager:
                 self.state = TxnState.ABORTABLE_ERROR
             log.debug("transaction %s: %s error: %s", self.transactional_id, self.state, error)
 
-    @property
-    def in_transaction(self) -> bool:
-        return self.state is TxnState.IN_TRANSACTION
-
     # ------------------------------------------------------------------ requests
 
     def _call(
@@ -289,15 +285,6 @@ class TransactionManager:
             self.partitions.clear()
             self.pending.clear()
             self.started = False
-
-    def note_partition(self, tp: TopicPartition) -> None:
-        """A record for ``tp`` is about to be queued in this transaction."""
-        with self._lock:
-            if tp not in self.partitions:
-                self.pending.add(tp)
-
-    def needs_adding(self, tp: TopicPartition) -> bool:
-        return tp in self.pending
 
     def add_pending_partitions(self, deadline: float) -> KafkaError | None:
         """AddPartitionsToTxn for every partition written to but not added (sender thread).
