@@ -4,6 +4,11 @@
 
 Settings take Kafka's names with ``_`` for ``.`` as keywords, or a dict with
 the dotted names. See each module's docstring for how the pieces work.
+
+To read one partition at offsets of your choosing, with no consumer and no group (as
+the Spark source's executors do), use ``partition_fetch.PartitionFetcher`` over a
+``cluster.KafkaClient``: pipelined Fetches, with the client's handling of moved
+leaders and retriable errors.
 """
 
 from odradek.client.admin import (
