@@ -27,7 +27,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     (
         "odradek.broker.*",
         "odradek.cluster.*",
-    ): "broker <-> cluster: the broker no longer imports the etcd shell (issue 20, item 3)",
+    ): "broker <-> cluster: going, as the broker stops importing the etcd shell",
     (
         "odradek.cluster.controller",
         "odradek.cluster.node",
