@@ -358,4 +358,3 @@ class SubscriptionState:
     def is_pending_revocation(self, tp: TopicPartition) -> bool:
         st = self._assignment.get(tp)
         return st is not None and st.pending_revocation
-
