@@ -22,7 +22,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from odradek.coordinator import events as ev
 from odradek.coordinator.consumer_group import (
@@ -82,9 +82,6 @@ from odradek.coordinator.types import (
     RequestToken,
     TopicIdPartitions,
 )
-
-if TYPE_CHECKING:
-    from odradek.coordinator.migration import MigrationManager
 
 E = ErrorCode
 CS = ConsumerGroupState
@@ -219,6 +216,17 @@ class GroupChange:
         return epoch
 
 
+class GroupConversion(Protocol):
+    """What this manager asks of the protocol migration (``migration.MigrationManager``,
+    which uses this manager in turn: the shard wires the two together)."""
+
+    def upgrade_classic_group(self, now: int, group: ClassicGroup) -> ConsumerGroup: ...
+
+    def maybe_downgrade(
+        self, now: int, group: ConsumerGroup, leaving: set[str], why: str
+    ) -> bool: ...
+
+
 class ConsumerGroupManager:
     """Consumer groups (KIP-848): their requests, timers, replay and loading.
 
@@ -228,7 +236,7 @@ class ConsumerGroupManager:
     fencing the last consumer-protocol member may downgrade the group.
     """
 
-    migration: MigrationManager
+    migration: GroupConversion
 
     def __init__(self, ctx: ShardContext) -> None:
         self.ctx = ctx
