@@ -26,6 +26,7 @@ from odradek.cli.common import (
 )
 from odradek.coordinator.history import GroupHistoryReader, member_count
 from odradek.coordinator.routing import OFFSETS_TOPIC, partition_for
+from odradek.protocol.errors import ErrorCode
 
 STATE_TRANSITION = "state_transition"
 REBALANCE_COMPLETED = "rebalance_completed"
@@ -46,7 +47,6 @@ MAX_POLL_RECORDS = 20_000
 FETCH_BYTES = 16 * 1024 * 1024  # the partition is read whole: take it in large fetches
 
 Event = dict[str, Any]
-TOPIC_AUTHORIZATION_FAILED = 29
 
 
 class HistoryNotReadable(Failed):
@@ -54,7 +54,7 @@ class HistoryNotReadable(Failed):
 
 
 def _failure(what: str, exc: Any) -> Failed:
-    if getattr(exc, "code", None) == TOPIC_AUTHORIZATION_FAILED:
+    if getattr(exc, "code", None) == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
         return HistoryNotReadable(f"{what}: not authorized to read {OFFSETS_TOPIC}")
     return Failed(f"{what}: {describe_error(exc)}")
 

@@ -123,7 +123,7 @@ async def create_acls(ctx: RequestContext, request: Any) -> Any:
         if cluster is not None:  # cluster-wide: into etcd, and every broker takes them
             await cluster.change_security("acls", lambda store: store.add(valid))
         else:
-            ctx.broker.security.acls.add(valid)
+            await ctx.broker.security.acls.change(lambda store: store.add(valid))
         for acl in valid:
             log.info("ACL added by %s: %s", ctx.principal, acl)
     return respond(ctx, {"throttle_time": NO_THROTTLE, "results": results})
@@ -148,7 +148,7 @@ async def delete_acls(ctx: RequestContext, request: Any) -> Any:
             "acls", lambda store: store.remove(filters)
         )
     elif filters:
-        removed = ctx.broker.security.acls.remove(filters)
+        removed = await ctx.broker.security.acls.change(lambda store: store.remove(filters))
     deleted = iter(removed)
     results = []
     for index in range(len(request.filters)):

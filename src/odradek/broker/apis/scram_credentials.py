@@ -168,7 +168,7 @@ async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any
         if cluster is not None:  # cluster-wide: into etcd, and every broker takes them
             await cluster.change_security("scram", lambda s: s.apply(upserts, deletions))
         else:
-            store.apply(upserts, deletions)
+            await store.change(lambda s: s.apply(upserts, deletions))
         for name, mech in deletions:
             log.info("%s removed the %s credential of %s", ctx.principal, mech.name, name)
         for name, mech, _ in upserts:
