@@ -249,8 +249,6 @@ def _console(
     args: argparse.Namespace,
 ) -> tuple[tuple[str, int] | None, dict[str, str] | None]:
     """--console's address and --console-users' users, checked before the broker starts."""
-    from odradek.cli.main import CliError
-
     if not args.console:
         if args.console_users:
             raise CliError("--console-users goes with --console")

@@ -29,16 +29,14 @@ from typing import Any
 from odradek.console.lagstore import LagStore
 from odradek.console.model import Model
 from odradek.coordinator.routing import OFFSETS_TOPIC
+from odradek.protocol.errors import ErrorCode
 
 log = logging.getLogger("odradek.console")
 
-TOPIC_AUTHORIZATION_FAILED = 29
-GROUP_AUTHORIZATION_FAILED = 30
-CLUSTER_AUTHORIZATION_FAILED = 31
 AUTHORIZATION_FAILURES = {
-    TOPIC_AUTHORIZATION_FAILED: "topic",
-    GROUP_AUTHORIZATION_FAILED: "group",
-    CLUSTER_AUTHORIZATION_FAILED: "cluster",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "topic",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "group",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "cluster",
 }
 POLL_S = 0.5
 FETCH_BYTES = 8 * 1024 * 1024
