@@ -12,6 +12,7 @@ from odradek.console.verdict import (
     PartitionVerdict,
     Verdict,
     judge_group,
+    judge_partition,
     partition_verdict,
     time_to_clear,
 )
@@ -66,15 +67,28 @@ def test_replayed_commits_without_a_known_lag_do_not_make_a_warning() -> None:
     assert partition_verdict(commits, 7, 31_000) is Verdict.OK
 
 
-def test_commits_closer_than_a_second_replace_the_newest_entry() -> None:
+def test_commits_closer_than_a_second_replace_the_newest_entry_which_keeps_its_time() -> None:
     w = CommitWindow()
     w.add(1_000, 10, 5)
     w.add(1_500, 11, 4)
     w.add(3_000, 12, 3)
-    assert [(c.at_ms, c.offset) for c in w.commits] == [(1_500, 11), (3_000, 12)]
+    assert [(c.at_ms, c.offset, c.lag) for c in w.commits] == [(1_000, 11, 4), (3_000, 12, 3)]
     for i in range(30):
         w.add(10_000 + i * 2_000, 20 + i, 1)
     assert len(w) == WINDOW
+
+
+def test_a_consumer_committing_every_half_second_fills_its_window_and_is_not_stopped() -> None:
+    # librdkafka's auto.commit.interval.ms=500 under a steady lag: Burrow's min-distance
+    # keeps an entry's time, so the window still spans the commits (it would be one entry
+    # forever, and STOPPED, if each commit moved the newest entry's time).
+    w = CommitWindow()
+    for i in range(40):
+        w.add(i * 500, 100 + i * 10, 5 + i % 4)  # the lag goes up and down
+    assert len(w) == WINDOW
+    assert [c.at_ms for c in w.commits] == [i * 1_000 for i in range(10, 20)]
+    verdict = judge_partition(w, 5, 19_800)
+    assert verdict.verdict is Verdict.OK
 
 
 def test_time_to_clear_follows_the_pace_of_the_window() -> None:

@@ -32,9 +32,11 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 WINDOW = 10
-# Commits closer together than this replace the window's newest entry instead of adding
-# one (Burrow's min-distance): a consumer committing after every record does not push
-# the whole window out within a second.
+# A commit closer than this to the window's newest entry replaces that entry's offset and
+# lag instead of adding one (Burrow's min-distance): a consumer committing after every
+# record does not push the whole window out within a second. The entry keeps its time, as
+# Burrow's does: else a consumer auto-committing more often than this would never add an
+# entry, and its window of one would look STOPPED as soon as it had lag.
 MIN_DISTANCE_MS = 1_000
 
 
@@ -73,7 +75,7 @@ class CommitWindow:
 
     def add(self, at_ms: int, offset: int, lag: int) -> None:
         if self.commits and at_ms - self.commits[-1].at_ms < MIN_DISTANCE_MS:
-            self.commits.pop()
+            at_ms = self.commits.pop().at_ms
         self.commits.append(Commit(at_ms, offset, lag))
 
     def __len__(self) -> int:
