@@ -21,6 +21,12 @@ MAX_POINTS = 600  # a longer series is thinned to this many points (the highest 
 LANE_HEIGHT = 22
 LANE_LABEL = 210
 SPAN_BAND = 46
+SPAN_LABEL_ROOM = 220  # px a span's label needs to its right
+
+
+def tick_anchor(at: float) -> str:
+    """A time label's anchor: centred on its tick, but kept inside the chart's right edge."""
+    return "end" if at > WIDTH - 40 else "middle"
 
 
 def esc(value: Any) -> str:
@@ -116,7 +122,8 @@ def lag_chart(
     ]
     for t in _ticks(start, end):
         out.append(
-            f'<text class="label" x="{x(t):.1f}" y="{height - 8}" text-anchor="middle">'
+            f'<text class="label" x="{x(t):.1f}" y="{height - 8}" '
+            f'text-anchor="{tick_anchor(x(t))}">'
             f"{esc(clock(t, seconds=end - start < 6 * 3600_000))}</text>"
         )
     if not total:
@@ -161,7 +168,7 @@ def timeline_chart(view: dict[str, Any], *, window: int = 12) -> str:
     pad = (end - start) * 0.02
     start, end = int(start - pad), int(end + pad)
     left, right = LANE_LABEL, WIDTH - 10
-    shown = lanes[:40]
+    shown = lanes  # already cut to views.LANES_SHOWN
     height = SPAN_BAND + 24 + LANE_HEIGHT * len(shown) + 24
 
     def x(ms: int) -> float:
@@ -186,13 +193,16 @@ def timeline_chart(view: dict[str, Any], *, window: int = 12) -> str:
         if not s["start_known"]:
             title += " (start not observed: between two polls)"
         full = LANE_HEIGHT * len(shown) + SPAN_BAND
+        # A span near the right edge is labelled leftwards, so that its label is not cut.
+        at = f'x="{x0 + 2:.1f}"'
+        if x0 > WIDTH - SPAN_LABEL_ROOM:
+            at = f'x="{min(x1, right) - 2:.1f}" text-anchor="end"'
         out.append(
             f'<g class="span" data-number="{s["number"]}"><title>{esc(title)}</title>'
             f'<rect class="span-bar" x="{x0:.1f}" y="22" width="{x1 - x0:.1f}" height="{full}" '
             'fill="url(#hatch)"/>'
-            f'<text class="label span-label" x="{x0 + 2:.1f}" y="34">#{s["number"]} {esc(gen)}'
-            f"</text>"
-            f'<text class="label span-label" x="{x0 + 2:.1f}" y="48">{esc(causes)} · {esc(took)}'
+            f'<text class="label span-label" {at} y="34">#{s["number"]} {esc(gen)}</text>'
+            f'<text class="label span-label" {at} y="48">{esc(causes)} · {esc(took)}'
             "</text></g>"
         )
     y0 = SPAN_BAND + 24
@@ -236,7 +246,8 @@ def timeline_chart(view: dict[str, Any], *, window: int = 12) -> str:
             )
     for t in _ticks(start, end):
         out.append(
-            f'<text class="label" x="{x(t):.1f}" y="{height - 6}" text-anchor="middle">'
+            f'<text class="label" x="{x(t):.1f}" y="{height - 6}" '
+            f'text-anchor="{tick_anchor(x(t))}">'
             f"{esc(clock(t))}</text>"
         )
     hidden = max(view.get("members_with_lanes", len(lanes)), len(lanes)) - len(shown)
