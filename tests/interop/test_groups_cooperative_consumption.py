@@ -100,8 +100,14 @@ def test_owners_keep_consuming_while_a_third_member_joins(broker, client: str) -
             time.sleep(0.2)
         for m in everyone:
             m.close()
+        # On a failure, say what the members saw of commits and rebalances.
+        seen = "; ".join(
+            f"{m.name}: "
+            + str([e for e in m.snapshot() if e["ev"] not in ("records", "committed")][-12:])
+            for m in everyone
+        )
         assert_exactly_once(
-            [r for m in everyone for r in m.records()], want, f"{client} cooperative"
+            [r for m in everyone for r in m.records()], want, f"{client} cooperative ({seen})"
         )
 
         windows = rebalance_windows(broker.bootstrap, group)
