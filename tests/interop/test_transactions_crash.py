@@ -225,14 +225,38 @@ def run_with_kills(
         feeder.produce(source, value=b"rec-%05d" % i, partition=i % INPUT_PARTITIONS)
     assert feeder.flush(20) == 0
     argv = [*command, source, sink]
-    for _ in range(KILLS):
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(rng.uniform(0.4, 1.6))
-        proc.kill()
-        proc.wait()
+    watcher = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique_topic("w")})
+    try:
+        for run in range(KILLS):
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            if run % 4 == 1:
+                # One kill in four lands after this run has written to the sink (a slow
+                # start on a busy machine must not leave every killed run without work).
+                _wait_for_sink_growth(watcher, sink, proc)
+            time.sleep(rng.uniform(0.4, 1.6))
+            proc.kill()
+            proc.wait()
+    finally:
+        watcher.close()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return source, sink, done.stdout.splitlines()
+
+
+def _sink_end(watcher: Consumer, sink: str) -> int:
+    return sum(
+        watcher.get_watermark_offsets(TopicPartition(sink, p), timeout=5)[1] for p in range(3)
+    )
+
+
+def _wait_for_sink_growth(watcher: Consumer, sink: str, proc: subprocess.Popen) -> None:
+    """Until the loop's output grows (transactional writes count), it exits, or 30 s."""
+    start = _sink_end(watcher, sink)
+    deadline = time.monotonic() + 30
+    while _sink_end(watcher, sink) == start and proc.poll() is None:
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
 
 
 def check_killed_runs_worked(out: list[str]) -> None:
