@@ -43,6 +43,8 @@ from odradek.broker.group_runtime import (
     wall_clock_ms,
 )
 from odradek.broker.topics import Topic, TopicManager
+from odradek.coordinator.types import CoordinatorRecord
+from odradek.coordinator.types import Result as TxnResult
 from odradek.log import PartitionLog
 from odradek.log.errors import InvalidProducerEpochError, LogError, MessageTooLargeError
 from odradek.protocol.records import build_batch, build_end_txn_marker, decode_batch_records
@@ -51,8 +53,6 @@ from odradek.transaction import (
     TransactionCoordinatorShard,
     TxnConfig,
     TxnError,
-    TxnRecord,
-    TxnResult,
     error_response,
     loading_response,
     partition_for,
@@ -241,7 +241,7 @@ class TxnShardRunner:
                 for record in decode_batch_records(batch, pos, header):
                     if record.key is None:
                         continue
-                    shard.replay(TxnRecord(record.key, record.value))
+                    shard.replay(CoordinatorRecord(record.key, record.value))
                     count += 1
                     if count % 2000 == 0:
                         await asyncio.sleep(0)
@@ -434,7 +434,7 @@ class TxnShardRunner:
                 future.set_result(response)
         for event in result.events:
             _log_event(event)
-        for job in result.markers:
+        for job in result.jobs:
             task = asyncio.create_task(self._write_markers(job))
             self._marker_tasks.add(task)
             task.add_done_callback(self._marker_tasks.discard)

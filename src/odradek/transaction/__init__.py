@@ -22,7 +22,7 @@ from odradek.transaction.shard import (
     loading_response,
 )
 from odradek.transaction.state import TxnState
-from odradek.transaction.types import TxnConfig, TxnError, TxnRecord, TxnResult
+from odradek.transaction.types import TxnConfig, TxnError
 
 __all__ = [
     "ProducerIdSource",
@@ -30,8 +30,6 @@ __all__ = [
     "TxnConfig",
     "TxnError",
     "TxnMetadata",
-    "TxnRecord",
-    "TxnResult",
     "TxnState",
     "error_response",
     "loading_response",
