@@ -22,11 +22,11 @@ from odradek.cluster.metadata import EtcdMetadataStore
 from odradek.cluster.model import ClusterMetadata
 from odradek.coordinator.routing import partition_for
 from odradek.log import LogConfig, PartitionLog
+from odradek.protocol.internal_topics import OFFSETS_TOPIC
 from odradek.protocol.records import DecodedRecord, decode_batch_records, iter_batches
 
 T = TypeVar("T")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 
 # A broker's etcd lease lives broker.session.timeout.ms: a SIGKILLed or SIGSTOPped
 # broker is declared dead (its registration and leaderships dropped) after about this.

@@ -15,7 +15,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from odradek.broker.group_runtime import ShardRunner
+from odradek.broker.coordinator_runtime import LogWriter
+from odradek.broker.group_runtime import GroupRunner
 from odradek.coordinator import CoordinatorConfig, ErrorCode
 from odradek.coordinator.types import HeartbeatRequest, JoinGroupRequest
 from odradek.log import LogConfig, PartitionLog
@@ -41,7 +42,7 @@ def test_requests_queued_when_the_partition_is_unloaded_are_answered(tmp_path: P
     plog = PartitionLog.open(
         tmp_path / "__consumer_offsets-0", LogConfig(), now_ms=lambda: int(time.time() * 1000)
     )
-    runner = ShardRunner(0, plog, CoordinatorConfig())
+    runner = GroupRunner(0, LogWriter(plog), CoordinatorConfig())
 
     async def scenario() -> list[int]:
         runner.become_leader()

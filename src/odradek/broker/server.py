@@ -176,9 +176,10 @@ class Broker:
         if node_class is not None:
             self.cluster = node_class(self)
             self.topics.cluster = self.cluster
-        self.groups = GroupCoordinatorRuntime(self.topics, self.config)
+        writer_for = self.cluster.coordinator_writer if self.cluster is not None else None
+        self.groups = GroupCoordinatorRuntime(self.topics, self.config, writer_for)
         self.txns = TransactionCoordinatorRuntime(
-            self.topics, self.config, self.groups, self.notify_append
+            self.topics, self.config, self.groups, self.notify_append, writer_for
         )
         self.metrics_address = metrics_address
         self.metrics_token = metrics_token

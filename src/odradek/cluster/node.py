@@ -29,7 +29,7 @@ import contextlib
 import logging
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -76,8 +76,11 @@ from odradek.cluster.model import (
     VersionedPartitionState,
 )
 from odradek.cluster.replication import Replica, ReplicaManager, Role
+from odradek.log import AppendInfo, PartitionLog
+from odradek.log.errors import LogError
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import build, decode_response, request_type
+from odradek.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from odradek.broker.server import Broker
@@ -122,19 +125,52 @@ def cluster_id_for(cluster_name: str) -> str:
     return base64.urlsafe_b64encode(raw).decode()[:22]
 
 
-class _CoordinatorGate:
-    """A coordinator partition's view of its replication (group_runtime.ReplicationGate)."""
+class NotLeaderError(LogError):
+    """NOT_LEADER_OR_FOLLOWER: this broker does not lead the partition (nothing written)."""
 
-    def __init__(self, node: ClusterNode, replica: Replica) -> None:
+    error_code = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+
+class _ReplicaWriter:
+    """A coordinator partition's writer in a cluster: appends as its leader, the high
+    watermark the ISR holds, listeners told by the replica manager when it moves."""
+
+    def __init__(self, node: ClusterNode, topic: str, partition: int, plog: PartitionLog) -> None:
         self._node = node
-        self._replica = replica
+        self._topic = topic
+        self._partition = partition
+        self._plog = plog
 
+    @property
+    def max_message_bytes(self) -> int:
+        return self._plog.config.max_message_bytes
+
+    @property
+    def end_offset(self) -> int:
+        return self._plog.end_offset
+
+    @property
     def high_watermark(self) -> int:
-        return self._replica.high_watermark
+        replica = self._node.replicas.get(self._topic, self._partition)
+        return replica.high_watermark if replica is not None else 0
 
-    def appended(self) -> None:
-        self._node.replicas.leader_appended(self._replica)
-        self._node.broker.notify_append(self._replica.topic, self._replica.partition)
+    def append(self, batch: bytes) -> AppendInfo:
+        replica = self._node.replicas.get(self._topic, self._partition)
+        if replica is None or replica.role is not Role.LEADER:
+            raise NotLeaderError(f"{self._topic}-{self._partition} is not led here")
+        info = self._plog.append(batch, from_client=False)
+        self._node.replicas.leader_appended(replica)
+        self._node.broker.notify_append(self._topic, self._partition)
+        return info
+
+    def batches(self) -> Iterator[bytes | bytearray]:
+        return self._plog.iter_batches_from(self._plog.start_offset)
+
+    def add_listener(self, listener: Callable[[int], None]) -> None:
+        self._node.replicas.add_listener(self._topic, self._partition, listener)
+
+    def remove_listener(self, listener: Callable[[int], None]) -> None:
+        self._node.replicas.remove_listener(self._topic, self._partition, listener)
 
 
 class ProducerIdBlocks:
@@ -603,6 +639,10 @@ class ClusterNode:
                 list(isr),
             )
 
+    def coordinator_writer(self, topic: str, partition: int, plog: PartitionLog) -> _ReplicaWriter:
+        """The partition writer of a coordinator's partition (its runner's only way in)."""
+        return _ReplicaWriter(self, topic, partition, plog)
+
     def _coordinator_runner(self, topic: str, partition: int) -> Any:
         """The group or transaction coordinator runner of a partition of their topic."""
         if topic == OFFSETS_TOPIC:
@@ -615,17 +655,12 @@ class ClusterNode:
 
     def _high_watermark_moved(self, topic: str, partition: int) -> None:
         self.broker.notify_append(topic, partition)
-        runner = self._coordinator_runner(topic, partition)
-        replica = self.replicas.get(topic, partition)
-        if runner is not None and replica is not None:
-            runner.replicated(replica.high_watermark)
 
     def _role_changed(self, replica: Replica, before: Role) -> None:
         runner = self._coordinator_runner(replica.topic, replica.partition)
         if runner is None:
             return
         if replica.role is Role.LEADER:
-            runner.gate = _CoordinatorGate(self, replica)
             runner.become_leader()
         elif runner.leading:
             asyncio.get_running_loop().create_task(runner.resign())
@@ -638,7 +673,7 @@ class ClusterNode:
                 if name != topic:
                     continue
                 runner = self._coordinator_runner(name, partition)
-                if runner is not None and replica.role is Role.LEADER and runner.gate is None:
+                if runner is not None and replica.role is Role.LEADER and not runner.leading:
                     self._role_changed(replica, Role.NONE)
 
     # --- transaction markers (the transaction runtime's RemoteMarkerWriter) ---------------

@@ -140,6 +140,17 @@ class ReplicaManager:
         self.became_leader = 0
         # Called with (replica, previous role) after every role change (coordinators).
         self.role_listeners: list[Callable[[Replica, Role], None]] = []
+        # Told each new high watermark of one partition (a coordinator's runner), kept
+        # by partition so they outlive a replica replaced or forgotten meanwhile.
+        self._hw_listeners: dict[tuple[str, int], list[Callable[[int], None]]] = {}
+
+    def add_listener(self, topic: str, partition: int, listener: Callable[[int], None]) -> None:
+        self._hw_listeners.setdefault((topic, partition), []).append(listener)
+
+    def remove_listener(self, topic: str, partition: int, listener: Callable[[int], None]) -> None:
+        listeners = self._hw_listeners.get((topic, partition), [])
+        if listener in listeners:
+            listeners.remove(listener)
 
     # --- roles ---------------------------------------------------------------------------
 
@@ -337,6 +348,8 @@ class ReplicaManager:
                     still.append(waiter)
             replica.waiters = still
         self._on_high_watermark(replica.topic, replica.partition)
+        for listener in list(self._hw_listeners.get((replica.topic, replica.partition), ())):
+            listener(offset)
 
     def leader_appended(self, replica: Replica) -> None:
         """The leader's log grew: with an ISR of one, the high watermark follows at once."""

@@ -20,13 +20,12 @@ from collections import defaultdict
 from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
-from odradek.broker.group_runtime import OFFSETS_TOPIC
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from odradek.broker.txn_runtime import TXN_TOPIC
 from odradek.coordinator import ErrorCode, partition_for
 from odradek.coordinator import types as core
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -95,7 +94,7 @@ async def _located(ctx: RequestContext, entry: dict[str, Any], key_type: int) ->
     if key_type == KEY_TYPE_GROUP:
         topic, partition = OFFSETS_TOPIC, ctx.broker.groups.partition_of(entry["key"])
     else:
-        topic, partition = TXN_TOPIC, ctx.broker.txns.partition_of(entry["key"])
+        topic, partition = TRANSACTION_STATE_TOPIC, ctx.broker.txns.partition_of(entry["key"])
     error, leader, message = await cluster.coordinator_for(topic, partition)
     address = cluster.address_of(leader) if not error else None
     if address is None:

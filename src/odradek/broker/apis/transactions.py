@@ -19,13 +19,13 @@ from collections import defaultdict
 from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
-from odradek.broker.group_runtime import OFFSETS_TOPIC
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.coordinator import partition_for
 from odradek.coordinator import types as group_core
 from odradek.coordinator.txn_offsets import TxnOffsetCommitRequest
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.internal_topics import OFFSETS_TOPIC
 from odradek.transaction import TxnError
 from odradek.transaction import types as core
 
@@ -193,10 +193,9 @@ def _verified(ctx: RequestContext, request: Any, offsets_partition: int) -> int:
     Kafka's partition writer does; the coordinator's errors map as Kafka maps them.
     """
     pid, epoch = int(request.producer_id), int(request.producer_epoch)
-    runners = ctx.broker.groups.runners
-    if not 0 <= offsets_partition < len(runners):
+    plog = ctx.broker.topics.partition(OFFSETS_TOPIC, offsets_partition)
+    if plog is None:
         return int(TxnError.COORDINATOR_NOT_AVAILABLE)  # a cluster broker not holding it yet
-    plog = runners[offsets_partition].plog
     if plog.producer_state.ongoing.get(pid) is not None:
         return 0
     error = ctx.broker.txns.verify(
@@ -333,10 +332,9 @@ async def list_transactions(ctx: RequestContext, request: Any) -> Any:
     error = 0
     unknown: tuple[str, ...] = ()
     found: list[core.ListedTransaction] = []
-    for runner in ctx.broker.txns.runners:
-        if not runner.leading:  # in a cluster, a broker lists what it coordinates
-            continue
-        response = await runner.call(listed)
+    # Each partition led here answers for its own ids (a cluster broker lists what it
+    # coordinates).
+    for response in await ctx.broker.txns.call_all(lambda: listed):
         assert isinstance(response, core.ListTransactionsResponse)
         if response.error_code:
             error = error or response.error_code
