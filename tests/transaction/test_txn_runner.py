@@ -7,9 +7,10 @@ import asyncio
 import itertools
 from pathlib import Path
 
-from odradek.broker.coordinator_runtime import LogWriter
 from odradek.broker.txn_runtime import WRITTEN, TxnRunner
 from odradek.log import LogConfig, PartitionLog
+from odradek.replication.replica import ReplicaManager
+from odradek.replication.writer import ReplicaWriter
 from odradek.transaction import TxnConfig
 from odradek.transaction.state import TxnState
 from odradek.transaction.types import (
@@ -58,9 +59,17 @@ def test_a_reload_leaves_no_marker_job_of_the_previous_load_running(tmp_path: Pa
             if meta is None or not meta.state.preparing:
                 late.append(tp)  # a marker for a transaction that is already complete
 
+        replicas = ReplicaManager(
+            1,
+            min_insync=lambda _topic: 1,
+            lag_time_max_s=30,
+            propose_isr=lambda _replica, _isr: None,
+            wake=lambda _topic, _partition: None,
+        )
+        replicas.lead_alone("__transaction_state", 0, plog)
         runner = TxnRunner(
             0,
-            LogWriter(plog),
+            ReplicaWriter(replicas, "__transaction_state", 0, plog),
             TxnConfig(num_partitions=1),
             producer_ids=Ids(),
             write_marker=write_marker,

@@ -54,10 +54,11 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from odradek.broker.config import BrokerConfig
+from odradek.broker.control_plane import ControlPlane, InternalTopic
 from odradek.broker.topics import Topic, TopicManager
 from odradek.coordinator.routing import partition_for
 from odradek.coordinator.types import CoordinatorRecord, RequestToken, Result
-from odradek.log import AppendInfo, PartitionLog
+from odradek.log import AppendInfo
 from odradek.log.errors import LogError
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.records import (
@@ -66,6 +67,8 @@ from odradek.protocol.records import (
     iter_batches,
     marker_is_abort,
 )
+from odradek.replication.replica import Replica, ReplicaManager, Role
+from odradek.replication.writer import ReplicaWriter
 
 log = logging.getLogger("odradek.coordinator.runtime")
 
@@ -759,50 +762,14 @@ def _decode_some(
 R = TypeVar("R", bound=CoordinatorRunner[Any])
 
 
-class LogWriter:
-    """A lone node's coordinator partition: its log, whose high watermark is its end.
-
-    Listeners hear of each append (the high watermark moves with it)."""
-
-    def __init__(self, plog: PartitionLog) -> None:
-        self.plog = plog
-        self._listeners: list[HighWatermarkListener] = []
-
-    @property
-    def max_message_bytes(self) -> int:
-        return self.plog.config.max_message_bytes
-
-    @property
-    def end_offset(self) -> int:
-        return self.plog.end_offset
-
-    @property
-    def high_watermark(self) -> int:
-        return self.plog.end_offset
-
-    def append(self, batch: bytes) -> AppendInfo:
-        info = self.plog.append(batch, from_client=False)
-        for listener in list(self._listeners):
-            listener(self.plog.end_offset)
-        return info
-
-    def batches(self) -> Iterator[bytes | bytearray]:
-        return self.plog.iter_batches_from(self.plog.start_offset)
-
-    def add_listener(self, listener: HighWatermarkListener) -> None:
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: HighWatermarkListener) -> None:
-        with contextlib.suppress(ValueError):
-            self._listeners.remove(listener)
-
-
-WriterFactory = Callable[[str, int, PartitionLog], PartitionWriter]
-
-
 class CoordinatorRouter(Generic[R]):
     """The runners of one coordinator topic: keys to partitions (Kafka's hash), runners
-    created when the topic exists here, started as this broker leads their partitions."""
+    created when the topic exists here, serving while this broker leads their partitions.
+
+    The topic is the control plane's to create (a lone node at once, a cluster on the
+    first FindCoordinator); the runners appear when this broker holds it, and follow
+    the roles the replica layer gives its partitions.
+    """
 
     topic = ""
     runner_type: type[CoordinatorRunner[Any]] = CoordinatorRunner
@@ -811,27 +778,26 @@ class CoordinatorRouter(Generic[R]):
         self,
         topics: TopicManager,
         config: BrokerConfig,
+        replicas: ReplicaManager,
+        control: ControlPlane,
         num_partitions: int,
-        writer_for: WriterFactory | None = None,
     ) -> None:
         self.topics = topics
         self.config = config
+        self.replicas = replicas
         self.num_partitions = num_partitions
         self.write_timeout_ms = int(config["offsets.commit.timeout.ms"])
-        self.cluster_mode = config.cluster_mode
         self.runners: list[R] = []
         self._started = False
-        self.writer_for: WriterFactory = writer_for or (lambda _t, _i, plog: LogWriter(plog))
         topics.change_listeners.append(self._topics_changed)
-        if not self.cluster_mode:
-            topics.create_internal(self.topic, num_partitions, self.topic_configs())
-        # In a cluster the topic is created in etcd on the first FindCoordinator (as
-        # Kafka does) and the runners appear when this broker holds it.
+        replicas.role_listeners.append(self._role_changed)
+        control.want_internal_topic(self.internal_topic())
         self._topics_changed()
 
     # --- what a runtime says ---------------------------------------------------------------
 
-    def topic_configs(self) -> dict[str, str]:
+    def internal_topic(self) -> InternalTopic:
+        """The coordinator's topic as it wants it created."""
         raise NotImplementedError
 
     def new_runner(self, index: int, writer: PartitionWriter) -> R:
@@ -859,19 +825,35 @@ class CoordinatorRouter(Generic[R]):
             )
             self.num_partitions = len(topic.partitions)
         self.runners = [
-            self.new_runner(index, self.writer_for(self.topic, index, plog))
+            self.new_runner(index, ReplicaWriter(self.replicas, self.topic, index, plog))
             for index, plog in enumerate(topic.partitions)
         ]
         self.runners_created()
-        if self._started and not self.cluster_mode:
-            for runner in self.runners:
-                runner.become_leader()
+        self._follow_roles()
 
     def start(self) -> None:
         self._started = True
-        if not self.cluster_mode:  # in a cluster, runners start when they lead
-            for runner in self.runners:
+        self._follow_roles()
+
+    def _follow_roles(self) -> None:
+        """Runners whose partition this broker leads serve (once started)."""
+        if not self._started:
+            return
+        for index, runner in enumerate(self.runners):
+            if self.replicas.leads(self.topic, index) and not runner.leading:
                 runner.become_leader()
+
+    def _role_changed(self, replica: Replica, before: Role) -> None:
+        """The replica layer's listener: a partition's role changed (leadership only
+        matters here; the high watermark reaches a runner through its writer)."""
+        if replica.topic != self.topic or not 0 <= replica.partition < len(self.runners):
+            return
+        runner = self.runners[replica.partition]
+        if replica.role is Role.LEADER:
+            if self._started:
+                runner.become_leader()
+        elif runner.leading:
+            asyncio.get_running_loop().create_task(runner.resign())
 
     async def stop(self) -> None:
         await asyncio.gather(*(runner.stop() for runner in self.runners))

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from odradek.broker.config import BrokerConfig
+from odradek.broker.control_plane import ControlPlane, InternalTopic
 from odradek.broker.coordinator_runtime import (
     AppendRefused,
     CoordinatorRouter,
@@ -28,7 +29,6 @@ from odradek.broker.coordinator_runtime import (
     LogAndMemoryDiverged,
     PartitionWriter,
     Transaction,
-    WriterFactory,
     _Work,
     loop_clock_ms,
     refused_error,
@@ -48,6 +48,7 @@ from odradek.coordinator.types import CoordinatorEvent, OffsetCommitRequest, Res
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.internal_topics import OFFSETS_TOPIC
 from odradek.protocol.records import build_end_txn_marker
+from odradek.replication.replica import ReplicaManager
 
 log = logging.getLogger("odradek.coordinator.runtime")
 
@@ -189,7 +190,11 @@ class GroupCoordinatorRuntime(CoordinatorRouter[GroupRunner]):
     runner_type = GroupRunner
 
     def __init__(
-        self, topics: TopicManager, config: BrokerConfig, writer_for: WriterFactory | None = None
+        self,
+        topics: TopicManager,
+        config: BrokerConfig,
+        replicas: ReplicaManager,
+        control: ControlPlane,
     ) -> None:
         num_partitions = int(config["offsets.topic.num.partitions"])
         self.core_config = CoordinatorConfig(
@@ -218,13 +223,18 @@ class GroupCoordinatorRuntime(CoordinatorRouter[GroupRunner]):
         self.event_listeners: list[Callable[[list[CoordinatorEvent]], None]] = []
         self._image_version = 0
         self._image = EMPTY_IMAGE
-        super().__init__(topics, config, num_partitions, writer_for)
+        super().__init__(topics, config, replicas, control, num_partitions)
 
-    def topic_configs(self) -> dict[str, str]:
-        return {
-            "cleanup.policy": "compact",
-            "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
-        }
+    def internal_topic(self) -> InternalTopic:
+        return InternalTopic(
+            OFFSETS_TOPIC,
+            self.num_partitions,
+            int(self.config["offsets.topic.replication.factor"]),
+            {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+            },
+        )
 
     def new_runner(self, index: int, writer: PartitionWriter) -> GroupRunner:
         runner = GroupRunner(

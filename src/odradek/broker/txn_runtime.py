@@ -27,14 +27,13 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from typing import Protocol
 
 from odradek.broker.config import BrokerConfig
+from odradek.broker.control_plane import ControlPlane, InternalTopic
 from odradek.broker.coordinator_runtime import (
     CoordinatorRouter,
     CoordinatorRunner,
     PartitionWriter,
-    WriterFactory,
     _Work,
     loop_clock_ms,
     wall_clock_ms,
@@ -46,6 +45,7 @@ from odradek.log.errors import InvalidProducerEpochError
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from odradek.protocol.records import build_end_txn_marker
+from odradek.replication.replica import ReplicaManager
 from odradek.transaction import (
     ProducerIdSource,
     TransactionCoordinatorShard,
@@ -62,6 +62,7 @@ MARKER_DELAY_ENV = "ODRADEK_TXN_MARKER_DELAY_MS"
 RETRY_S = (0.05, 30.0)  # first and largest backoff of a marker that failed
 WRITTEN = "written"  # work kind: every marker of a job is in; complete the transaction
 COMPLETE_RETRY_S = 1.0  # completing a transaction whose record was refused, again after
+MARKER_TIMEOUT_S = 30.0  # a marker written here must be on the ISR within this
 
 WriteMarker = Callable[[TopicPartition, int, int, bool], Awaitable[None]]
 
@@ -74,19 +75,6 @@ class BrokerProducerIds:
 
     def next_producer_id(self) -> int:
         return self._topics.allocate_producer_id()
-
-
-class RemoteMarkerWriter(Protocol):
-    """Markers in a cluster (odradek.cluster.node): where a partition is led, and the
-    way to the others."""
-
-    def leads_here(self, topic: str, partition: int) -> bool: ...
-
-    async def write(
-        self, tp: TopicPartition, producer_id: int, producer_epoch: int, commit: bool
-    ) -> None: ...
-
-    async def replicated(self, topic: str, partition: int, last_offset: int) -> None: ...
 
 
 class TxnRunner(CoordinatorRunner[TransactionCoordinatorShard]):
@@ -208,28 +196,29 @@ class TransactionCoordinatorRuntime(CoordinatorRouter[TxnRunner]):
         self,
         topics: TopicManager,
         config: BrokerConfig,
+        replicas: ReplicaManager,
+        control: ControlPlane,
         groups: GroupCoordinatorRuntime,
-        notify_append: Callable[[str, int], None],
-        writer_for: WriterFactory | None = None,
     ) -> None:
         self.groups = groups
-        self.notify_append = notify_append
+        self.control = control
         self.verification = bool(config["transaction.partition.verification.enable"])
         self.producer_ids = BrokerProducerIds(topics)
-        # Cluster mode: markers for partitions other brokers lead go there (WriteTxnMarkers).
-        self.remote_marker: RemoteMarkerWriter | None = None
         super().__init__(
-            topics, config, int(config["transaction.state.log.num.partitions"]), writer_for
+            topics, config, replicas, control, int(config["transaction.state.log.num.partitions"])
         )
 
-    def topic_configs(self) -> dict[str, str]:
-        configs = {
-            "cleanup.policy": "compact",
-            "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
-        }
-        if self.cluster_mode:
-            configs["min.insync.replicas"] = str(self.config["transaction.state.log.min.isr"])
-        return configs
+    def internal_topic(self) -> InternalTopic:
+        return InternalTopic(
+            TRANSACTION_STATE_TOPIC,
+            self.num_partitions,
+            int(self.config["transaction.state.log.replication.factor"]),
+            {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
+            },
+            min_insync_replicas=int(self.config["transaction.state.log.min.isr"]),
+        )
 
     def new_runner(self, index: int, writer: PartitionWriter) -> TxnRunner:
         config = self.config
@@ -270,18 +259,16 @@ class TransactionCoordinatorRuntime(CoordinatorRouter[TxnRunner]):
     async def write_marker(
         self, tp: TopicPartition, producer_id: int, producer_epoch: int, commit: bool
     ) -> None:
-        """One marker into one partition (``__consumer_offsets`` through its coordinator).
-
-        In a cluster, through the partition's leader: this broker if it leads the
-        partition (the marker then waits for the ISR), else a WriteTxnMarkers request
-        to the leader (`remote_marker`). Raises when it could not be written: the
-        caller retries.
+        """One marker into one partition, through the partition's leader: this broker if
+        it leads the partition (the marker then waits for the ISR), else the leader the
+        control plane knows (WriteTxnMarkers; a partition that no longer exists is
+        skipped). Raises when it could not be written: the caller retries.
         """
         topic, partition = tp
-        if self.remote_marker is not None and not self.remote_marker.leads_here(topic, partition):
-            await self.remote_marker.write(tp, producer_id, producer_epoch, commit)
-            return
-        await self.write_local_marker(tp, producer_id, producer_epoch, commit)
+        if self.replicas.leads(topic, partition):
+            await self.write_local_marker(tp, producer_id, producer_epoch, commit)
+        else:
+            await self.control.send_marker(tp, producer_id, producer_epoch, commit)
 
     async def write_local_marker(
         self, tp: TopicPartition, producer_id: int, producer_epoch: int, commit: bool
@@ -294,19 +281,22 @@ class TransactionCoordinatorRuntime(CoordinatorRouter[TxnRunner]):
                     partition, producer_id, producer_epoch, commit
                 )
             return
-        plog = self.topics.partition(topic, partition)
-        if plog is None:
+        replica = self.replicas.get(topic, partition)
+        if replica is None or self.topics.partition(topic, partition) is None:
             log.info("skipping the marker for %s-%d: no such partition", topic, partition)
             return
         marker = build_end_txn_marker(
             producer_id, producer_epoch, commit=commit, timestamp_ms=wall_clock_ms()
         )
         try:
-            info = plog.append(marker, from_client=False)
+            info = self.replicas.append(replica, marker, from_client=False)
         except InvalidProducerEpochError as exc:
             # A newer epoch already wrote here: this marker's transaction is over.
             log.warning("dropping a stale marker for %s-%d: %s", topic, partition, exc)
             return
-        self.notify_append(topic, partition)
-        if self.remote_marker is not None:
-            await self.remote_marker.replicated(topic, partition, info.last_offset)
+        # Kafka writes markers with acks=all: written once the ISR holds it.
+        error = await self.replicas.wait_replicated(replica, info.last_offset, MARKER_TIMEOUT_S)
+        if error:
+            raise RuntimeError(
+                f"marker in {topic}-{partition} not replicated: {ErrorCode(error).name}"
+            )

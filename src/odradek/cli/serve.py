@@ -239,11 +239,12 @@ def run(args: argparse.Namespace) -> int:
     from odradek.broker.config import ConfigError
     from odradek.broker.log_dirs import LogDirError
     from odradek.broker.security.credentials import parse_add_scram
-    from odradek.broker.server import WILDCARD_HOSTS, Broker, run_broker
+    from odradek.broker.server import WILDCARD_HOSTS, run_broker
     from odradek.cli.common import Failed
     from odradek.cli.main import CliError
     from odradek.log.dir_lock import DirectoryInUseError
     from odradek.protocol.scram import ScramError
+    from odradek.wiring import new_broker
 
     logging.basicConfig(
         level=args.log_level,
@@ -273,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
     data_dirs = log_directories(args, log_dirs)
     tune_allocator()
     try:
-        broker = Broker(
+        broker = new_broker(
             data_dirs,
             config,
             host=host,

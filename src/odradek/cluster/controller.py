@@ -3,7 +3,7 @@
 It acts on the view its `ClusterNode` keeps, whenever that view changes (a broker
 registered or its lease ended, a partition state changed) and once when elected:
 `reconcile` brings every partition in line with the live brokers, with the rules
-of `odradek.cluster.decisions` (Kafka's): a dead broker leaves the ISR (never the
+of `odradek.replication.decisions` (Kafka's): a dead broker leaves the ISR (never the
 last member); a dead leader is replaced by the first live ISR member in
 assignment order, with the leader epoch incremented; with none, the partition is
 offline until an ISR member returns (or, with ``unclean.leader.election.enable``,
@@ -23,14 +23,14 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from odradek.cluster.decisions import (
+from odradek.replication.decisions import (
     ConcurrentChange,
     Reassignment,
     partition_after_broker_loss,
     partition_after_broker_return,
     reassignment_progress,
 )
-from odradek.cluster.model import (
+from odradek.replication.model import (
     ControllerClaim,
     NotControllerError,
     PartitionState,
