@@ -32,7 +32,7 @@ from odradek.client import (
     RebalanceInProgressCommitError,
     TopicPartition,
 )
-from odradek.client.coordinator import FencedInstanceIdError, GroupMaxSizeReachedError
+from odradek.client.errors import FencedInstanceIdError, GroupMaxSizeReachedError
 from odradek.testing import BrokerProcess
 
 pytestmark = pytest.mark.timeout(90)

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import Future
 from types import SimpleNamespace
 
 import pytest
 
 from odradek.client.config import ConsumerConfig
-from odradek.client.coordinator import (
-    NO_GENERATION,
-    ConsumerCoordinator,
-    Generation,
-    MemberState,
-)
-from odradek.client.heartbeat import Heartbeat
+from odradek.client.coordinator import ConsumerCoordinator, MemberState
+from odradek.client.heartbeat import LOOK_UP_COORDINATOR, Heartbeat, HeartbeatThread, Wait
+from odradek.client.structs import NO_GENERATION, Generation
 from odradek.client.subscription import SubscriptionState
 
 
@@ -65,6 +62,57 @@ def test_heartbeat_timers_follow_java() -> None:
             max_poll_interval_ms=1000,
             retry_backoff_ms=1,
         )
+
+
+class ScriptedOwner:
+    """A HeartbeatOwner whose steps are scripted; records what the thread asked."""
+
+    def __init__(self, steps: list[Wait | Exception]) -> None:
+        self.cond = threading.Condition(threading.Lock())  # not re-entrant: see lookups
+        self.steps = steps
+        self.calls: list[object] = []
+        self.idle = threading.Event()
+
+    def heartbeat_step(self) -> Wait:
+        self.calls.append("step")
+        if not self.steps:
+            self.idle.set()
+            return None  # wait until notified (stop notifies)
+        step = self.steps.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+    def look_up_coordinator(self) -> float:
+        free = self.cond.acquire(blocking=False)  # fails if this thread held the lock
+        if free:
+            self.cond.release()
+        self.calls.append(("lookup", "lock free" if free else "lock held"))
+        return 0.001
+
+    def heartbeat_thread_failed(self, error: BaseException) -> None:
+        self.calls.append(("failed", str(error)))
+        self.idle.set()
+
+
+def test_heartbeat_thread_does_its_owners_steps_and_looks_up_without_the_lock() -> None:
+    owner = ScriptedOwner([0.0, LOOK_UP_COORDINATOR, 0.001])
+    thread = HeartbeatThread(owner, "hb-test")
+    thread.start()
+    assert owner.idle.wait(5)
+    thread.stop()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert owner.calls == ["step", "step", ("lookup", "lock free"), "step", "step"]
+
+
+def test_heartbeat_thread_hands_its_own_failure_to_the_owner() -> None:
+    owner = ScriptedOwner([RuntimeError("bug")])
+    thread = HeartbeatThread(owner, "hb-test")
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert owner.calls == ["step", ("failed", "bug")]
 
 
 def coordinator() -> ConsumerCoordinator:

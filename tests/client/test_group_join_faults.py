@@ -22,16 +22,11 @@ from odradek.client import CommitFailedError, RebalanceInProgressCommitError
 from odradek.client.cluster import ClusterMetadata, TopicMetadata
 from odradek.client.config import ConsumerConfig
 from odradek.client.connection import ConnectionState
-from odradek.client.coordinator import (
-    ConsumerCoordinator,
-    FencedInstanceIdError,
-    Generation,
-    MemberState,
-)
-from odradek.client.errors import CorruptRecordError, KafkaError
+from odradek.client.coordinator import ConsumerCoordinator, MemberState
+from odradek.client.errors import CorruptRecordError, FencedInstanceIdError, KafkaError
 from odradek.client.fetcher import CompletedFetch, Fetcher
 from odradek.client.listener import ConsumerRebalanceListener
-from odradek.client.structs import PartitionMetadata, TopicPartition
+from odradek.client.structs import Generation, PartitionMetadata, TopicPartition
 from odradek.client.subscription import SubscriptionState
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.consumer_protocol import Assignment, Subscription
@@ -196,8 +191,7 @@ def make_coordinator(
     client = FakeClient(cluster or cluster_with({TOPIC: len(PARTS)}))
     coordinator = ConsumerCoordinator(client, subs, config)  # type: ignore[arg-type]
     conn = FakeCoordinatorConn(answer)
-    coordinator._conn = conn  # type: ignore[assignment]
-    coordinator._coordinator_id = 0
+    coordinator.discovery._conn = conn  # type: ignore[assignment]
     return coordinator, conn
 
 
@@ -318,7 +312,7 @@ def test_commit_fenced_instance_id_depends_on_the_generation_it_was_sent_with(
     body = {"topics": [{"name": TOPIC, "partitions": [{"partition_index": 0}]}]}
     reply: Future[Any] = Future()
     reply.set_result(commit_reply(body, 82))
-    error = c._commit_result(reply, sent)
+    error = c.commits.commit_result(reply, sent)
     if expected is None:
         assert isinstance(error, RebalanceInProgressCommitError)
     else:
@@ -336,12 +330,12 @@ def test_rebalance_in_progress_commit_error_is_its_own_retriable_type() -> None:
         conn.answer = lambda k, b: commit_reply(b, 27) if k == ApiKey.OFFSET_COMMIT else None
         started = time.monotonic()
         with pytest.raises(RebalanceInProgressCommitError):
-            c.commit_sync({PARTS[0]: 3}, timeout_s=20)
+            c.commits.commit_sync({PARTS[0]: 3}, timeout_s=20)
         assert time.monotonic() - started < 5
         assert c.rejoin_needed
         results: list[BaseException | None] = []
-        c.commit_async({PARTS[0]: 3}, lambda offsets, error: results.append(error))
-        c._invoke_completed_commit_callbacks()
+        c.commits.commit_async({PARTS[0]: 3}, lambda offsets, error: results.append(error))
+        c.commits.invoke_completed_callbacks()
         assert len(results) == 1 and isinstance(results[0], RebalanceInProgressCommitError)
     finally:
         c.abandon()

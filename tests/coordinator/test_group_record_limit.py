@@ -1,5 +1,5 @@
 """A classic group's record must fit ``max.message.bytes``: members that would not fit get
-GROUP_MAX_SIZE_REACHED, the group keeps serving the others and recovers (issue 19.8).
+GROUP_MAX_SIZE_REACHED, the group keeps serving the others and recovers.
 
 Through the pure core on a manual clock, as the runtime drives it (the test context
 checks that no call's records exceed the limit): 600 members with 2 KB of metadata

@@ -478,6 +478,9 @@ def main(spec_json: str) -> int:
         "aiokafka.consumer.group_coordinator",
         "odradek.client.coordinator",
         "odradek.client.membership",
+        "odradek.client.group_member",
+        "odradek.client.discovery",
+        "odradek.client.commits",
     ):
         logging.getLogger(name).setLevel(logging.DEBUG if debug == "1" else logging.INFO)
     for name in filter(None, debug.split(",") if debug != "1" else []):

@@ -4,12 +4,18 @@ the formats (JAAS, properties, --add-scram, listeners, settings)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from odradek.broker.config import BrokerConfig, ConfigError
+from odradek.broker.security import acl as acl_module
+from odradek.broker.security import credentials as credentials_module
 from odradek.broker.security.acl import (
     AclBinding,
     AclError,
@@ -203,6 +209,67 @@ def test_acl_validation_and_filters(tmp_path: Path) -> None:
     removed = store.remove([AclFilter(Res.ANY, None, PatternType.ANY, "User:alice", None, Op.READ)])
     assert [a.resource_name for a in removed[0]] == ["orders"]
     assert [a.resource_name for a in AclStore(tmp_path / "acls.json")] == ["logs-"]
+
+
+def test_request_saves_run_off_the_loop_one_at_a_time_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CreateAcls / DeleteAcls / AlterUserScramCredentials save in a worker thread (the
+    event loop keeps running through the fsync), never two writes at once, in the order
+    the changes were asked for; a change is visible only once its file is written."""
+    writing = threading.Lock()
+    written: list[list[str]] = []
+    real_write = acl_module.write_json_atomically
+
+    def slow_write(path: Path, document: dict) -> None:
+        assert writing.acquire(blocking=False), "two saves at once"
+        try:
+            assert threading.current_thread() is not threading.main_thread()
+            time.sleep(0.05)
+            real_write(path, document)
+            written.append([a["resource_name"] for a in document.get("acls", [])])
+        finally:
+            writing.release()
+
+    monkeypatch.setattr(acl_module, "write_json_atomically", slow_write)
+    monkeypatch.setattr(credentials_module, "write_json_atomically", slow_write)
+    store = AclStore(tmp_path / "acls.json")
+    orders, logs = _acl("orders", Op.READ), _acl("logs", Op.WRITE)
+    orders_filter = AclFilter(Res.TOPIC, "orders", PatternType.LITERAL)
+
+    async def main() -> list[int]:
+        ticks = [0]
+
+        async def tick() -> None:
+            while True:
+                ticks[0] += 1
+                await asyncio.sleep(0.005)
+
+        ticker = asyncio.create_task(tick())
+        first = asyncio.create_task(store.change(lambda s: s.add([orders])))
+        await asyncio.sleep(0.01)  # the first write is under way
+        assert list(store) == []  # not visible before its file is written
+        # Asked for in this order: add, delete, add. Reordered, "orders" would survive.
+        changes = [
+            asyncio.create_task(store.change(lambda s: s.remove([orders_filter]))),
+            asyncio.create_task(store.change(lambda s: s.add([logs]))),
+        ]
+        await first
+        await asyncio.gather(*changes)
+        ticker.cancel()
+        return ticks
+
+    ticks = asyncio.run(main())
+    assert ticks[0] >= 10  # the loop ran while the three 50 ms saves did
+    assert written == [["orders"], [], ["logs"]]
+    assert [a.resource_name for a in store] == ["logs"]
+    on_disk = json.loads((tmp_path / "acls.json").read_text())
+    assert [a["resource_name"] for a in on_disk["acls"]] == ["logs"]
+    # SCRAM credentials take the same path.
+    scram = ScramCredentialStore(tmp_path / "scram.json")
+    credential = ScramCredential.from_password(SCRAM_SHA_256, "pw", 4096)
+    asyncio.run(scram.change(lambda s: s.apply([("alice", SCRAM_SHA_256, credential)], [])))
+    assert ScramCredentialStore(tmp_path / "scram.json").get("alice", SCRAM_SHA_256) == credential
 
 
 # --- principals of certificates --------------------------------------------------------

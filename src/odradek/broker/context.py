@@ -6,6 +6,7 @@ import datetime
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from odradek.broker.closing import CloseConnection as CloseConnection  # server.py's import
 from odradek.broker.security.acl import SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from odradek.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from odradek.protocol.codec import RequestHeader, build, response_type
@@ -13,17 +14,6 @@ from odradek.protocol.codec import RequestHeader, build, response_type
 if TYPE_CHECKING:
     from odradek.broker.security.session import Session
     from odradek.broker.server import Broker
-
-
-class CloseConnection(Exception):
-    """The request cannot be answered; close this connection.
-
-    ``final_response``: bytes to send before closing (Kafka answers a failed
-    SASL authentication, then closes)."""
-
-    def __init__(self, reason: str, final_response: bytes | None = None) -> None:
-        super().__init__(reason)
-        self.final_response = final_response
 
 
 @dataclass(frozen=True, slots=True)

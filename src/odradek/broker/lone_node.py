@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from odradek.broker.control_plane import (
     BrokerAddress,
@@ -31,7 +31,8 @@ from odradek.broker.control_plane import (
     Quorum,
     Voter,
 )
-from odradek.broker.topics import LocalTopics, TopicError
+from odradek.broker.security.manager import BrokerSecurity
+from odradek.broker.topics import LocalTopics, TopicError, TopicManager
 from odradek.protocol.errors import ErrorCode
 from odradek.replication.decisions import (
     ElectionNotNeeded,
@@ -39,18 +40,26 @@ from odradek.replication.decisions import (
     NoReassignmentInProgress,
     Reassignment,
 )
-from odradek.replication.replica import Replica
-
-if TYPE_CHECKING:
-    from odradek.broker.server import Broker
+from odradek.replication.replica import Replica, ReplicaManager
 
 T = TypeVar("T")
+
+
+class Node(Protocol):
+    """What a lone node decides for: the broker's topics, replicas, security stores and
+    advertised address (`odradek.broker.server.Broker`, without importing it back)."""
+
+    topics: TopicManager
+    replicas: ReplicaManager
+    security: BrokerSecurity
+    advertised_host: str
+    advertised_port: int
 
 
 class LoneNode(LocalTopics):
     """The control plane of a broker without a cluster (see the module docstring)."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Node) -> None:
         super().__init__(broker.topics)
         self.broker = broker
         self.replicas = broker.replicas
@@ -107,9 +116,11 @@ class LoneNode(LocalTopics):
             ) from exc
 
     async def change_security(self, document: str, change: Callable[[Any], T]) -> T:
+        """Applied to this node's own store, saved (with fsync) in a worker thread."""
         security = self.broker.security
         store: Any = security.acls if document == "acls" else security.credentials
-        return change(store)
+        result: T = await store.change(change)
+        return result
 
     # --- partitions -----------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from odradek.cli.common import (
 )
 from odradek.coordinator.history import GroupHistoryReader, member_count
 from odradek.coordinator.routing import partition_for
+from odradek.protocol.errors import ErrorCode
 from odradek.protocol.internal_topics import OFFSETS_TOPIC
 
 STATE_TRANSITION = "state_transition"
@@ -47,7 +48,6 @@ MAX_POLL_RECORDS = 20_000
 FETCH_BYTES = 16 * 1024 * 1024  # the partition is read whole: take it in large fetches
 
 Event = dict[str, Any]
-TOPIC_AUTHORIZATION_FAILED = 29
 
 
 class HistoryNotReadable(Failed):
@@ -55,7 +55,7 @@ class HistoryNotReadable(Failed):
 
 
 def _failure(what: str, exc: Any) -> Failed:
-    if getattr(exc, "code", None) == TOPIC_AUTHORIZATION_FAILED:
+    if getattr(exc, "code", None) == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
         return HistoryNotReadable(f"{what}: not authorized to read {OFFSETS_TOPIC}")
     return Failed(f"{what}: {describe_error(exc)}")
 

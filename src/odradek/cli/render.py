@@ -143,10 +143,6 @@ def local_time(ms: int, *, with_date: bool = True) -> str:
     return f"{stamp}.{ms % 1000:03d}"
 
 
-def iso_time(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="milliseconds")
-
-
 def duration(ms: int | float | None) -> str:
     if ms is None:
         return "-"

@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from odradek.cli.errors import CliError
+
 if TYPE_CHECKING:
     from odradek.broker.config import BrokerConfig
 
@@ -141,7 +143,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def parse_address(text: str, option: str) -> tuple[str, int]:
-    from odradek.cli.main import CliError
 
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -152,7 +153,6 @@ def parse_address(text: str, option: str) -> tuple[str, int]:
 def _settings(args: argparse.Namespace) -> tuple[BrokerConfig, str | None]:
     """The broker config (file, then --set) and the log.dirs it names, if any."""
     from odradek.broker.config import BrokerConfig, ConfigError
-    from odradek.cli.main import CliError
     from odradek.cli.properties import read_properties
 
     found: dict[tuple[str, str], str] = {}  # (source, setting) -> value
@@ -200,7 +200,6 @@ def _settings(args: argparse.Namespace) -> tuple[BrokerConfig, str | None]:
 def log_directories(args: argparse.Namespace, log_dirs: str | None) -> list[Path]:
     """The log directories: --data-dir, else log.dirs, else the default (one-line errors)."""
     from odradek.broker.log_dirs import LogDirError, parse_log_dir_list
-    from odradek.cli.main import CliError
 
     given = args.data_dir or ([log_dirs] if log_dirs else [DEFAULT_DATA_DIR])
     try:
@@ -212,7 +211,6 @@ def log_directories(args: argparse.Namespace, log_dirs: str | None) -> list[Path
 
 def _metrics(args: argparse.Namespace) -> tuple[tuple[str, int] | None, str | None]:
     from odradek.broker.security.metrics_http import is_loopback
-    from odradek.cli.main import CliError
 
     token = None
     if args.metrics_token_file:
@@ -241,7 +239,6 @@ def run(args: argparse.Namespace) -> int:
     from odradek.broker.security.credentials import parse_add_scram
     from odradek.broker.server import WILDCARD_HOSTS, run_broker
     from odradek.cli.common import Failed
-    from odradek.cli.main import CliError
     from odradek.log.dir_lock import DirectoryInUseError
     from odradek.protocol.scram import ScramError
     from odradek.wiring import new_broker

@@ -4,6 +4,11 @@
 
 Settings take Kafka's names with ``_`` for ``.`` as keywords, or a dict with
 the dotted names. See each module's docstring for how the pieces work.
+
+To read one partition at offsets of your choosing, with no consumer and no group (as
+the Spark source's executors do), use ``partition_fetch.PartitionFetcher`` over a
+``cluster.KafkaClient``: pipelined Fetches, with the client's handling of moved
+leaders and retriable errors.
 """
 
 from odradek.client.admin import (
@@ -30,18 +35,18 @@ from odradek.client.admin_security import (
 )
 from odradek.client.admin_transactions import TransactionDescription, TransactionListing
 from odradek.client.consumer import Consumer, ConsumerRecords
-from odradek.client.coordinator import (
+from odradek.client.errors import (
     CommitFailedError,
-    OffsetAndMetadata,
+    KafkaError,
     RebalanceInProgressCommitError,
     RetriableCommitFailedError,
 )
-from odradek.client.errors import KafkaError
 from odradek.client.listener import ConsumerRebalanceListener
 from odradek.client.partitioner import DefaultPartitioner, Partitioner, murmur2
 from odradek.client.producer import Producer, ProduceResult, RecordFuture
 from odradek.client.structs import (
     ConsumerRecord,
+    OffsetAndMetadata,
     OffsetAndTimestamp,
     RecordMetadata,
     TopicPartition,

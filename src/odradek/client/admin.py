@@ -42,8 +42,10 @@ from odradek.client.admin_security import SecurityAdminMixin
 from odradek.client.admin_transactions import TransactionAdminMixin
 from odradek.client.cluster import KafkaClient
 from odradek.client.config import AdminConfig
-from odradek.client.coordinator import OffsetAndMetadata
+from odradek.client.discovery import KEY_TYPE_GROUP
 from odradek.client.errors import (
+    COORDINATOR_MOVED,
+    STALE_METADATA,
     IncompatibleBrokerVersionError,
     KafkaConnectionError,
     KafkaError,
@@ -53,7 +55,12 @@ from odradek.client.errors import (
     make_error,
 )
 from odradek.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ask_leaders, list_offsets
-from odradek.client.structs import BrokerMetadata, OffsetAndTimestamp, TopicPartition
+from odradek.client.structs import (
+    BrokerMetadata,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
@@ -62,13 +69,8 @@ from odradek.protocol.consumer_protocol import (
     parse_assignment,
     parse_subscription,
 )
+from odradek.protocol.errors import ErrorCode
 
-_COORDINATOR_LOAD_IN_PROGRESS = 14
-_COORDINATOR_NOT_AVAILABLE = 15
-_NOT_COORDINATOR = 16
-_COORDINATOR_MOVED = frozenset({_COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR})
-_KEY_TYPE_GROUP = 0
-_LEADER_ERRORS = frozenset({3, 5, 6, 74, 75})  # unknown topic, no leader, not leader, epochs
 DELETE_TO_HIGH_WATERMARK = -1
 """``delete_records`` offset meaning "every record" (up to the high watermark)."""
 
@@ -373,7 +375,7 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
             retry: list[str] = []
             for name in pending:
                 code, message = answers.get(name, (UnknownTopicOrPartitionError.code, "no answer"))
-                if code == 0:
+                if code == ErrorCode.NONE:
                     results[name] = None
                     continue
                 error = make_error(code, message or name)
@@ -502,7 +504,7 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
         return sorted(
             name
             for name, meta in cluster.topics.items()
-            if meta.error_code == 0 and (include_internal or not meta.is_internal)
+            if meta.error_code == ErrorCode.NONE and (include_internal or not meta.is_internal)
         )
 
     def describe_topics(
@@ -521,7 +523,7 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
         names = None if topics is None else list(dict.fromkeys(topics))
         if names is None:
             cluster = self._client.refresh(all_topics=True, timeout_s=timeout_s)
-            names = sorted(n for n, m in cluster.topics.items() if m.error_code == 0)
+            names = sorted(n for n, m in cluster.topics.items() if m.error_code == ErrorCode.NONE)
         else:
             self._client.add_topics(names)
             cluster = self._client.refresh(timeout_s=timeout_s)
@@ -530,7 +532,7 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
             meta = cluster.topics.get(name)
             if meta is None:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-            if meta.error_code != 0:
+            if meta.error_code != ErrorCode.NONE:
                 raise make_error(meta.error_code, f"topic {name!r}")
         starts: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         ends: dict[TopicPartition, OffsetAndTimestamp | None] = {}
@@ -595,7 +597,7 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
                     if tp not in parts:
                         continue
                     code = int(p.error_code)
-                    if code in _LEADER_ERRORS and code != UnknownTopicOrPartitionError.code:
+                    if code in STALE_METADATA and code != UnknownTopicOrPartitionError.code:
                         retriable.append(make_error(code, str(tp)))
                         continue
                     pending.pop(tp, None)
@@ -609,7 +611,11 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
         cluster = self._client.refresh(timeout_s=self._timeout_s(timeout_ms))
         for tp in list(pending):
             meta = cluster.topics.get(tp.topic)
-            if meta is None or meta.error_code != 0 or tp.partition not in meta.partitions:
+            if (
+                meta is None
+                or meta.error_code != ErrorCode.NONE
+                or tp.partition not in meta.partitions
+            ):
                 del pending[tp]
                 results[tp].set_exception(
                     make_error(UnknownTopicOrPartitionError.code, f"DeleteRecords {tp}")
@@ -643,7 +649,7 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
             body["topics"] = [
                 {"topic": n, "partitions": sorted(cluster.topics[n].partitions)}
                 for n in names
-                if n in cluster.topics and cluster.topics[n].error_code == 0
+                if n in cluster.topics and cluster.topics[n].error_code == ErrorCode.NONE
             ]
         out: dict[int, dict[str, LogDirDescription]] = {}
         for node_id in sorted(brokers if brokers is not None else cluster.brokers):
@@ -843,7 +849,7 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
         response = self._call(
             self._any_node,
             ApiKey.FIND_COORDINATOR,
-            {"key": group_id, "key_type": _KEY_TYPE_GROUP, "coordinator_keys": (group_id,)},
+            {"key": group_id, "key_type": KEY_TYPE_GROUP, "coordinator_keys": (group_id,)},
             timeout_s,
             check=check,
         )
@@ -885,7 +891,7 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
 
         def checked(response: Any) -> int:
             code = check(response) if check is not None else 0
-            if code in _COORDINATOR_MOVED:
+            if code in COORDINATOR_MOVED:
                 self._coordinators.pop(group_id, None)
             return code
 
@@ -955,10 +961,13 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
                 check=check,
             )
             if not response.groups:
-                raise make_error(-1, f"DescribeGroups answered nothing for group {gid!r}")
+                raise make_error(
+                    ErrorCode.UNKNOWN_SERVER_ERROR,
+                    f"DescribeGroups answered nothing for group {gid!r}",
+                )
             g = response.groups[0]
             code = int(g.error_code)
-            if code == 69:  # GROUP_ID_NOT_FOUND (DescribeGroups v6+)
+            if code == ErrorCode.GROUP_ID_NOT_FOUND:  # DescribeGroups v6+
                 g_state, g_type, g_protocol, g_members = "Dead", "", "", ()
             elif code:
                 raise make_error(code, f"group {gid!r}")
@@ -1010,10 +1019,13 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
         except IncompatibleBrokerVersionError:
             return None
         if not response.groups:
-            raise make_error(-1, f"ConsumerGroupDescribe answered nothing for group {gid!r}")
+            raise make_error(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"ConsumerGroupDescribe answered nothing for group {gid!r}",
+            )
         g = response.groups[0]
         code = int(g.error_code)
-        if code == 69:  # GROUP_ID_NOT_FOUND: not a consumer group
+        if code == ErrorCode.GROUP_ID_NOT_FOUND:  # not a consumer group
             return None
         if code:
             raise make_error(code, g.error_message or f"group {gid!r}")
@@ -1074,7 +1086,7 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
                     continue
                 for r in response.results:
                     code = int(r.error_code)
-                    if code in _COORDINATOR_MOVED:
+                    if code in COORDINATOR_MOVED:
                         self._coordinators.pop(r.group_id, None)
                     answers[r.group_id] = (code, f"group {r.group_id!r}")
             return answers
@@ -1180,7 +1192,7 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
             for t in response.topics:
                 for p in t.partitions:
                     code = int(p.error_code)
-                    if code in _COORDINATOR_MOVED or code == _COORDINATOR_LOAD_IN_PROGRESS:
+                    if code in COORDINATOR_MOVED or code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
                         return code
             return 0
 

@@ -11,11 +11,10 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
+from odradek.client.discovery import KEY_TYPE_TRANSACTION
 from odradek.client.errors import make_error
 from odradek.client.structs import TopicPartition
 from odradek.protocol.apikeys import ApiKey
-
-KEY_TYPE_TRANSACTION = 1
 
 
 class TransactionDescription(NamedTuple):

@@ -36,8 +36,14 @@ from odradek.client.errors import (
 from odradek.client.security import is_authentication_error
 from odradek.client.structs import BrokerMetadata, PartitionMetadata, TopicPartition
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
+
+# A topic's metadata error that only means "not there yet" (created a moment ago).
+_NOT_YET = frozenset(
+    {ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE}
+)
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,7 @@ class ClusterMetadata:
 
     def partitions_for(self, topic: str) -> list[int] | None:
         meta = self.topics.get(topic)
-        if meta is None or meta.error_code != 0:
+        if meta is None or meta.error_code != ErrorCode.NONE:
             return None
         return sorted(meta.partitions)
 
@@ -196,10 +202,6 @@ class KafkaClient:
         conn = self._connection(node_id)
         conn.ensure_ready(timeout_s)
         return conn
-
-    def is_ready(self, node_id: int) -> bool:
-        conn = self._conns.get(node_id) or self._bootstrap_conns.get(node_id)
-        return conn is not None and conn.ready
 
     def send(
         self,
@@ -409,7 +411,7 @@ class KafkaClient:
             if parts:
                 return parts
             meta = self.cluster.topics.get(topic)
-            if meta is not None and meta.error_code not in (0, 3, 5):
+            if meta is not None and meta.error_code not in _NOT_YET:
                 raise make_error(meta.error_code, f"metadata for topic {topic!r}")
             if meta is not None and meta.error_code == InvalidTopicError.code:
                 raise make_error(meta.error_code, topic)
@@ -434,6 +436,11 @@ class KafkaClient:
         return self.refresh(timeout_s=timeout_s)
 
     # ------------------------------------------------------------------ close
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called (a closed client sends nothing)."""
+        return self._closed
 
     def close(self) -> None:
         with self._lock:

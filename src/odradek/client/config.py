@@ -17,10 +17,27 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from odradek.client import security
 from odradek.client.errors import ConfigError
+from odradek.protocol.jaas import JaasError, parse_jaas
+from odradek.protocol.scram import MECHANISMS
 
 _client_ids = itertools.count(1)
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", *MECHANISMS)
+
+# Java / librdkafka names (dots already turned into underscores) -> this client's names.
+SETTING_ALIASES = {
+    "sasl_mechanisms": "sasl_mechanism",  # librdkafka
+    "sasl_username": "sasl_plain_username",  # librdkafka
+    "sasl_password": "sasl_plain_password",  # librdkafka
+    "ssl_ca_location": "ssl_cafile",  # librdkafka
+    "ssl_certificate_location": "ssl_certfile",  # librdkafka
+    "ssl_key_location": "ssl_keyfile",  # librdkafka
+    "ssl_key_password": "ssl_password",  # Java, librdkafka
+    "ssl_truststore_location": "ssl_cafile",  # Java, with ssl.truststore.type=PEM
+    "ssl_keystore_location": "ssl_certfile",  # Java, PEM keystore: key and chain in one file
+}
 
 
 @dataclass
@@ -38,8 +55,9 @@ class CommonConfig:
     socket_connection_setup_timeout_ms: int = 10_000
     send_buffer_bytes: int = 131_072
     receive_buffer_bytes: int = 65_536
-    # Security (client/security.py): kafka-python / aiokafka names; the Java and
-    # librdkafka dotted names are aliases. Secrets stay out of repr().
+    # Security (checked here, used by client/security.py): kafka-python / aiokafka
+    # names; the Java and librdkafka dotted names are aliases (SETTING_ALIASES).
+    # Secrets stay out of repr().
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = "PLAIN"
     sasl_plain_username: str | None = None
@@ -84,7 +102,7 @@ class CommonConfig:
     def validate(self) -> None:
         if not self.bootstrap_servers:
             raise ConfigError('bootstrap_servers is required ("host:port,host:port")')
-        security.validate(self)
+        self._validate_security()
         for name in (
             "request_timeout_ms",
             "retry_backoff_ms",
@@ -94,6 +112,50 @@ class CommonConfig:
             if int(getattr(self, name)) < 0:
                 raise ConfigError(f"{name} must not be negative")
         self.bootstrap_addresses()
+
+    def _validate_security(self) -> None:
+        """Check the security settings (TLS and SASL run in client/security.py)."""
+        protocol = str(self.security_protocol).upper()
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"security_protocol {self.security_protocol!r} must be one of "
+                f"{', '.join(SECURITY_PROTOCOLS)}"
+            )
+        self.security_protocol = protocol
+        for kind in ("truststore", "keystore"):
+            store_type = str(getattr(self, f"ssl_{kind}_type")).upper()
+            if store_type != "PEM":
+                raise ConfigError(
+                    f"ssl.{kind}.type={store_type}: Odradek's client reads PEM files only"
+                )
+        if protocol.startswith("SASL_"):
+            mechanism = str(self.sasl_mechanism or "").upper()
+            if mechanism not in SASL_MECHANISMS:
+                raise ConfigError(
+                    f"sasl_mechanism {self.sasl_mechanism!r} is not supported "
+                    f"(use {', '.join(SASL_MECHANISMS)})"
+                )
+            self.sasl_mechanism = mechanism
+            username, password = self.sasl_credentials()
+            if not username or password is None:
+                raise ConfigError(
+                    f"{protocol} needs sasl_plain_username and sasl_plain_password "
+                    "(or sasl.jaas.config with username and password)"
+                )
+        if self.ssl_keyfile and not self.ssl_certfile:
+            raise ConfigError("ssl_keyfile needs ssl_certfile (the client certificate)")
+
+    def sasl_credentials(self) -> tuple[str | None, str | None]:
+        """(username, password): the explicit settings, else sasl.jaas.config's."""
+        username, password = self.sasl_plain_username, self.sasl_plain_password
+        if (username is None or password is None) and self.sasl_jaas_config:
+            try:
+                options = parse_jaas(self.sasl_jaas_config).options
+            except JaasError as exc:
+                raise ConfigError(f"sasl.jaas.config: {exc}") from None
+            username = username if username is not None else options.get("username")
+            password = password if password is not None else options.get("password")
+        return username, password
 
     def bootstrap_addresses(self) -> list[tuple[str, int]]:
         """``bootstrap_servers`` as (host, port) pairs; port 9092 when omitted."""
@@ -120,18 +182,11 @@ class CommonConfig:
             raise ConfigError("bootstrap_servers lists no server")
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name != "explicitly_set"
-        }
-
 
 def setting_name(raw: str) -> str:
     """A Java / librdkafka dotted name, or a keyword name, as this client's field name."""
     name = raw.replace(".", "_").replace("-", "_")
-    return security.SETTING_ALIASES.get(name, name)
+    return SETTING_ALIASES.get(name, name)
 
 
 def typed_setting(config_cls: type, raw_name: str, text: str) -> Any:

@@ -64,6 +64,7 @@ from odradek.protocol.codec import (
     encode_request,
     request_type,
 )
+from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fetch import parse_fetch_response
 from odradek.protocol.framing import FrameDecoder, FrameError
 
@@ -415,7 +416,7 @@ class BrokerConnection:
                     break
                 version = new_version
                 continue
-            if error_code != 0:
+            if error_code != ErrorCode.NONE:
                 raise make_error(error_code, "ApiVersions")
             _, final = decode_response(ApiKey.API_VERSIONS, version, payload)
             reply = final

@@ -2,11 +2,14 @@
 
 Two ways to read, as in the Java client (seed 004, section 2.1):
 
-* ``subscribe(topics)`` / ``subscribe(pattern=re.compile(...))``: the group's
-  ``ConsumerCoordinator`` (``coordinator.py``) joins the group named by ``group_id``,
-  and the partitions come from the group's assignor; a ``ConsumerRebalanceListener``
-  hears about revoked, assigned and lost partitions, always on the thread that calls
-  ``poll``. Heartbeats run on a background thread (``heartbeat.py``).
+* ``subscribe(topics)`` / ``subscribe(pattern=re.compile(...))``: the consumer's group
+  member joins the group named by ``group_id`` (``ConsumerCoordinator`` in
+  ``coordinator.py``, or ``ConsumerGroupMembership`` in ``membership.py`` with
+  ``group_protocol="consumer"``; both are ``group_member.GroupMember``), and the
+  partitions come from the group's assignor; a ``ConsumerRebalanceListener`` hears about
+  revoked, assigned and lost partitions, always on the thread that calls ``poll``.
+  Heartbeats run on the member's background thread (``heartbeat.py``); commits and
+  committed offsets are the member's ``commits`` (``commits.py``).
 * ``assign(partitions)``: exactly these partitions, no group membership (offsets can
   still be committed to ``group_id``).
 
@@ -35,47 +38,35 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from odradek.client.cluster import KafkaClient
 from odradek.client.config import ConsumerConfig
-from odradek.client.coordinator import ConsumerCoordinator, OffsetAndMetadata
+from odradek.client.coordinator import ConsumerCoordinator
 from odradek.client.errors import IllegalStateError, KafkaError, KafkaTimeoutError
 from odradek.client.fetcher import Fetcher
+from odradek.client.group_member import GroupMember
 from odradek.client.membership import ConsumerGroupMembership
 from odradek.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
-from odradek.client.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from odradek.client.structs import (
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
 from odradek.client.subscription import (
     NoOffsetForPartitionError,
     OffsetResetStrategy,
     SubscriptionState,
 )
 from odradek.client.transactions import ConsumerGroupMetadata
+from odradek.protocol.errors import ErrorCode
 
 __all__ = [
     "Consumer",
     "ConsumerRecords",
-    "CoordinatorHooks",
     "NoOffsetForPartitionError",
 ]
-
-
-class CoordinatorHooks(Protocol):
-    """What ``Consumer`` expects of the group coordinator component."""
-
-    def poll(self, timeout_s: float) -> bool:
-        """Drive membership (join, sync, auto-commit); False if not ready in time."""
-        ...
-
-    def time_to_next_poll(self) -> float:
-        """Seconds until the coordinator needs ``poll`` again (heartbeat / auto-commit)."""
-        ...
-
-    def refresh_committed_offsets(self, timeout_s: float) -> bool:
-        """Seek partitions without a position to their committed offsets."""
-        ...
-
-    def close(self, timeout_s: float) -> None: ...
 
 
 class ConsumerRecords:
@@ -124,10 +115,10 @@ class Consumer:
         )
         self._subscriptions = SubscriptionState(self.config.auto_offset_reset)
         self._fetcher = Fetcher(self._client, self._subscriptions, self.config)
-        self._coordinator: ConsumerCoordinator | None = None
+        self._coordinator: GroupMember | None = None
         if self.config.group_id:
             # group_protocol="consumer": KIP-848 membership (membership.py); else classic.
-            membership = (
+            membership: type[GroupMember] = (
                 ConsumerGroupMembership
                 if self.config.group_protocol == "consumer"
                 else ConsumerCoordinator
@@ -179,7 +170,7 @@ class Consumer:
             return
         if self._coordinator is not None and self._subscriptions.is_user_assigned:
             # Java: commit the old assignment's positions before changing it.
-            self._coordinator._maybe_auto_commit_async()
+            self._coordinator.commits.maybe_auto_commit_async()
         self._subscriptions.assign_from_user(tps)
         self._client.set_topics({tp.topic for tp in tps})
 
@@ -279,7 +270,7 @@ class Consumer:
 
     # ------------------------------------------------------------------ commits
 
-    def _require_group(self, what: str) -> ConsumerCoordinator:
+    def _require_group(self, what: str) -> GroupMember:
         self._ensure_open()
         if self._coordinator is None:
             raise IllegalStateError(f"{what} needs a group_id")
@@ -299,7 +290,7 @@ class Consumer:
         group rebalances (poll, then commit again).
         """
         coordinator = self._require_group("commit")
-        coordinator.commit_sync(offsets, self._timeout_s(timeout))
+        coordinator.commits.commit_sync(offsets, self._timeout_s(timeout))
 
     def commit_async(
         self,
@@ -309,7 +300,7 @@ class Consumer:
     ) -> None:
         """Commit without waiting; ``callback(offsets, error)`` runs in a later poll/commit."""
         coordinator = self._require_group("commit_async")
-        coordinator.commit_async(offsets, callback)
+        coordinator.commits.commit_async(offsets, callback)
 
     def committed(
         self,
@@ -318,7 +309,7 @@ class Consumer:
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """The group's committed offsets for ``partitions`` (None where nothing is)."""
         coordinator = self._require_group("committed")
-        return coordinator.committed(list(partitions), self._timeout_s(timeout))
+        return coordinator.commits.committed(list(partitions), self._timeout_s(timeout))
 
     def _abandon(self) -> None:
         """Test hook: stop like a crashed process (no commit, no LeaveGroup, no callbacks)."""
@@ -392,9 +383,8 @@ class Consumer:
         """Committed offsets (with a coordinator), else resets; True when all are known."""
         if self._subscriptions.has_all_fetch_positions():
             return True
-        if self._coordinator is not None and not self._coordinator.refresh_committed_offsets(
-            timeout_s
-        ):
+        coordinator = self._coordinator
+        if coordinator is not None and not coordinator.commits.refresh_committed_offsets(timeout_s):
             return False
         self._subscriptions.reset_missing_positions()
         self._fetcher.reset_offsets_if_needed(max(timeout_s, self.config.request_timeout_ms / 1000))
@@ -525,5 +515,5 @@ class Consumer:
         return {
             name: sorted(meta.partitions)
             for name, meta in cluster.topics.items()
-            if meta.error_code == 0
+            if meta.error_code == ErrorCode.NONE
         }

@@ -1,20 +1,23 @@
 """Client errors, named after Kafka's exceptions (``XyzException`` becomes ``XyzError``).
 
 Every error the broker can return has a class here: ``error_for_code(code)``
-gives it, ``raise_for_code(code)`` raises it. Each class carries the Kafka
-error ``code`` and whether the client may retry (``retriable``), both taken from
-kio's error table so they stay in step with Kafka's own ``Errors`` enum.
+gives it, ``make_error(code)`` makes one. Each class carries the Kafka error
+``code`` and whether the client may retry (``retriable``), both taken from
+Odradek's one table of Kafka's errors (``odradek.protocol.errors.ErrorCode``),
+the table the broker answers from.
 
-Classes the client itself raises or catches are written out below so type
-checkers and readers see them; the rest are generated from the table at import
-and are reachable as module attributes and through ``error_for_code``.
+Classes the client itself raises or catches are written out below (their code
+from the table, their retriability set from it at import) so type checkers and
+readers see them; the rest are generated from the table, named after it
+(``NOT_COORDINATOR`` becomes ``NotCoordinatorError``), and are reachable as
+module attributes and through ``error_for_code``.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from kio.schema.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode
 
 
 class KafkaError(Exception):
@@ -72,7 +75,7 @@ class RecordTooLargeError(KafkaError):
 class CorruptRecordError(KafkaError):
     """A fetched record batch failed to decode (bad CRC, bad compression, truncation)."""
 
-    code = 2
+    code = ErrorCode.CORRUPT_MESSAGE
 
 
 # --------------------------------------------------------------------- broker errors
@@ -86,6 +89,8 @@ _BY_CODE: dict[int, type[BrokerResponseError]] = {}
 
 
 def _class_name(name: str) -> str:
+    """The table's ``INVALID_TOPIC_EXCEPTION`` becomes ``InvalidTopicError``."""
+    name = name.lower()
     for suffix in ("_exception", "_error"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
@@ -98,133 +103,150 @@ def _register(cls: type[BrokerResponseError]) -> type[BrokerResponseError]:
 
 
 class UnknownServerError(BrokerResponseError):
-    code = -1
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 class OffsetOutOfRangeError(BrokerResponseError):
-    code = 1
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
 class UnknownTopicOrPartitionError(BrokerResponseError):
-    code = 3
-    retriable = True
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 class LeaderNotAvailableError(BrokerResponseError):
-    code = 5
-    retriable = True
+    code = ErrorCode.LEADER_NOT_AVAILABLE
 
 
 class NotLeaderOrFollowerError(BrokerResponseError):
-    code = 6
-    retriable = True
+    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 class RequestTimedOutError(BrokerResponseError):
-    code = 7
-    retriable = True
+    code = ErrorCode.REQUEST_TIMED_OUT
 
 
 class MessageTooLargeError(BrokerResponseError):
-    code = 10
+    code = ErrorCode.MESSAGE_TOO_LARGE
 
 
 class CoordinatorNotAvailableError(BrokerResponseError):
-    code = 15
-    retriable = True
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 class NotCoordinatorError(BrokerResponseError):
-    code = 16
-    retriable = True
+    code = ErrorCode.NOT_COORDINATOR
 
 
 class InvalidTopicError(BrokerResponseError):
-    code = 17
+    code = ErrorCode.INVALID_TOPIC_EXCEPTION
 
 
 class UnsupportedVersionError(BrokerResponseError):
-    code = 35
+    code = ErrorCode.UNSUPPORTED_VERSION
 
 
 class TopicAlreadyExistsError(BrokerResponseError):
-    code = 36
+    code = ErrorCode.TOPIC_ALREADY_EXISTS
 
 
 class InvalidPartitionsError(BrokerResponseError):
-    code = 37
+    code = ErrorCode.INVALID_PARTITIONS
 
 
 class InvalidReplicationFactorError(BrokerResponseError):
-    code = 38
+    code = ErrorCode.INVALID_REPLICATION_FACTOR
 
 
 class InvalidConfigError(BrokerResponseError):
-    code = 40
+    code = ErrorCode.INVALID_CONFIG
 
 
 class NotControllerError(BrokerResponseError):
-    code = 41
-    retriable = True
+    code = ErrorCode.NOT_CONTROLLER
 
 
 class InvalidRequestError(BrokerResponseError):
-    code = 42
+    code = ErrorCode.INVALID_REQUEST
 
 
 class OutOfOrderSequenceNumberError(BrokerResponseError):
-    code = 45
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 class DuplicateSequenceNumberError(BrokerResponseError):
-    code = 46
+    code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
 
 
 class InvalidProducerEpochError(BrokerResponseError):
-    code = 47
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
 
 
 class UnknownProducerIdError(BrokerResponseError):
-    code = 59
+    code = ErrorCode.UNKNOWN_PRODUCER_ID
+
+
+class GroupMaxSizeReachedError(BrokerResponseError):
+    code = ErrorCode.GROUP_MAX_SIZE_REACHED
+
+
+class FencedInstanceIdError(BrokerResponseError):
+    code = ErrorCode.FENCED_INSTANCE_ID
 
 
 class UnsupportedCompressionTypeError(BrokerResponseError):
-    code = 76
+    code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
 
 
 class InvalidRecordError(BrokerResponseError):
-    code = 87
+    code = ErrorCode.INVALID_RECORD
 
 
 class ProducerFencedError(BrokerResponseError):
-    code = 90
+    code = ErrorCode.PRODUCER_FENCED
 
 
 for _cls in list(BrokerResponseError.__subclasses__()):
     _register(_cls)
 
-# Generate the remaining classes from kio's table, with its retriable flags. Codes
+# Generate the remaining classes from the table, with its retriable flags. Codes
 # defined above keep their class but take the table's flag, so both agree.
 for _member in ErrorCode:
-    if _member.value == 0:
+    if _member is ErrorCode.NONE:
         continue
-    _existing = _BY_CODE.get(int(_member.value))
+    _existing = _BY_CODE.get(_member)
     if _existing is not None:
-        _existing.retriable = bool(_member.retriable)
+        _existing.retriable = _member.retriable
         continue
     _name = _class_name(_member.name)
     _generated = type(
         _name,
         (BrokerResponseError,),
         {
-            "code": int(_member.value),
-            "retriable": bool(_member.retriable),
-            "__doc__": f"Kafka error {int(_member.value)} ({_member.name}).",
+            "code": _member,
+            "retriable": _member.retriable,
+            "__doc__": f"Kafka error {int(_member)} ({_member.name}): {_member.message}",
             "__module__": __name__,
         },
     )
     _register(_generated)
     globals()[_name] = _generated
+
+
+# Errors that say the client's metadata is out of date: refresh it and retry at the
+# (new) leader. Java's InvalidMetadataException family, with UNKNOWN_LEADER_EPOCH.
+STALE_METADATA = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+    }
+)
+# The coordinator moved or is not up: look it up again.
+COORDINATOR_MOVED = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
 
 
 def error_for_code(code: int) -> type[BrokerResponseError]:
@@ -239,12 +261,6 @@ def make_error(code: int, message: str | None = None) -> BrokerResponseError:
     if message:
         text += f": {message}"
     return cls(text)
-
-
-def raise_for_code(code: int, message: str | None = None) -> None:
-    """Raise the error for ``code`` unless it is 0 (NONE)."""
-    if int(code) != 0:
-        raise make_error(code, message)
 
 
 # --------------------------------------------------------------------- commit errors
@@ -270,7 +286,7 @@ class CommitFailedError(KafkaError):
         )
 
 
-class RebalanceInProgressCommitError(error_for_code(27)):  # type: ignore[misc]
+class RebalanceInProgressCommitError(error_for_code(ErrorCode.REBALANCE_IN_PROGRESS)):  # type: ignore[misc]
     """The commit failed because the group is rebalancing (Java's RebalanceInProgressException).
 
     Not a ``CommitFailedError``: the member is still in the group. Retriable, but only

@@ -24,12 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from odradek.client.structs import TopicPartition
+from odradek.protocol.errors import ErrorCode
 
 __all__ = ["FetchRequestData", "FetchSessionHandler", "PartitionFetch"]
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
-FETCH_SESSION_ID_NOT_FOUND = 70
 SESSIONS_FROM_VERSION = 7
 
 
@@ -87,9 +87,9 @@ class FetchSessionHandler:
     def handle_response(self, request: FetchRequestData, error_code: int, session_id: int) -> bool:
         """Account for the response to ``request``; False when it cannot be used (an error)."""
         if request.epoch == FINAL_EPOCH and request.session_id == 0:
-            return error_code == 0  # no sessions (Fetch < v7)
+            return error_code == ErrorCode.NONE  # no sessions (Fetch < v7)
         if error_code:
-            if error_code == FETCH_SESSION_ID_NOT_FOUND:
+            if error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND:
                 self.session_id, self.epoch = 0, INITIAL_EPOCH
             else:
                 self.epoch = INITIAL_EPOCH  # close the session and open a new one

@@ -49,6 +49,7 @@ from typing import Any
 from odradek.client.cluster import KafkaClient
 from odradek.client.config import ConsumerConfig
 from odradek.client.errors import (
+    STALE_METADATA,
     KafkaError,
     OffsetOutOfRangeError,
     make_error,
@@ -65,11 +66,10 @@ from odradek.client.subscription import (
 )
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import EncodedBody
+from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fetch import encode_fetch_request
 
 log = logging.getLogger(__name__)
-
-_LEADER_ERRORS = {3, 5, 6, 74, 75, 100}  # unknown topic, no leader, not leader, epochs, topic id
 
 
 class Fetcher:
@@ -202,7 +202,7 @@ class Fetcher:
             self._client.request_update()
         elif not usable:
             log.debug("fetch from node %s failed: error %s", node, top_error)
-            if top_error in _LEADER_ERRORS:
+            if top_error in STALE_METADATA:
                 self._client.request_update()
         else:
             partitions = request.session_partitions
@@ -318,7 +318,7 @@ class Fetcher:
             cf.consumed = True  # the user sought meanwhile: stale data
             return
         code = cf.error_code
-        if code == 0:
+        if code == ErrorCode.NONE:
             self._subs.update_high_watermark(
                 tp, cf.high_watermark, cf.log_start_offset, cf.last_stable_offset
             )
@@ -328,7 +328,7 @@ class Fetcher:
             return
         cf.consumed = True
         self._subs.move_to_end(tp)
-        if code in _LEADER_ERRORS:
+        if code in STALE_METADATA:
             self._client.request_update()
         elif code == OffsetOutOfRangeError.code:
             if self._subs.default_reset is OffsetResetStrategy.NONE:

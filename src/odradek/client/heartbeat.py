@@ -12,14 +12,18 @@
   When it expires the application has stalled between polls and the member leaves
   the group proactively (a LeaveGroup for dynamic members); the next ``poll`` rejoins.
 
-``HeartbeatThread`` is the background loop of seed 004 section 3.3. It waits on the
-coordinator's condition variable while disabled (before the member has joined, and
-while a JoinGroup is in flight), and otherwise, every ``retry_backoff_ms`` at most,
-checks in this order: coordinator unknown (look it up), session expired (mark the
-coordinator unknown), poll timer expired (leave the group), heartbeat not yet due
-(wait), else send a Heartbeat. Responses are handled by the coordinator on the
-connection's reader thread under the same lock. A fatal error (FENCED_INSTANCE_ID)
-disables the thread and is re-raised by the next ``poll`` on the application thread.
+``HeartbeatThread`` is the background loop of seed 004 section 3.3, and nothing more:
+it owns its stop flag and the loop. The group member that starts it (``GroupMember``
+in ``group_member.py``) owns everything else: the lock, these timers, whether
+heartbeats are enabled, a fatal heartbeat error, and the thread's lifecycle (it starts
+the thread when it first joins and stops and joins it on close). Each turn of the loop
+asks the member, under the member's lock, for its next heartbeat duty
+(``HeartbeatOwner.heartbeat_step``): the member sends a heartbeat, marks the
+coordinator unknown, leaves the group after the poll timer expired, or answers how
+long to wait; ``LOOK_UP_COORDINATOR`` asks the thread to look the coordinator up with
+the lock released (a FindCoordinator round trip must not block the application
+thread). Responses are handled by the member on the connection's reader thread under
+the same lock.
 
 Time comes from an injectable ``clock`` (seconds, monotonic) so the timers are
 unit-testable without sleeping.
@@ -27,14 +31,12 @@ unit-testable without sleeping.
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from odradek.client.coordinator import ConsumerCoordinator
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -83,15 +85,12 @@ class Heartbeat:
         self.session_timer = Timer(clock, self.session_timeout_s)
         self.poll_timer = Timer(clock, self.max_poll_interval_s)
         self.heartbeat_in_flight = False
-        self.last_heartbeat_send = 0.0
-        self.last_heartbeat_receive = 0.0
 
     # The names follow Java's Heartbeat.
     def poll(self) -> None:
         self.poll_timer.reset(self.max_poll_interval_s)
 
     def sent_heartbeat(self) -> None:
-        self.last_heartbeat_send = self.clock()
         self.heartbeat_in_flight = True
         self.heartbeat_timer.reset(self.heartbeat_interval_s)
 
@@ -100,7 +99,6 @@ class Heartbeat:
         self.heartbeat_timer.reset(self.retry_backoff_s)
 
     def receive_heartbeat(self) -> None:
-        self.last_heartbeat_receive = self.clock()
         self.heartbeat_in_flight = False
         self.session_timer.reset(self.session_timeout_s)
 
@@ -127,81 +125,72 @@ class Heartbeat:
         self.heartbeat_in_flight = False
 
 
+class HeartbeatTurn(enum.Enum):
+    LOOK_UP_COORDINATOR = "look up the coordinator"
+
+
+LOOK_UP_COORDINATOR = HeartbeatTurn.LOOK_UP_COORDINATOR
+
+Wait = float | None | HeartbeatTurn
+"""What one turn of the loop ends with: seconds to wait (0: go on at once), None (wait
+until the owner's lock is notified), or ``LOOK_UP_COORDINATOR``."""
+
+
+class HeartbeatOwner(Protocol):
+    """What ``HeartbeatThread`` asks of the group member that owns it."""
+
+    @property
+    def cond(self) -> threading.Condition:
+        """The member's lock: held around ``heartbeat_step`` and every wait."""
+        ...
+
+    def heartbeat_step(self) -> Wait:
+        """Lock held: do the next heartbeat duty; how to go on."""
+        ...
+
+    def look_up_coordinator(self) -> float:
+        """Lock not held: one FindCoordinator attempt; seconds to wait after it."""
+        ...
+
+    def heartbeat_thread_failed(self, error: BaseException) -> None:
+        """Lock held: the loop itself failed (a bug); surface ``error`` on ``poll``."""
+        ...
+
+
 class HeartbeatThread(threading.Thread):
-    """The background heartbeat loop of one coordinator (see module docs)."""
+    """The background heartbeat loop of one group member (see module docs)."""
 
-    def __init__(self, coordinator: ConsumerCoordinator) -> None:
-        super().__init__(name=f"odradek-heartbeat-{coordinator.group_id}", daemon=True)
-        self._coordinator = coordinator
-        self.enabled = False
-        self.closed = False
-        self.failed: BaseException | None = None
+    def __init__(self, owner: HeartbeatOwner, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self._owner = owner
+        self._stopped = False
 
-    # Both called with the coordinator's lock held.
-    def enable(self) -> None:
-        coordinator = self._coordinator
-        coordinator.heartbeat.reset_timeouts()
-        self.enabled = True
-        coordinator.cond.notify_all()
-
-    def disable(self) -> None:
-        self.enabled = False
-
-    def close(self) -> None:
-        with self._coordinator.cond:
-            self.closed = True
-            self.enabled = False
-            self._coordinator.cond.notify_all()
+    def stop(self) -> None:
+        """End the loop (it exits at its next turn); the owner joins the thread."""
+        with self._owner.cond:
+            self._stopped = True
+            self._owner.cond.notify_all()
 
     def run(self) -> None:
-        coordinator = self._coordinator
-        cond = coordinator.cond
+        owner = self._owner
+        cond = owner.cond
         try:
             while True:
                 with cond:
-                    if self.closed:
+                    if self._stopped:
                         return
-                    if not self.enabled:
-                        cond.wait()
+                    wait = owner.heartbeat_step()
+                    if wait is not LOOK_UP_COORDINATOR:
+                        if wait is None:
+                            cond.wait()
+                        elif wait > 0:
+                            cond.wait(wait)
                         continue
-                    if coordinator.state_has_not_joined() or self.failed is not None:
-                        self.disable()
-                        continue
-                    hb = coordinator.heartbeat
-                    backoff = hb.retry_backoff_s
-                    if coordinator.coordinator_unknown():
-                        # Looked up outside the lock below; wait a backoff first.
-                        lookup = True
-                    elif hb.session_timeout_expired():
-                        coordinator.mark_coordinator_unknown(
-                            "session timed out without receiving a heartbeat response"
-                        )
-                        continue
-                    elif hb.poll_timeout_expired():
-                        log.warning(
-                            "consumer poll timeout has expired: the time between polls was "
-                            "longer than max_poll_interval_ms (%s ms); leaving group %s. "
-                            "Lower max_poll_records or raise max_poll_interval_ms.",
-                            int(hb.max_poll_interval_s * 1000),
-                            coordinator.group_id,
-                        )
-                        coordinator.maybe_leave_group("consumer poll timeout has expired.")
-                        continue
-                    elif not hb.should_heartbeat():
-                        cond.wait(min(backoff, max(0.001, hb.time_to_next_heartbeat())))
-                        continue
-                    else:
-                        lookup = False
-                        hb.sent_heartbeat()
-                        coordinator.send_heartbeat_request()
-                        continue
-                if lookup:
-                    coordinator.lookup_coordinator_quietly()
-                    with cond:
-                        if not self.closed:
-                            cond.wait(backoff)
+                after = owner.look_up_coordinator()
+                with cond:
+                    if not self._stopped and after > 0:
+                        cond.wait(after)
         except BaseException as exc:  # pragma: no cover - defensive: surface on poll
             log.exception("heartbeat thread failed")
             with cond:
-                self.failed = exc
-                self.enabled = False
+                owner.heartbeat_thread_failed(exc)

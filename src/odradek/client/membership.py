@@ -32,8 +32,12 @@ Offsets are committed with the member epoch (OffsetCommit / OffsetFetch v9): a
 STALE_MEMBER_EPOCH is retried with the newest epoch. The consumer keeps fetching
 what it owns while the coordinator is unreachable or the group rebalances.
 
-Everything about finding the coordinator, committing and fetching offsets is the
-classic ``ConsumerCoordinator``'s: this class changes only the membership.
+Finding the coordinator (``discovery.py``), commits and committed offsets
+(``commits.py``), the heartbeat thread and timers, and closing are
+``group_member.GroupMember``'s, shared with the classic ``ConsumerCoordinator``: this
+class is only the membership. Its heartbeat thread sends ConsumerGroupHeartbeats on the
+coordinator's interval, and at once when the member joins or acknowledges an
+assignment; it leaves when the poll timer expires.
 """
 
 from __future__ import annotations
@@ -41,7 +45,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -49,14 +52,10 @@ from concurrent.futures import Future
 from typing import Any
 
 from odradek.client.cluster import KafkaClient
+from odradek.client.commits import rebalancing_error
 from odradek.client.config import ConsumerConfig
-from odradek.client.coordinator import (
-    ConsumerCoordinator,
-    Generation,
-    _code,
-    _sorted,
-)
 from odradek.client.errors import (
+    COORDINATOR_MOVED,
     CommitFailedError,
     IllegalStateError,
     KafkaConnectionError,
@@ -64,36 +63,36 @@ from odradek.client.errors import (
     KafkaTimeoutError,
     make_error,
 )
-from odradek.client.structs import TopicPartition
+from odradek.client.group_member import GroupMember, sorted_partitions
+from odradek.client.heartbeat import LOOK_UP_COORDINATOR, Wait
+from odradek.client.structs import Generation, TopicPartition
 from odradek.client.subscription import SubscriptionState
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
-_NONE = 0
-_COORDINATOR_LOAD_IN_PROGRESS = 14
-_COORDINATOR_NOT_AVAILABLE = 15
-_NOT_COORDINATOR = 16
-_UNKNOWN_MEMBER_ID = 25
-_GROUP_ID_NOT_FOUND = 69
-_FENCED_MEMBER_EPOCH = 110
-_STALE_MEMBER_EPOCH = 113
 _LEAVE_EPOCH = -1
 _LEAVE_STATIC_EPOCH = -2
 # Errors after which only a new consumer can go on (Java: fatal in the heartbeat manager).
-_FATAL = {
-    23,  # INCONSISTENT_GROUP_PROTOCOL
-    24,  # INVALID_GROUP_ID
-    29,  # TOPIC_AUTHORIZATION_FAILED
-    30,  # GROUP_AUTHORIZATION_FAILED
-    35,  # UNSUPPORTED_VERSION
-    42,  # INVALID_REQUEST
-    81,  # GROUP_MAX_SIZE_REACHED
-    82,  # FENCED_INSTANCE_ID
-    111,  # UNRELEASED_INSTANCE_ID
-    112,  # UNSUPPORTED_ASSIGNOR
-    128,  # INVALID_REGULAR_EXPRESSION
-}
+_FATAL = frozenset(
+    {
+        ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+        ErrorCode.INVALID_GROUP_ID,
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        ErrorCode.GROUP_AUTHORIZATION_FAILED,
+        ErrorCode.UNSUPPORTED_VERSION,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.GROUP_MAX_SIZE_REACHED,
+        ErrorCode.FENCED_INSTANCE_ID,
+        ErrorCode.UNRELEASED_INSTANCE_ID,
+        ErrorCode.UNSUPPORTED_ASSIGNOR,
+        ErrorCode.INVALID_REGULAR_EXPRESSION,
+    }
+)
+_FENCED = frozenset(
+    {ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.GROUP_ID_NOT_FOUND}
+)
 
 TopicIdPartition = tuple[uuid.UUID, int]
 
@@ -119,8 +118,10 @@ class StaleMemberEpochError(KafkaError):
     retriable = True
 
 
-class ConsumerGroupMembership(ConsumerCoordinator):
+class ConsumerGroupMembership(GroupMember):
     """Group membership through ConsumerGroupHeartbeat (see the module docs)."""
+
+    heartbeat_thread_name = "odradek-cg-heartbeat"
 
     def __init__(
         self,
@@ -146,7 +147,6 @@ class ConsumerGroupMembership(ConsumerCoordinator):
         self._in_flight = False
         self._fatal: BaseException | None = None
         self._retry_at = 0.0
-        self.reconciliations = 0
 
     # ================================================================ small helpers
 
@@ -194,11 +194,28 @@ class ConsumerGroupMembership(ConsumerCoordinator):
 
     # ================================================================ the heartbeat
 
-    def _start_heartbeat_thread_if_needed(self) -> None:
-        with self.cond:
-            if self._heartbeat_thread is None and not self._closed:
-                self._heartbeat_thread = _HeartbeatThread(self)  # type: ignore[assignment]
-                self._heartbeat_thread.start()
+    def heartbeat_step(self) -> Wait:
+        """Heartbeat thread, lock held: what to do next (``HeartbeatOwner``)."""
+        hb = self.heartbeat
+        backoff = hb.retry_backoff_s
+        if self.mstate in (M.UNSUBSCRIBED, M.FENCED, M.STALE, M.FATAL, M.LEAVING):
+            return backoff * 5
+        if self.discovery.coordinator_unknown():
+            return LOOK_UP_COORDINATOR
+        if hb.poll_timeout_expired():
+            self.leave_for_poll_timeout()
+            return 0.0
+        if self.heartbeat_due():
+            self.send_heartbeat_request()
+            return 0.0
+        return min(backoff, max(0.001, hb.time_to_next_heartbeat()))
+
+    def look_up_coordinator(self) -> float:
+        super().look_up_coordinator()
+        return self.heartbeat.retry_backoff_s if self.discovery.coordinator_unknown() else 0.0
+
+    def heartbeat_thread_failed(self, error: BaseException) -> None:
+        self._fail(error)
 
     def heartbeat_due(self) -> bool:
         """Heartbeat thread, lock held: whether to send one now."""
@@ -240,20 +257,25 @@ class ConsumerGroupMembership(ConsumerCoordinator):
             ],
         }
         if kind == "regex" and self._api_version_or_none() == 0:
-            self._fail(make_error(35, "a pattern subscription needs ConsumerGroupHeartbeat v1"))
+            self._fail(
+                make_error(
+                    ErrorCode.UNSUPPORTED_VERSION,
+                    "a pattern subscription needs ConsumerGroupHeartbeat v1",
+                )
+            )
             return
         self._send_now = False
         self._in_flight = True
         self.heartbeat.sent_heartbeat()
         sent_epoch = self.epoch
-        future = self._send(ApiKey.CONSUMER_GROUP_HEARTBEAT, body)
+        future = self.discovery.send(ApiKey.CONSUMER_GROUP_HEARTBEAT, body)
         future.add_done_callback(
             lambda f: self._on_consumer_heartbeat(f, sent_epoch, subscription, full)
         )
 
     def _api_version_or_none(self) -> int | None:
         try:
-            return self._api_version(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+            return self.discovery.api_version(ApiKey.CONSUMER_GROUP_HEARTBEAT)
         except KafkaError:
             return None
 
@@ -281,16 +303,16 @@ class ConsumerGroupMembership(ConsumerCoordinator):
         if exc is not None:
             log.debug("group %s: heartbeat failed: %s", self.group_id, exc)
             if isinstance(exc, (KafkaConnectionError, KafkaTimeoutError)):
-                self.mark_coordinator_unknown(f"heartbeat failed: {exc}")
+                self.discovery.mark_coordinator_unknown(f"heartbeat failed: {exc}")
             hb.fail_heartbeat()
             self._full = True
             self._retry_at = time.monotonic() + self._backoff_s()
             return
         response = future.result()
-        code = _code(response.error_code)
+        code = int(response.error_code)
         if self.mstate in (M.LEAVING, M.UNSUBSCRIBED):
             return  # a heartbeat from before the member left
-        if code == _NONE:
+        if code == ErrorCode.NONE:
             hb.receive_heartbeat()
             interval = _milliseconds(response.heartbeat_interval)
             if interval > 0:
@@ -316,7 +338,7 @@ class ConsumerGroupMembership(ConsumerCoordinator):
             return
         hb.fail_heartbeat()
         message = getattr(response, "error_message", None)
-        if code in (_FENCED_MEMBER_EPOCH, _UNKNOWN_MEMBER_ID, _GROUP_ID_NOT_FOUND):
+        if code in _FENCED:
             log.info(
                 "group %s: member %s fenced at epoch %d (%s): its partitions are lost",
                 self.group_id,
@@ -327,10 +349,10 @@ class ConsumerGroupMembership(ConsumerCoordinator):
             self.mstate = M.FENCED
             self._target = None
             self._full = True
-        elif code in (_COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR):
-            self.mark_coordinator_unknown(f"heartbeat error {code}")
+        elif code in COORDINATOR_MOVED:
+            self.discovery.mark_coordinator_unknown(f"heartbeat error {code}")
             self._full = True
-        elif code == _COORDINATOR_LOAD_IN_PROGRESS:
+        elif code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
             self._retry_at = time.monotonic() + self._backoff_s()
         elif code in _FATAL:
             log.error("group %s: fatal heartbeat error %s", self.group_id, code)
@@ -340,14 +362,14 @@ class ConsumerGroupMembership(ConsumerCoordinator):
             self._full = True
             self._retry_at = time.monotonic() + self._backoff_s()
 
-    # ================================================================ poll (CoordinatorHooks)
+    # ================================================================ poll
 
     def poll(self, timeout_s: float) -> bool:
         """Reconcile what the coordinator sent, run the listener, auto-commit; never waits
         for the group: True unless the member is still joining."""
         if self._closed:
             raise IllegalStateError("the coordinator is closed")
-        self._invoke_completed_commit_callbacks()
+        self.commits.invoke_completed_callbacks()
         if self._fatal is not None:
             raise self._fatal
         if self.subscriptions.has_auto_assigned_partitions:
@@ -363,15 +385,15 @@ class ConsumerGroupMembership(ConsumerCoordinator):
             self._start_heartbeat_thread_if_needed()
             self._maybe_lose_partitions()
             self._maybe_reconcile()
-        self._maybe_auto_commit_async()
+        self.commits.maybe_auto_commit_async()
         return self.mstate not in (M.JOINING, M.FENCED, M.STALE)
 
     def time_to_next_poll(self) -> float:
         wait = self.heartbeat.time_to_next_heartbeat()
         if self.mstate in (M.RECONCILING, M.FENCED, M.STALE):
             return 0.0
-        if self.auto_commit_enabled:
-            wait = min(wait, self._next_auto_commit.remaining())
+        if self.commits.auto_commit_enabled:
+            wait = min(wait, self.commits.time_to_next_auto_commit())
         return wait
 
     def _maybe_lose_partitions(self) -> None:
@@ -380,7 +402,7 @@ class ConsumerGroupMembership(ConsumerCoordinator):
             if self.mstate not in (M.FENCED, M.STALE):
                 return
         owned = self.subscriptions.assigned_partitions()
-        error = self._invoke("on_partitions_lost", owned) if owned else None
+        error = self.invoke_listener("on_partitions_lost", owned) if owned else None
         self.subscriptions.assign_from_subscribed([])
         with self.cond:
             self._owned = frozenset()
@@ -434,19 +456,16 @@ class ConsumerGroupMembership(ConsumerCoordinator):
         revoked, added = owned - wanted, wanted - owned
         first: BaseException | None = None
         if revoked:
-            if self.auto_commit_enabled:
-                self._maybe_auto_commit_sync(self.rebalance_timeout_ms / 1000)
-            first = self._invoke("on_partitions_revoked", revoked)
-            subs.assign_from_subscribed(_sorted(owned - revoked))
-        subs.assign_from_subscribed(_sorted(wanted))
-        self._pending_offset_fetch = None
-        if self.auto_commit_enabled:
-            self._next_auto_commit.reset(self.auto_commit_interval_s)
-        second = self._invoke("on_partitions_assigned", added)
+            if self.commits.auto_commit_enabled:
+                self.commits.auto_commit_sync(self.rebalance_timeout_ms / 1000)
+            first = self.invoke_listener("on_partitions_revoked", revoked)
+            subs.assign_from_subscribed(sorted_partitions(owned - revoked))
+        subs.assign_from_subscribed(sorted_partitions(wanted))
+        self.commits.new_assignment()
+        second = self.invoke_listener("on_partitions_assigned", added)
         ids = frozenset(tp for tp, name in named.items() if TopicPartition(name, tp[1]) in wanted)
         with self.cond:
             self._owned = ids
-            self.reconciliations += 1
             if self._target is not None and self._target[1] == target:
                 self._target = None
             if self.mstate is M.RECONCILING and self._target is None:
@@ -457,8 +476,8 @@ class ConsumerGroupMembership(ConsumerCoordinator):
             "group %s: reconciled to epoch %d: assigned %s, revoked %s",
             self.group_id,
             epoch,
-            ", ".join(map(str, _sorted(added))) or "(none)",
-            ", ".join(map(str, _sorted(revoked))) or "(none)",
+            ", ".join(map(str, sorted_partitions(added))) or "(none)",
+            ", ".join(map(str, sorted_partitions(revoked))) or "(none)",
         )
         first = first or second
         if first is not None:
@@ -474,7 +493,9 @@ class ConsumerGroupMembership(ConsumerCoordinator):
             return
         with self.cond:
             member = self.epoch > 0 and self.mstate not in (M.FENCED, M.STALE, M.FATAL)
-        exc = self._invoke("on_partitions_revoked" if member else "on_partitions_lost", owned)
+        exc = self.invoke_listener(
+            "on_partitions_revoked" if member else "on_partitions_lost", owned
+        )
         subs.assign_from_subscribed([])
         with self.cond:
             self._owned = frozenset()
@@ -492,7 +513,11 @@ class ConsumerGroupMembership(ConsumerCoordinator):
             self._sent_subscription = None
             epoch = self.epoch
             self._set_epoch(0)
-            if epoch <= 0 or was in (M.FENCED, M.STALE, M.FATAL) or self.coordinator_unknown():
+            if (
+                epoch <= 0
+                or was in (M.FENCED, M.STALE, M.FATAL)
+                or self.discovery.coordinator_unknown()
+            ):
                 return None
             leave = _LEAVE_EPOCH if self.group_instance_id is None else _LEAVE_STATIC_EPOCH
             log.info(
@@ -503,7 +528,7 @@ class ConsumerGroupMembership(ConsumerCoordinator):
                 reason,
             )
             self.mstate = M.LEAVING
-            future = self._send(
+            future = self.discovery.send(
                 ApiKey.CONSUMER_GROUP_HEARTBEAT,
                 {
                     "group_id": self.group_id,
@@ -547,52 +572,44 @@ class ConsumerGroupMembership(ConsumerCoordinator):
         finally:
             self.maybe_leave_group("the consumer unsubscribed from all topics")
 
-    # ================================================================ offsets
+    # ================================================================ what commits ask
 
-    def _offset_fetch_body(self, tps: list[TopicPartition]) -> Callable[[int], dict[str, Any]]:
-        classic = super()._offset_fetch_body(tps)
-
-        def body(version: int) -> dict[str, Any]:
-            out = classic(version)
+    def commit_refused(self, code: int, sent: Generation) -> BaseException | None:
+        """Kafka 4.x: STALE_MEMBER_EPOCH is retried with the newest epoch; UNKNOWN_MEMBER_ID
+        is a failed commit (the heartbeat finds out the member was removed)."""
+        if code == ErrorCode.STALE_MEMBER_EPOCH:
+            return StaleMemberEpochError(
+                f"commit with member epoch {sent.generation_id}: the member has "
+                "moved on (retried with its new epoch)"
+            )
+        if code == ErrorCode.UNKNOWN_MEMBER_ID:
+            return CommitFailedError(
+                "Offset commit cannot be completed: the member is no longer in "
+                "the group (UNKNOWN_MEMBER_ID)."
+            )
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            return rebalancing_error()
+        if code == ErrorCode.FENCED_INSTANCE_ID:
             with self.cond:
-                member = self.generation_if_stable()
-            if member is not None:
-                # v9: who fetches; a stale epoch gets STALE_MEMBER_EPOCH (retried).
-                for group in out["groups"]:
-                    group["member_id"] = member.member_id
-                    group["member_epoch"] = member.generation_id
-            return out
+                if self.generation == sent:
+                    return make_error(code, f"group_instance_id {self.group_instance_id!r}")
+            return CommitFailedError()
+        if code == ErrorCode.ILLEGAL_GENERATION:
+            return CommitFailedError()  # a classic generation: not this member's
+        return None
 
-        return body
+    def offset_fetch_member(self) -> Generation | None:
+        return self.generation_if_stable()
 
-    def _offset_fetch_error(self, code: int) -> KafkaError:
-        if code == _STALE_MEMBER_EPOCH:
+    def offset_fetch_refused(self, code: int) -> KafkaError | None:
+        if code == ErrorCode.STALE_MEMBER_EPOCH:
             return StaleMemberEpochError("offset fetch with an old member epoch: retried")
-        if code == _UNKNOWN_MEMBER_ID:
+        if code == ErrorCode.UNKNOWN_MEMBER_ID:
             with self.cond:
                 if self.mstate not in (M.LEAVING, M.UNSUBSCRIBED):
                     self.mstate = M.FENCED
             return StaleMemberEpochError("offset fetch by a member no longer in the group")
-        return super()._offset_fetch_error(code)
-
-    def _commit_result(self, future: Future[Any], sent: Generation) -> BaseException | None:
-        """Kafka 4.x: STALE_MEMBER_EPOCH is retried with the newest epoch; UNKNOWN_MEMBER_ID
-        is a failed commit (the heartbeat finds out the member was removed)."""
-        if future.exception() is None:
-            for t in future.result().topics:
-                for p in t.partitions:
-                    code = _code(p.error_code)
-                    if code == _STALE_MEMBER_EPOCH:
-                        return StaleMemberEpochError(
-                            f"commit with member epoch {sent.generation_id}: the member has "
-                            "moved on (retried with its new epoch)"
-                        )
-                    if code == _UNKNOWN_MEMBER_ID:
-                        return CommitFailedError(
-                            "Offset commit cannot be completed: the member is no longer in "
-                            "the group (UNKNOWN_MEMBER_ID)."
-                        )
-        return super()._commit_result(future, sent)
+        return None
 
 
 def _milliseconds(value: Any) -> int:
@@ -600,61 +617,3 @@ def _milliseconds(value: Any) -> int:
     if hasattr(value, "total_seconds"):
         return round(value.total_seconds() * 1000)
     return int(value or 0)
-
-
-class _HeartbeatThread(threading.Thread):
-    """Sends ConsumerGroupHeartbeats: on the coordinator's interval, and at once when the
-    member joins or acknowledges an assignment; leaves when the poll timer expires."""
-
-    def __init__(self, membership: ConsumerGroupMembership) -> None:
-        super().__init__(name=f"odradek-cg-heartbeat-{membership.group_id}", daemon=True)
-        self._m = membership
-        self.closed = False
-        self.failed: BaseException | None = None
-
-    def enable(self) -> None:  # the classic coordinator's interface
-        pass
-
-    def disable(self) -> None:
-        pass
-
-    def close(self) -> None:
-        with self._m.cond:
-            self.closed = True
-            self._m.cond.notify_all()
-
-    def run(self) -> None:
-        m = self._m
-        cond = m.cond
-        try:
-            while True:
-                lookup = False
-                with cond:
-                    if self.closed:
-                        return
-                    hb = m.heartbeat
-                    backoff = hb.retry_backoff_s
-                    if m.mstate in (M.UNSUBSCRIBED, M.FENCED, M.STALE, M.FATAL, M.LEAVING):
-                        cond.wait(backoff * 5)
-                        continue
-                    if m.coordinator_unknown():
-                        lookup = True
-                    elif hb.poll_timeout_expired():
-                        m.leave_for_poll_timeout()
-                        continue
-                    elif m.heartbeat_due():
-                        m.send_heartbeat_request()
-                        continue
-                    else:
-                        cond.wait(min(backoff, max(0.001, hb.time_to_next_heartbeat())))
-                        continue
-                if lookup:
-                    m.lookup_coordinator_quietly()
-                    with cond:
-                        if not self.closed and m.coordinator_unknown():
-                            cond.wait(backoff)
-        except BaseException as exc:  # pragma: no cover - defensive: surface on poll
-            log.exception("consumer group heartbeat thread failed")
-            with cond:
-                self.failed = exc
-                m._fail(exc)

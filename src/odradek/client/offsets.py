@@ -14,16 +14,15 @@ from concurrent.futures import Future
 from typing import Any
 
 from odradek.client.cluster import KafkaClient
-from odradek.client.errors import KafkaError, KafkaTimeoutError, make_error
+from odradek.client.errors import STALE_METADATA, KafkaError, KafkaTimeoutError, make_error
 from odradek.client.structs import OffsetAndTimestamp, TopicPartition
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3  # ListOffsets v7+
 
-_LEADER_ERRORS = {3, 5, 6, 74, 75}  # unknown topic, no leader, not leader, epoch errors
-_OFFSET_OUT_OF_RANGE = 1
 # The probe Fetch waits at most this long at the log end. Not 0: tansu answers a Fetch
 # with max_wait 0 with no partitions at all. Kafka answers at once (min_bytes 0).
 PROBE_MAX_WAIT_MS = 1
@@ -55,7 +54,7 @@ def list_offsets(
                 if tp not in parts:
                     continue
                 code = int(p.error_code)
-                if code == 0:
+                if code == ErrorCode.NONE:
                     offset = int(p.offset)
                     pending.pop(tp, None)
                     if offset < 0:
@@ -65,7 +64,7 @@ def list_offsets(
                         result[tp] = OffsetAndTimestamp(
                             offset, int(p.timestamp), epoch if epoch >= 0 else None
                         )
-                elif code in _LEADER_ERRORS:
+                elif code in STALE_METADATA:
                     retriable.append(make_error(code, str(tp)))
                 else:
                     raise make_error(code, f"ListOffsets {tp}")
@@ -236,11 +235,11 @@ def high_watermarks(
                 mark = int(p.high_watermark)
                 if isolation_level == 1 and int(getattr(p, "last_stable_offset", -1)) >= 0:
                     mark = int(p.last_stable_offset)
-                if code == 0 or code == _OFFSET_OUT_OF_RANGE:
+                if code in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE):
                     pending.pop(tp, None)
                     if mark >= 0:
                         result[tp] = mark
-                elif code in _LEADER_ERRORS:
+                elif code in STALE_METADATA:
                     retriable.append(make_error(code, str(tp)))
                 else:
                     raise make_error(code, f"Fetch (high watermark) {tp}")

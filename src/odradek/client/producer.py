@@ -72,6 +72,7 @@ from typing import Any
 from odradek.client.cluster import ClusterMetadata, KafkaClient
 from odradek.client.config import ProducerConfig
 from odradek.client.errors import (
+    STALE_METADATA,
     DuplicateSequenceNumberError,
     IllegalStateError,
     InvalidProducerEpochError,
@@ -97,6 +98,7 @@ from odradek.client.transactions import (
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import EncodedBody
 from odradek.protocol.columns import batch_from_body, encode_columns, encode_record
+from odradek.protocol.errors import ErrorCode
 from odradek.protocol.produce import encode_produce_request
 
 Column = tuple[Any, Any, Any, int]
@@ -571,7 +573,6 @@ class Producer:
         self._closing = False
         self._closed = False
         self._force_close = False
-        self._sender_error: BaseException | None = None
         self._pid_retry_at = 0.0
         self.retry_count = 0  # batches sent again after a retriable failure (for tests/metrics)
         self._sender = threading.Thread(
@@ -867,7 +868,6 @@ class Producer:
                 self._wait(wait)
         except BaseException as exc:  # pragma: no cover - a bug; fail loudly, not silently
             log.exception("producer sender thread died")
-            self._sender_error = exc
             self._fail_all(KafkaError(f"producer sender thread died: {exc}"))
 
     def _wait(self, timeout: float) -> None:
@@ -907,7 +907,7 @@ class Producer:
                     "producer_epoch": -1,
                 },
             )
-            if int(resp.error_code) != 0:
+            if int(resp.error_code) != ErrorCode.NONE:
                 raise make_error(int(resp.error_code), "InitProducerId")
         except KafkaError as exc:
             log.debug("InitProducerId failed: %s", exc)
@@ -1103,7 +1103,7 @@ class Producer:
                     )
                     continue
                 code = int(p.error_code)
-                if code == 0:
+                if code == ErrorCode.NONE:
                     append_time = p.log_append_time
                     ts = None if append_time is None else int(append_time.timestamp() * 1000)
                     self._on_batch_result(b, node, None, (int(p.base_offset), ts))
@@ -1143,7 +1143,7 @@ class Producer:
             retriable = self._earlier_pending(batch)
         else:
             retriable = error.retriable
-        if error.code in (3, 5, 6, 74, 76) or isinstance(error, KafkaConnectionError):
+        if error.code in STALE_METADATA or isinstance(error, KafkaConnectionError):
             self._client.request_update()
         age = time.monotonic() - batch.created
         if (

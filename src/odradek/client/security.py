@@ -4,7 +4,8 @@ Settings have kafka-python / aiokafka names (``security_protocol``,
 ``sasl_mechanism``, ``sasl_plain_username``, ``ssl_cafile``, ...) and their
 Java / librdkafka dotted names work too (``sasl.jaas.config``,
 ``sasl.username``, ``ssl.ca.location``, ``ssl.truststore.location`` with a PEM
-truststore, ...): see ``SETTING_ALIASES``.
+truststore, ...): the settings and their checks are ``config.py``'s
+(``SETTING_ALIASES``, ``CommonConfig``); this module uses them.
 
 TLS runs over a ``MemoryBIO`` pair (``TlsSocket``) rather than an
 ``SSLSocket``: the connection reads on one thread and writes on others, and an
@@ -36,27 +37,10 @@ from odradek.client.errors import (
     make_error,
 )
 from odradek.protocol.apikeys import ApiKey
-from odradek.protocol.jaas import JaasError, parse_jaas
 from odradek.protocol.scram import MECHANISMS, ScramClient, ScramError
 
 if TYPE_CHECKING:
     from odradek.client.config import CommonConfig
-
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", *MECHANISMS)
-
-# Java / librdkafka names (dots already turned into underscores) -> this client's names.
-SETTING_ALIASES = {
-    "sasl_mechanisms": "sasl_mechanism",  # librdkafka
-    "sasl_username": "sasl_plain_username",  # librdkafka
-    "sasl_password": "sasl_plain_password",  # librdkafka
-    "ssl_ca_location": "ssl_cafile",  # librdkafka
-    "ssl_certificate_location": "ssl_certfile",  # librdkafka
-    "ssl_key_location": "ssl_keyfile",  # librdkafka
-    "ssl_key_password": "ssl_password",  # Java, librdkafka
-    "ssl_truststore_location": "ssl_cafile",  # Java, with ssl.truststore.type=PEM
-    "ssl_keystore_location": "ssl_certfile",  # Java, PEM keystore: key and chain in one file
-}
 
 Exchange = Callable[[int, int, dict[str, Any]], Any]
 """Send one request during connection setup and return its decoded response:
@@ -77,52 +61,6 @@ def is_authentication_error(exc: BaseException | None) -> bool:
         UnsupportedSaslMechanismError.code,
         IllegalSaslStateError.code,
     )
-
-
-def validate(config: CommonConfig) -> None:
-    """Check the security settings (called by ``CommonConfig.validate``)."""
-    protocol = str(config.security_protocol).upper()
-    if protocol not in SECURITY_PROTOCOLS:
-        raise ConfigError(
-            f"security_protocol {config.security_protocol!r} must be one of "
-            f"{', '.join(SECURITY_PROTOCOLS)}"
-        )
-    config.security_protocol = protocol
-    for kind in ("truststore", "keystore"):
-        store_type = str(getattr(config, f"ssl_{kind}_type")).upper()
-        if store_type != "PEM":
-            raise ConfigError(
-                f"ssl.{kind}.type={store_type}: Odradek's client reads PEM files only"
-            )
-    if protocol.startswith("SASL_"):
-        mechanism = str(config.sasl_mechanism or "").upper()
-        if mechanism not in SASL_MECHANISMS:
-            raise ConfigError(
-                f"sasl_mechanism {config.sasl_mechanism!r} is not supported "
-                f"(use {', '.join(SASL_MECHANISMS)})"
-            )
-        config.sasl_mechanism = mechanism
-        username, password = sasl_credentials(config)
-        if not username or password is None:
-            raise ConfigError(
-                f"{protocol} needs sasl_plain_username and sasl_plain_password "
-                "(or sasl.jaas.config with username and password)"
-            )
-    if config.ssl_keyfile and not config.ssl_certfile:
-        raise ConfigError("ssl_keyfile needs ssl_certfile (the client certificate)")
-
-
-def sasl_credentials(config: CommonConfig) -> tuple[str | None, str | None]:
-    """(username, password): the explicit settings, else sasl.jaas.config's."""
-    username, password = config.sasl_plain_username, config.sasl_plain_password
-    if (username is None or password is None) and config.sasl_jaas_config:
-        try:
-            options = parse_jaas(config.sasl_jaas_config).options
-        except JaasError as exc:
-            raise ConfigError(f"sasl.jaas.config: {exc}") from None
-        username = username if username is not None else options.get("username")
-        password = password if password is not None else options.get("password")
-    return username, password
 
 
 def client_ssl_context(config: CommonConfig) -> ssl.SSLContext:
@@ -292,7 +230,7 @@ def secure_transport(
 def _mechanism_steps(config: CommonConfig) -> Callable[[bytes | None], bytes | None]:
     """The client's tokens, one per call with the server's last challenge (None first);
     None when the exchange is over."""
-    username, password = sasl_credentials(config)
+    username, password = config.sasl_credentials()
     assert username is not None and password is not None
     if config.sasl_mechanism == "PLAIN":
         sent = False
@@ -362,14 +300,10 @@ def authenticate(
 
 
 __all__ = [
-    "SASL_MECHANISMS",
-    "SECURITY_PROTOCOLS",
-    "SETTING_ALIASES",
     "SslAuthenticationError",
     "TlsSocket",
     "authenticate",
     "is_authentication_error",
     "receive",
     "secure_transport",
-    "validate",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 Header = tuple[str, bytes | None]
@@ -39,6 +40,31 @@ class OffsetAndTimestamp(NamedTuple):
     offset: int
     timestamp: int
     leader_epoch: int | None = None
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed offset (Java's ``OffsetAndMetadata``)."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """The group generation a member belongs to (KIP-848: its member epoch), its member id
+    and (classic groups) the chosen assignor."""
+
+    generation_id: int
+    member_id: str
+    protocol_name: str | None
+
+    @property
+    def has_member_id(self) -> bool:
+        return bool(self.member_id)
+
+
+NO_GENERATION = Generation(-1, "", None)
 
 
 class BrokerMetadata(NamedTuple):

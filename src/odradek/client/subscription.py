@@ -68,10 +68,6 @@ class TopicPartitionState:
     pending_revocation: bool = False  # committed before an eager revoke: fetch no more
 
     @property
-    def has_valid_position(self) -> bool:
-        return self.position is not None
-
-    @property
     def is_fetchable(self) -> bool:
         return (
             not self.paused
@@ -90,10 +86,8 @@ class SubscriptionState:
         self.subscription_type = SubscriptionType.NONE
         self.subscription: set[str] = set()
         self.subscribed_pattern: re.Pattern[str] | None = None
-        self.group_subscription: set[str] = set()  # every member's topics (leader only)
         self.listener: Any = None  # ConsumerRebalanceListener, set by the coordinator
         self._assignment: dict[TopicPartition, TopicPartitionState] = {}
-        self.assignment_id = 0
         self._on_assignment_change: list[Callable[[set[TopicPartition]], None]] = []
 
     # ------------------------------------------------------------------ subscription type
@@ -142,7 +136,6 @@ class SubscriptionState:
     def unsubscribe(self) -> None:
         with self._lock:
             self.subscription = set()
-            self.group_subscription = set()
             self.subscribed_pattern = None
             self.listener = None
             self._set_assignment({})
@@ -171,7 +164,6 @@ class SubscriptionState:
             new[tp] = self._assignment.get(tp) or TopicPartitionState()
         removed = set(self._assignment) - set(new)
         self._assignment = new
-        self.assignment_id += 1
         for fn in self._on_assignment_change:
             fn(removed)
 
@@ -366,7 +358,3 @@ class SubscriptionState:
     def is_pending_revocation(self, tp: TopicPartition) -> bool:
         st = self._assignment.get(tp)
         return st is not None and st.pending_revocation
-
-    def is_paused(self, tp: TopicPartition) -> bool:
-        st = self._assignment.get(tp)
-        return st is not None and st.paused

@@ -33,7 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from odradek.client.cluster import KafkaClient
+from odradek.client.discovery import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION
 from odradek.client.errors import (
+    COORDINATOR_MOVED,
     CommitFailedError,
     IllegalStateError,
     KafkaError,
@@ -43,28 +45,31 @@ from odradek.client.errors import (
 )
 from odradek.client.structs import TopicPartition
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
-KEY_TYPE_GROUP = 0
-KEY_TYPE_TRANSACTION = 1
-NOT_COORDINATOR = 16
-COORDINATOR_NOT_AVAILABLE = 15
-COORDINATOR_LOAD_IN_PROGRESS = 14
-CONCURRENT_TRANSACTIONS = 51
-OPERATION_NOT_ATTEMPTED = 55
-UNKNOWN_TOPIC_OR_PARTITION = 3
-_COORDINATOR_MOVED = (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE)
-_RETRY_LATER = (
-    COORDINATOR_LOAD_IN_PROGRESS,
-    CONCURRENT_TRANSACTIONS,
-    UNKNOWN_TOPIC_OR_PARTITION,  # metadata not there yet
-    *_COORDINATOR_MOVED,
+_RETRY_LATER = frozenset(
+    {
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,  # metadata not there yet
+        *COORDINATOR_MOVED,
+    }
 )
 # Fatal for a transactional producer: someone else holds the id, or we may not use it.
-_FATAL = (47, 49, 53, 90)  # INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING, ...AUTH, FENCED
+_FATAL = frozenset(
+    {
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ErrorCode.PRODUCER_FENCED,
+    }
+)
 # The group refused the offsets: the member is gone (Java's CommitFailedException).
-_GROUP_FENCED = (22, 25, 82)  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID
+_GROUP_FENCED = frozenset(
+    {ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID}
+)
 
 
 class TransactionAbortedError(KafkaError):
@@ -154,10 +159,6 @@ class TransactionManager:
                 self.state = TxnState.ABORTABLE_ERROR
             log.debug("transaction %s: %s error: %s", self.transactional_id, self.state, error)
 
-    @property
-    def in_transaction(self) -> bool:
-        return self.state is TxnState.IN_TRANSACTION
-
     # ------------------------------------------------------------------ requests
 
     def _call(
@@ -195,7 +196,7 @@ class TransactionManager:
             else:
                 if code not in _RETRY_LATER:
                     return response
-                if code in _COORDINATOR_MOVED:
+                if code in COORDINATOR_MOVED:
                     self._forget(group)
                 log.debug("%s answered %d; retrying", api.name, code)
             time.sleep(min(self.retry_backoff_s, max(0.0, deadline - time.monotonic())))
@@ -285,15 +286,6 @@ class TransactionManager:
             self.pending.clear()
             self.started = False
 
-    def note_partition(self, tp: TopicPartition) -> None:
-        """A record for ``tp`` is about to be queued in this transaction."""
-        with self._lock:
-            if tp not in self.partitions:
-                self.pending.add(tp)
-
-    def needs_adding(self, tp: TopicPartition) -> bool:
-        return tp in self.pending
-
     def add_pending_partitions(self, deadline: float) -> KafkaError | None:
         """AddPartitionsToTxn for every partition written to but not added (sender thread).
 
@@ -320,9 +312,9 @@ class TransactionManager:
                 for t in response.results_by_topic_v3_and_below
                 for p in t.results_by_partition
             }
-            codes.discard(0)
-            codes.discard(OPERATION_NOT_ATTEMPTED)  # follows another partition's error
-            return min(codes, key=lambda c: c in _RETRY_LATER) if codes else 0
+            codes.discard(ErrorCode.NONE)
+            codes.discard(ErrorCode.OPERATION_NOT_ATTEMPTED)  # follows another partition's error
+            return min(codes, key=lambda c: c in _RETRY_LATER) if codes else ErrorCode.NONE
 
         try:
             response = self._call(ApiKey.ADD_PARTITIONS_TO_TXN, body, worst, deadline)
@@ -388,8 +380,8 @@ class TransactionManager:
 
         def worst(response: Any) -> int:
             codes = {int(p.error_code) for t in response.topics for p in t.partitions}
-            codes.discard(0)
-            return min(codes, key=lambda c: c in _RETRY_LATER) if codes else 0
+            codes.discard(ErrorCode.NONE)
+            return min(codes, key=lambda c: c in _RETRY_LATER) if codes else ErrorCode.NONE
 
         response = self._call(ApiKey.TXN_OFFSET_COMMIT, body, worst, deadline, group=group.group_id)
         code = worst(response)

@@ -27,7 +27,8 @@ class CoordinatorConfig:
     offsets_retention_check_interval_ms: int = 600_000
     # offset.metadata.max.bytes
     offset_metadata_max_bytes: int = 4_096
-    # offsets.topic.num.partitions (used by the runtime for routing)
+    # offsets.topic.num.partitions: the core never reads it (the runtime routes with its
+    # own count); kept only while broker/group_runtime.py still passes it.
     offsets_topic_num_partitions: int = 50
     # max.message.bytes of the group's __consumer_offsets partition (the runtime passes
     # the partition's own): the largest batch one call may write. A classic group's

@@ -16,10 +16,11 @@ from odradek.coordinator.consumer_protocol import (
     ConsumerProtocolError,
     subscribed_topics,
 )
+from odradek.coordinator.errors import ErrorCode
 from odradek.coordinator.history import BATCH_HEADER_BYTES, RECORD_FRAMING_BYTES
 from odradek.coordinator.journal import active_journal
 from odradek.coordinator.records import GroupMetadataValue, MemberMetadataValue
-from odradek.coordinator.state import GroupState
+from odradek.coordinator.state import CLASSIC_GROUP_TRANSITIONS, GroupState
 from odradek.coordinator.types import RequestToken
 
 
@@ -270,13 +271,25 @@ class ClassicGroup:
         for name, value in zip(_GROUP_SOFT_FIELDS, saved, strict=True):
             setattr(self, name, value)
 
+    # --- state (the table: state.py) ----------------------------------------------
+
+    def transition_to(self, state: GroupState, wall_ms: int) -> GroupState:
+        """Move to ``state`` (Kafka's ``transitionTo``), the one way a live group changes
+        state: checked against ``CLASSIC_GROUP_TRANSITIONS``. Returns the state it left."""
+        previous = self.state
+        CLASSIC_GROUP_TRANSITIONS.check(previous, state)
+        self.previous_state = previous
+        self.state = state
+        self.state_timestamp_ms = wall_ms  # persisted: KIP-211 retention reads it
+        return previous
+
+    def start_in(self, state: GroupState) -> None:
+        """A group rebuilt from its record (a load) or from a consumer group (a downgrade)
+        starts in ``state``: not a transition, so no previous state and no timestamp."""
+        CLASSIC_GROUP_TRANSITIONS.check_initial(state)
+        self.state = state
+
     # --- queries ---------------------------------------------------------------
-
-    def is_state(self, *states: GroupState) -> bool:
-        return self.state in states
-
-    def has_member(self, member_id: str) -> bool:
-        return member_id in self.members
 
     def is_leader(self, member_id: str) -> bool:
         return self.leader_id == member_id
@@ -298,6 +311,19 @@ class ClassicGroup:
     def is_static_member_fenced(self, instance_id: str | None, member_id: str) -> bool:
         current = self.static_member_id(instance_id)
         return current is not None and current != member_id
+
+    def validate_member(self, member_id: str, instance_id: str | None) -> ErrorCode | None:
+        """Kafka's ``ClassicGroup.validateMember``: None if ``member_id`` (with its
+        instance id) is a member, else the error its request gets."""
+        if instance_id is not None:
+            current = self.static_members.get(instance_id)
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in self.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None
 
     def candidate_protocols(self) -> set[str]:
         """Protocols every member supports."""

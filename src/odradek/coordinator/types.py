@@ -11,6 +11,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from odradek.protocol.errors import ErrorCode
+
 # The handle the runtime passes with a request (an int, one per request); responses
 # come back tagged with it, possibly from a later call (parked JoinGroup/SyncGroup).
 # Opaque to the cores, and never an asyncio future.
@@ -214,7 +216,7 @@ class OffsetFetchPartitionResponse:
     committed_offset: int
     committed_leader_epoch: int
     metadata: str
-    error_code: int = 0
+    error_code: int = int(ErrorCode.NONE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,10 @@ from typing import Any
 from odradek.client.admin import AdminClient
 from odradek.client.cluster import KafkaClient
 from odradek.client.config import AdminConfig
-from odradek.client.coordinator import OffsetAndMetadata
 from odradek.client.errors import KafkaError, KafkaTimeoutError
 from odradek.client.offsets import EARLIEST_TIMESTAMP, list_offsets, log_end_offsets
-from odradek.client.structs import TopicPartition
+from odradek.client.structs import OffsetAndMetadata, TopicPartition
+from odradek.protocol.errors import ErrorCode
 
 from .options import Subscription
 
@@ -73,7 +73,7 @@ class ClusterView:
         out: list[TopicPartition] = []
         for name in names:
             meta = cluster.topics.get(name)
-            if meta is None or meta.error_code != 0:
+            if meta is None or meta.error_code != ErrorCode.NONE:
                 continue
             out.extend(TopicPartition(name, p) for p in meta.partitions)
         return sorted(out)

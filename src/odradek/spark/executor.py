@@ -8,10 +8,12 @@ and nothing else: no bootstrap, no ListOffsets unless a fetch answers
 OFFSET_OUT_OF_RANGE (that is how a missing range is detected, and only then is
 the log start looked up), and no closing handshake.
 
-Fetches are pipelined: the next fetch of the range is on the wire while the
-previous answer is decoded by the compiled codec and copied into Arrow buffers
-(``arrow.add_fetched``). The log end is the high watermark of the task's own
-fetches (the last stable offset with read_committed).
+Fetches go through the client's public fetch API
+(``odradek.client.partition_fetch.PartitionFetcher``: leader lookup, retriable errors
+and back-off are the client's) and are pipelined: the next fetch of the range is on
+the wire while the previous answer is decoded by the compiled codec and copied into
+Arrow buffers (``arrow.add_fetched``). The log end is the high watermark of the task's
+own fetches (the last stable offset with read_committed).
 """
 
 from __future__ import annotations
@@ -21,18 +23,17 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future
 from typing import Any
 
 import pyarrow as pa
 
 from odradek.client.cluster import KafkaClient
 from odradek.client.config import ConsumerConfig
-from odradek.client.errors import KafkaError, make_error
-from odradek.client.offsets import EARLIEST_TIMESTAMP, fetch_request_body, list_offsets
+from odradek.client.errors import OffsetOutOfRangeError
+from odradek.client.offsets import EARLIEST_TIMESTAMP, list_offsets
+from odradek.client.partition_fetch import PartitionFetcher
 from odradek.client.read_committed import ReadCommittedFilter
 from odradek.client.structs import TopicPartition
-from odradek.protocol.apikeys import ApiKey
 
 from .arrow import ColumnsBuilder, add_fetched
 from .planning import OffsetRange
@@ -42,8 +43,6 @@ log = logging.getLogger(__name__)
 ROWS_PER_ARROW_BATCH = 32_768  # emit an Arrow batch once this many rows are gathered
 FETCH_MAX_WAIT_MS = 100  # the planned range exists: a fetch should not wait at the log end
 MIN_PARTITION_FETCH_BYTES = 4 << 20  # a task reads one partition: ask for more per fetch
-_OFFSET_OUT_OF_RANGE = 1
-_LEADER_ERRORS = {3, 5, 6, 74, 75, 100}
 
 
 class DataLossError(RuntimeError):
@@ -72,7 +71,7 @@ def worker_client(
     key = (bootstrap, tuple(sorted((str(k), repr(v)) for k, v in settings.items())))
     with _clients_lock:
         found = _clients.get(key)
-        if found is not None and not found[0]._closed:
+        if found is not None and not found[0].closed:
             return found
         config = ConsumerConfig.from_settings(
             {
@@ -122,72 +121,16 @@ class RangeReader:
         self.fail_on_data_loss = fail_on_data_loss
         self.poll_timeout_s = poll_timeout_s
         self.read_committed = config.isolation_level == "read_committed"
-        self.partition_max_bytes = max(
-            config.max_partition_fetch_bytes,
-            min(MIN_PARTITION_FETCH_BYTES, config.fetch_max_bytes),
-        )
-
-    # --- requests
-
-    def _send(self, position: int) -> Future[Any] | None:
-        """Send a Fetch at ``position`` to the leader; None when the leader is unknown."""
-        leader = self.client.cluster.leader_for(self.tp)
-        if leader < 0:
-            self.client.refresh([self.tp.topic], timeout_s=self.config.request_timeout_ms / 1000)
-            leader = self.client.cluster.leader_for(self.tp)
-            if leader < 0:
-                return None
-        config = self.config
-        body = fetch_request_body(
-            {self.tp: position},
+        self.fetcher = PartitionFetcher(
+            client,
+            config,
+            self.tp,
             max_wait_ms=min(config.fetch_max_wait_ms, FETCH_MAX_WAIT_MS),
-            min_bytes=1,
-            max_bytes=max(config.fetch_max_bytes, self.partition_max_bytes),
-            partition_max_bytes=self.partition_max_bytes,
-            isolation_level=1 if self.read_committed else 0,
-            rack_id=config.client_rack,
+            partition_max_bytes=max(
+                config.max_partition_fetch_bytes,
+                min(MIN_PARTITION_FETCH_BYTES, config.fetch_max_bytes),
+            ),
         )
-        timeout_ms = config.request_timeout_ms + FETCH_MAX_WAIT_MS
-        return self.client.send(leader, ApiKey.FETCH, body, timeout_ms=timeout_ms)
-
-    def _answer(self, future: Future[Any] | None) -> tuple[int, int, bytes, Any] | None:
-        """(error code, log end, records, aborted transactions) of a fetch; None after a
-        retriable failure."""
-        if future is None:
-            self._back_off()
-            return None
-        try:
-            response = future.result(timeout=self.config.request_timeout_ms / 1000 + 1.0)
-        except (KafkaError, TimeoutError) as exc:
-            if isinstance(exc, KafkaError) and not exc.retriable:
-                raise
-            log.debug("fetch of %s failed: %s", self.tp, exc)
-            self._back_off()
-            return None
-        top = int(getattr(response, "error_code", 0))
-        if top:
-            error = make_error(top, f"Fetch {self.tp}")
-            if not error.retriable:
-                raise error
-            self._back_off()
-            return None
-        for t in response.responses:
-            for p in t.partitions:
-                if t.topic != self.tp.topic or int(p.partition_index) != self.tp.partition:
-                    continue
-                end = int(p.high_watermark)
-                lso = int(getattr(p, "last_stable_offset", -1))
-                if self.read_committed and lso >= 0:
-                    end = lso
-                blob = bytes(p.records) if p.records else b""
-                return int(p.error_code), end, blob, getattr(p, "aborted_transactions", None)
-        self._back_off()  # the broker left the partition out: ask again
-        return None
-
-    def _back_off(self) -> None:
-        self.client.request_update()
-        time.sleep(self.config.retry_backoff_ms / 1000)
-        self.client.maybe_refresh(timeout_s=self.config.request_timeout_ms / 1000)
 
     def _log_start(self) -> int:
         found = list_offsets(
@@ -200,49 +143,43 @@ class RangeReader:
     # --- the loop
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        rng, tp = self.range, self.tp
+        rng, tp, fetcher = self.range, self.tp, self.fetcher
         position, until = rng.from_offset, rng.until_offset
         builder = ColumnsBuilder(rng.topic, rng.partition, self.include_headers)
         check_crcs = bool(self.config.check_crcs)
         last_progress = time.monotonic()
-        future = self._send(position) if position < until else None
+        future = fetcher.send(position) if position < until else None
         while position < until:
-            answer = self._answer(future)
-            future = None
-            if answer is None:
-                self._check_idle(position, last_progress)
-                future = self._send(position)
-                continue
-            code, end, blob, aborted = answer
-            if code == _OFFSET_OUT_OF_RANGE:
+            try:
+                answer = fetcher.receive(future)
+            except OffsetOutOfRangeError:
                 position = self._out_of_range(position)
-                if position < until:
-                    future = self._send(position)
+                future = fetcher.send(position) if position < until else None
                 continue
-            if code != 0:
-                error = make_error(code, f"fetch {tp}")
-                if code not in _LEADER_ERRORS and not error.retriable:
-                    raise error
-                self._back_off()
+            future = None
+            if answer is None:  # retriable: the fetcher backed off
                 self._check_idle(position, last_progress)
-                future = self._send(position)
+                future = fetcher.send(position)
                 continue
             before = position
             rows_before = len(builder)
-            committed = ReadCommittedFilter(aborted) if self.read_committed else None
-            position = add_fetched(builder, blob, position, until, check_crcs, committed)
+            committed = (
+                ReadCommittedFilter(answer.aborted_transactions) if self.read_committed else None
+            )
+            position = add_fetched(builder, answer.records, position, until, check_crcs, committed)
             # The next fetch goes out before this one's rows are turned into Arrow.
             if position < until:
-                future = self._send(position)
+                future = fetcher.send(position)
             if len(builder) > rows_before or position > before:
                 last_progress = time.monotonic()
             if len(builder) >= ROWS_PER_ARROW_BATCH:
                 yield builder.build()
             if position == before and position < until:
-                if end <= position:
+                if answer.log_end <= position:
                     data_loss(
                         self.fail_on_data_loss,
-                        f"{tp}: the log ends at {end}, before the planned end offset {until}",
+                        f"{tp}: the log ends at {answer.log_end}, before the planned end "
+                        f"offset {until}",
                     )
                     break
                 self._check_idle(position, last_progress)

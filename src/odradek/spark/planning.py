@@ -34,10 +34,6 @@ def from_json(data: Mapping[str, Mapping[str, int]] | None) -> Offsets:
     }
 
 
-def total_rows(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int]) -> int:
-    return sum(max(0, end[tp] - start.get(tp, end[tp])) for tp in end)
-
-
 def rate_limit(
     start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int], limit: int
 ) -> Offsets:

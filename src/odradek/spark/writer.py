@@ -72,8 +72,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from odradek.client import AdminClient, Consumer, Producer, ProduceResult, TopicPartition
-from odradek.client.coordinator import OffsetAndMetadata
+from odradek.client import (
+    AdminClient,
+    Consumer,
+    OffsetAndMetadata,
+    Producer,
+    ProduceResult,
+    TopicPartition,
+)
 from odradek.protocol.columns import murmur2_partitions
 
 from .arrow import HEADER_TYPE, codec_column

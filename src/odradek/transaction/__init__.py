@@ -14,6 +14,7 @@ transaction markers.
 """
 
 from odradek.coordinator.routing import partition_for
+from odradek.protocol.errors import ErrorCode
 from odradek.transaction.shard import (
     ProducerIdSource,
     TransactionCoordinatorShard,
@@ -21,14 +22,15 @@ from odradek.transaction.shard import (
     error_response,
     loading_response,
 )
-from odradek.transaction.state import TxnState
-from odradek.transaction.types import TxnConfig, TxnError
+from odradek.transaction.state import TXN_TRANSITIONS, TxnState
+from odradek.transaction.types import TxnConfig
 
 __all__ = [
+    "TXN_TRANSITIONS",
+    "ErrorCode",
     "ProducerIdSource",
     "TransactionCoordinatorShard",
     "TxnConfig",
-    "TxnError",
     "TxnMetadata",
     "TxnState",
     "error_response",

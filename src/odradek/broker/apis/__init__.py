@@ -1,4 +1,7 @@
-"""One module per Kafka API; importing this package registers every handler."""
+"""The request handlers, one module per API or per family of related APIs (``groups``
+serves the classic group APIs, ``acls`` Describe/Create/DeleteAcls, ``transactions``
+the transactional ones, ...); each handler registers itself with ``@handles`` in
+``odradek.broker.registry``, so importing this package registers every handler."""
 
 from odradek.broker.apis import (  # noqa: F401
     acls,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from odradek.broker.apis.groups import AUTHORIZED_OPERATIONS_OMITTED, _by_shard, _ms
+from odradek.broker.apis.groups import AUTHORIZED_OPERATIONS_OMITTED, duration_ms, groups_by_shard
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import AclOperation, ResourceType
@@ -76,7 +76,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
         member_epoch=int(request.member_epoch),
         instance_id=request.instance_id,
         rack_id=request.rack_id,
-        rebalance_timeout_ms=_ms(request.rebalance_timeout),
+        rebalance_timeout_ms=duration_ms(request.rebalance_timeout),
         subscribed_topic_names=None if names is None else tuple(names),
         subscribed_topic_regex=regex,
         server_assignor=request.server_assignor,
@@ -136,7 +136,7 @@ async def consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
             allowed.append(gid)
         else:
             described[gid] = core.DescribedConsumerGroup(GROUP_AUTHORIZATION_FAILED, gid)
-    for gids in _by_shard(ctx, allowed).values():
+    for gids in groups_by_shard(ctx, allowed).values():
         response = await ctx.broker.groups.call(
             gids[0], core.ConsumerGroupDescribeRequest(tuple(gids))
         )

@@ -36,8 +36,9 @@ def _group_allowed(ctx: RequestContext, operation: AclOperation, group_id: str) 
     return ctx.authorize(operation, ResourceType.GROUP, group_id)
 
 
-def _ms(value: Any) -> int:
-    """kio models durations as timedelta; the core takes integer milliseconds."""
+def duration_ms(value: Any) -> int:
+    """kio models durations as timedelta; the core takes integer milliseconds (shared with
+    the KIP-848 handlers in consumer_groups.py)."""
     if hasattr(value, "total_seconds"):
         return round(value.total_seconds() * 1000)
     return int(value)
@@ -147,8 +148,8 @@ def _join_refused(ctx: RequestContext, error_code: int) -> Any:
 async def join_group(ctx: RequestContext, request: Any) -> Any:
     if not _group_allowed(ctx, AclOperation.READ, request.group_id):
         return _join_refused(ctx, ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    session_ms = _ms(request.session_timeout)
-    rebalance_ms = _ms(request.rebalance_timeout) if ctx.version >= 1 else session_ms
+    session_ms = duration_ms(request.session_timeout)
+    rebalance_ms = duration_ms(request.rebalance_timeout) if ctx.version >= 1 else session_ms
     joined = core.JoinGroupRequest(
         group_id=request.group_id,
         member_id=request.member_id,
@@ -347,7 +348,7 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
             generation_id=int(request.generation_id_or_member_epoch),
             member_id=request.member_id,
             group_instance_id=getattr(request, "group_instance_id", None),
-            retention_time_ms=_ms(retention) if retention is not None else -1,
+            retention_time_ms=duration_ms(retention) if retention is not None else -1,
             unknown_group_is_not_found=ctx.version >= 9,
         )
         response = await ctx.broker.groups.call(request.group_id, commit)
@@ -539,7 +540,8 @@ async def offset_delete(ctx: RequestContext, request: Any) -> Any:
 # --- admin: describe / list / delete -------------------------------------------------
 
 
-def _by_shard(ctx: RequestContext, group_ids: Any) -> dict[int, list[str]]:
+def groups_by_shard(ctx: RequestContext, group_ids: Any) -> dict[int, list[str]]:
+    """Group ids by the ``__consumer_offsets`` partition (shard) that owns each."""
     shards: dict[int, list[str]] = defaultdict(list)
     for gid in group_ids:
         shards[partition_for(gid, ctx.broker.groups.num_partitions)].append(gid)
@@ -560,7 +562,7 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Any:
         else:
             described[gid] = _group_refused(gid)
     with_operations = bool(getattr(request, "include_authorized_operations", False))
-    for gids in _by_shard(ctx, allowed).values():
+    for gids in groups_by_shard(ctx, allowed).values():
         response = await ctx.broker.groups.call(
             gids[0], core.DescribeGroupsRequest(tuple(gids), not_found_error=ctx.version >= 6)
         )
@@ -641,7 +643,7 @@ async def delete_groups(ctx: RequestContext, request: Any) -> Any:
             allowed.append(gid)
         else:
             results[gid] = ErrorCode.GROUP_AUTHORIZATION_FAILED
-    for gids in _by_shard(ctx, allowed).values():
+    for gids in groups_by_shard(ctx, allowed).values():
         response = await ctx.broker.groups.call(gids[0], core.DeleteGroupsRequest(tuple(gids)))
         assert isinstance(response, core.DeleteGroupsResponse)
         results.update({r.group_id: r.error_code for r in response.results})

@@ -27,7 +27,6 @@ from odradek.coordinator.txn_offsets import TxnOffsetCommitRequest
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.internal_topics import OFFSETS_TOPIC
-from odradek.transaction import TxnError
 from odradek.transaction import types as core
 
 VERIFY_ONLY_FROM = 4  # AddPartitionsToTxn v4+: batched, from brokers
@@ -189,21 +188,21 @@ def _verified(ctx: RequestContext, request: Any, offsets_partition: int) -> int:
     pid, epoch = int(request.producer_id), int(request.producer_epoch)
     plog = ctx.broker.topics.partition(OFFSETS_TOPIC, offsets_partition)
     if plog is None:
-        return int(TxnError.COORDINATOR_NOT_AVAILABLE)  # a cluster broker not holding it yet
+        return int(ErrorCode.COORDINATOR_NOT_AVAILABLE)  # a cluster broker not holding it yet
     if plog.producer_state.ongoing.get(pid) is not None:
         return 0
     error = ctx.broker.txns.verify(
         request.transactional_id, pid, epoch, (OFFSETS_TOPIC, offsets_partition)
     )
-    if error == TxnError.TRANSACTION_ABORTABLE and ctx.version < TXN_ABORTABLE_FROM:
-        return int(TxnError.INVALID_TXN_STATE)
-    if error == TxnError.PRODUCER_FENCED:
-        return int(TxnError.INVALID_PRODUCER_EPOCH)
+    if error == ErrorCode.TRANSACTION_ABORTABLE and ctx.version < TXN_ABORTABLE_FROM:
+        return int(ErrorCode.INVALID_TXN_STATE)
+    if error == ErrorCode.PRODUCER_FENCED:
+        return int(ErrorCode.INVALID_PRODUCER_EPOCH)
     if error in (
-        TxnError.CONCURRENT_TRANSACTIONS,
-        TxnError.COORDINATOR_LOAD_IN_PROGRESS,
-        TxnError.COORDINATOR_NOT_AVAILABLE,
-        TxnError.NOT_COORDINATOR,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
     ):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE  # retriable for every client version
     return int(error)

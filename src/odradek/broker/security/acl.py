@@ -21,13 +21,13 @@ from __future__ import annotations
 import enum
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from odradek.broker.security.principal import KafkaPrincipal, PrincipalError
-from odradek.broker.security.store import write_json_atomically
+from odradek.broker.security.store import SaveQueue, write_json_atomically
 from odradek.protocol.acl import (
     CLUSTER_NAME,
     AclOperation,
@@ -37,6 +37,8 @@ from odradek.protocol.acl import (
 )
 
 WILDCARD = "*"
+
+T = TypeVar("T")
 
 
 class AclError(ValueError):
@@ -203,12 +205,21 @@ def _bindings(document: dict[str, Any]) -> list[AclBinding]:
     return [AclBinding(**entry) for entry in document.get("acls", [])]
 
 
+def _document(acls: Iterable[AclBinding]) -> dict[str, Any]:
+    return {"acls": [asdict(a) for a in acls]}
+
+
 class AclStore:
-    """The ACLs of this node, kept in ``acls.json`` (replaced atomically on change)."""
+    """The ACLs of this node, kept in ``acls.json`` (replaced atomically on change).
+
+    Every change writes the file first and then makes the new list current (readers
+    never see ACLs that are not on disk yet); ``change`` runs one off the event loop.
+    """
 
     def __init__(self, path: Path | None) -> None:
         self.path = path  # None: a detached copy (cluster mode edits a document with it)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one change (and its file write) at a time
+        self._saves = SaveQueue()
         self._acls: list[AclBinding] = []
         self.version = 0  # bumps on every change, so decision caches can notice
         if path is not None and path.exists():
@@ -222,13 +233,17 @@ class AclStore:
         return store
 
     def to_document(self) -> dict[str, Any]:
-        return {"acls": [asdict(a) for a in self._acls]}
+        return _document(self._acls)
 
     def load_document(self, document: dict[str, Any]) -> None:
         """Take the cluster's ACLs (cluster mode: what etcd holds), keeping a local copy."""
         with self._lock:
-            self._acls = _bindings(document)
-            self._save()
+            self._commit(_bindings(document))
+
+    async def change(self, edit: Callable[[AclStore], T]) -> T:
+        """``edit(self)`` (``add`` / ``remove``) with its save in a worker thread, after
+        the changes asked for before it (see store.py)."""
+        return await self._saves.run(lambda: edit(self))
 
     def __iter__(self) -> Any:
         return iter(list(self._acls))
@@ -236,21 +251,24 @@ class AclStore:
     def __len__(self) -> int:
         return len(self._acls)
 
-    def _save(self) -> None:
+    def _commit(self, acls: list[AclBinding]) -> None:
+        """Lock held: persist ``acls``, then make them the current ones."""
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomically(self.path, self.to_document())
+            write_json_atomically(self.path, _document(acls))
+        self._acls = acls
         self.version += 1
 
     def add(self, acls: Iterable[AclBinding]) -> None:
         """Add ACLs (existing ones are kept once), then persist."""
         with self._lock:
-            present = set(self._acls)
+            added = list(self._acls)
+            present = set(added)
             for acl in acls:
                 if acl not in present:
-                    self._acls.append(acl)
+                    added.append(acl)
                     present.add(acl)
-            self._save()
+            self._commit(added)
 
     def remove(self, filters: Iterable[AclFilter]) -> list[list[AclBinding]]:
         """Delete every ACL each filter matches; the deleted ones, per filter."""
@@ -262,8 +280,7 @@ class AclStore:
                 results.append(matched)
                 remaining = [a for a in remaining if not flt.matches(a)]
             if len(remaining) != len(self._acls):
-                self._acls = remaining
-                self._save()
+                self._commit(remaining)
             return results
 
     def matching(self, flt: AclFilter) -> list[AclBinding]:

@@ -11,11 +11,12 @@ import base64
 import json
 import re
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from odradek.broker.security.store import write_json_atomically
+from odradek.broker.security.store import SaveQueue, write_json_atomically
 from odradek.protocol.scram import (
     DEFAULT_ITERATIONS,
     MAX_ITERATIONS,
@@ -31,6 +32,9 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
+T = TypeVar("T")
+
+
 def _credentials(document: dict[str, Any]) -> dict[tuple[str, str], ScramCredential]:
     return {
         (entry["user"], entry["mechanism"]): ScramCredential(
@@ -43,12 +47,32 @@ def _credentials(document: dict[str, Any]) -> dict[tuple[str, str], ScramCredent
     }
 
 
+def _document(credentials: Mapping[tuple[str, str], ScramCredential]) -> dict[str, Any]:
+    entries = [
+        {
+            "user": user,
+            "mechanism": mech,
+            "salt": _b64(c.salt),
+            "stored_key": _b64(c.stored_key),
+            "server_key": _b64(c.server_key),
+            "iterations": c.iterations,
+        }
+        for (user, mech), c in sorted(credentials.items())
+    ]
+    return {"credentials": entries}
+
+
 class ScramCredentialStore:
-    """Users' SCRAM credentials, by (user, mechanism name)."""
+    """Users' SCRAM credentials, by (user, mechanism name).
+
+    Every change writes the file first and then makes the new credentials current;
+    ``change`` runs one off the event loop (see store.py).
+    """
 
     def __init__(self, path: Path | None) -> None:
         self.path = path  # None: a detached copy (cluster mode edits a document with it)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one change (and its file write) at a time
+        self._saves = SaveQueue()
         self._credentials: dict[tuple[str, str], ScramCredential] = {}
         if path is not None and path.exists():
             self._credentials = _credentials(json.loads(path.read_text()))
@@ -61,30 +85,24 @@ class ScramCredentialStore:
         return store
 
     def to_document(self) -> dict[str, Any]:
-        entries = [
-            {
-                "user": user,
-                "mechanism": mech,
-                "salt": _b64(c.salt),
-                "stored_key": _b64(c.stored_key),
-                "server_key": _b64(c.server_key),
-                "iterations": c.iterations,
-            }
-            for (user, mech), c in sorted(self._credentials.items())
-        ]
-        return {"credentials": entries}
+        return _document(self._credentials)
 
     def load_document(self, document: dict[str, Any]) -> None:
         """Take the cluster's credentials (cluster mode: what etcd holds), keeping a copy."""
         with self._lock:
-            self._credentials = _credentials(document)
-            self._save()
+            self._commit(_credentials(document))
 
-    def _save(self) -> None:
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomically(self.path, self.to_document())
+    async def change(self, edit: Callable[[ScramCredentialStore], T]) -> T:
+        """``edit(self)`` (``apply``) with its save in a worker thread, after the changes
+        asked for before it (see store.py)."""
+        return await self._saves.run(lambda: edit(self))
+
+    def _commit(self, credentials: dict[tuple[str, str], ScramCredential]) -> None:
+        """Lock held: persist ``credentials``, then make them the current ones."""
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomically(self.path, _document(credentials))
+        self._credentials = credentials
 
     def get(self, user: str, mech: ScramMechanism) -> ScramCredential | None:
         return self._credentials.get((user, mech.name))
@@ -103,11 +121,12 @@ class ScramCredentialStore:
     ) -> None:
         """Apply a batch of changes and persist once."""
         with self._lock:
+            credentials = dict(self._credentials)
             for user, mech in deletions:
-                self._credentials.pop((user, mech.name), None)
+                credentials.pop((user, mech.name), None)
             for user, mech, credential in upserts:
-                self._credentials[(user, mech.name)] = credential
-            self._save()
+                credentials[(user, mech.name)] = credential
+            self._commit(credentials)
 
 
 def check_iterations(iterations: int) -> None:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from odradek.broker.context import CloseConnection
+from odradek.broker.closing import CloseConnection
 from odradek.broker.security.principal import KafkaPrincipal
 from odradek.broker.security.sasl import SaslFailure, SaslServer
 from odradek.protocol.apikeys import ApiKey
