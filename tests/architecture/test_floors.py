@@ -35,10 +35,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "odradek.broker.apis",
     ): "the handler registry: importing the package registers every handler",
     (
-        "odradek.cluster.controller",
-        "odradek.cluster.node",
-    ): "the etcd shell's controller and node: redone with the broker <-> cluster floors",
-    (
         "odradek.broker.context",
         "odradek.broker.server",
     ): "type-only: handlers see the Broker through RequestContext.broker",
