@@ -7,6 +7,8 @@ for the feature it names, which then runs there for real.
   Parquet and a topic, the results read by a consumer group).
 * ``[cluster]``: ``odradek cluster up`` (etcd's binary included), a replicated topic,
   ``cluster status``, ``cluster down``.
+* ``[console]``: ``odradek console`` serves its pages, its JSON and its own assets
+  (package data of the wheel).
 
 Odradek's wheel is built once from this checkout (its tracked and new files). Each
 virtualenv starts empty, without even pip (the test's pip installs into it with
@@ -261,6 +263,12 @@ def test_the_plain_install_serves_and_each_other_feature_names_its_extra(
         "odradek: etcd.endpoints needs the cluster extra (aetcd is missing): "
         "pip install 'odradek[cluster]'"
     )
+    console = venv.run("odradek", "console", "-b", bootstrap, cwd=checkout)
+    assert (console.returncode, console.stdout) == (2, "")
+    assert console.stderr == (
+        "odradek: console needs the console extra: pip install 'odradek[console]' "
+        "(aiohttp is missing)\n"
+    )
     pipeline = venv.run(
         "python", EXAMPLES / "clickstream" / "pipeline.py", "--available-now", cwd=checkout
     )
@@ -350,3 +358,53 @@ def test_the_cluster_extra_runs_cluster_up_with_its_own_etcd(
         down = venv.run("odradek", "cluster", "down", "--data-dir", "dev", cwd=checkout)
     assert [line.rsplit(" ", 1)[1] for line in check(down).splitlines()] == ["stopped"] * 2
     assert_ignored_by_git(checkout)
+
+
+@pytest.mark.timeout(INSTALL_TIMEOUT_S + 3 * COMMAND_TIMEOUT_S)
+def test_the_console_extra_serves_the_console_with_its_own_assets(
+    tmp_path: Path, wheel: Path, checkout: Path, serve: Callable[[Venv], str]
+) -> None:
+    import urllib.request
+
+    venv = make_venv(tmp_path / "venv", wheel, "console")
+    bootstrap = serve(venv)
+    port = free_port()
+    with open(tmp_path / "console.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                str(venv.bin / "odradek"),
+                "console",
+                "-b",
+                bootstrap,
+                "--listen",
+                f"127.0.0.1:{port}",
+            ],
+            cwd=checkout,
+            env=venv.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + BROKER_START_S
+        while True:
+            assert proc.poll() is None, (tmp_path / "console.log").read_text()
+            try:
+                with urllib.request.urlopen(f"{url}/api/cluster", timeout=5) as response:
+                    cluster = json.loads(response.read())
+                if cluster["brokers"]:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "console.log").read_text()
+            time.sleep(0.3)
+        assert [b["port"] for b in cluster["brokers"]] == [int(bootstrap.rsplit(":", 1)[1])]
+        for asset in ("console.js", "console.css"):
+            with urllib.request.urlopen(f"{url}/static/{asset}", timeout=5) as response:
+                assert response.status == 200 and len(response.read()) > 500
+        with urllib.request.urlopen(f"{url}/groups", timeout=5) as response:
+            assert b"Consumer groups" in response.read()
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0, (tmp_path / "console.log").read_text()
+    assert_ignored_by_git(checkout)  # its lag history file, in the directory it ran in

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from datetime import datetime
 from typing import Any
 
 from odradek.cli.common import (
@@ -228,18 +227,13 @@ def parse_scope(specs: list[str]) -> dict[str, list[int] | None]:
 
 def parse_datetime(text: str) -> int:
     """An ISO 8601 time as epoch milliseconds (local time when it has no offset)."""
-    value = text.strip()
-    if value.endswith(("Z", "z")):
-        value = value[:-1] + "+00:00"
+    from odradek.offset_reset import ResetError
+    from odradek.offset_reset import parse_datetime as parse
+
     try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise CliError(
-            f"--to-datetime expects an ISO 8601 time like 2026-01-31T09:00:00, got {text!r}"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.astimezone()
-    return int(moment.timestamp() * 1000)
+        return parse(text)
+    except ResetError as exc:
+        raise CliError(f"--to-datetime {exc}") from None
 
 
 def _describe_group(admin: Any, group: str) -> Any:
@@ -592,13 +586,11 @@ def run_delete(args: argparse.Namespace) -> int:
 
 
 def _refuse_if_active(description: Any, action: str) -> None:
-    if description.state not in INACTIVE:
-        count = len(description.members)
-        raise Failed(
-            f"cannot {action} of group '{description.group_id}': it is {description.state} "
-            f"with {count} member{'s' if count != 1 else ''}; offsets can only be changed "
-            "while the group is inactive (Empty): stop its consumers first"
-        )
+    from odradek.offset_reset import refusal
+
+    why = refusal(description.group_id, description.state, len(description.members), action)
+    if why is not None:
+        raise Failed(why)
 
 
 def _describe_scope(admin: Any, scope: dict[str, list[int] | None]) -> dict[str, Any]:
@@ -638,40 +630,34 @@ def _scope_partitions(
     return out
 
 
+def reset_target(args: argparse.Namespace) -> Any:
+    """The --to-* / --shift-by option as an ``offset_reset.ResetTarget``."""
+    from odradek.offset_reset import ResetTarget
+
+    if args.to_earliest:
+        return ResetTarget("earliest")
+    if args.to_latest:
+        return ResetTarget("latest")
+    if args.to_offset is not None:
+        return ResetTarget("offset", args.to_offset)
+    if args.to_datetime is not None:
+        return ResetTarget("datetime", parse_datetime(args.to_datetime))
+    return ResetTarget("shift", args.shift_by)
+
+
 def plan_reset(
     args: argparse.Namespace, admin: Any, tps: list[Any], committed: dict[Any, Any]
 ) -> dict[Any, int]:
     """The new offset of each partition, kept within [log start, log end]."""
+    from odradek.offset_reset import ResetError, plan, read_bounds
+
+    target = reset_target(args)
     with failures_as_messages("cannot read log offsets"):
-        starts = admin.list_offsets(dict.fromkeys(tps, -2))
-        ends = admin.list_offsets(dict.fromkeys(tps, -1))
-        by_time = (
-            admin.list_offsets(dict.fromkeys(tps, parse_datetime(args.to_datetime)))
-            if args.to_datetime is not None
-            else {}
-        )
-    plan: dict[Any, int] = {}
-    for tp in tps:
-        start = starts[tp].offset if starts.get(tp) is not None else 0
-        end = ends[tp].offset if ends.get(tp) is not None else 0
-        if args.to_earliest:
-            target = start
-        elif args.to_latest:
-            target = end
-        elif args.to_offset is not None:
-            target = args.to_offset
-        elif args.to_datetime is not None:
-            found = by_time.get(tp)
-            target = found.offset if found is not None else end
-        else:
-            if tp not in committed:
-                raise Failed(
-                    f"cannot shift {tp.topic}:{tp.partition}: group '{args.group}' has no "
-                    "committed offset there (use --to-earliest, --to-latest or --to-offset)"
-                )
-            target = committed[tp].offset + args.shift_by
-        plan[tp] = min(max(target, start), end)
-    return plan
+        bounds = read_bounds(admin, tps, target)
+    try:
+        return plan(args.group, tps, target, bounds, {tp: c.offset for tp, c in committed.items()})
+    except ResetError as exc:
+        raise Failed(f"{exc} (use --to-earliest, --to-latest or --to-offset)") from None
 
 
 def run_reset(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ from odradek.cli import (
     users,
 )
 from odradek.cli.errors import CliError
+from odradek.console import command as console
 
 __all__ = ["CliError", "build_parser", "main"]
 
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     acls.add_parser(commands)
     users.add_parser(commands)
     transactions.add_parser(commands)
+    console.add_parser(commands)
     return parser
 
 

@@ -121,6 +121,19 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="require this bearer token for /metrics (needed to bind a non-loopback address)",
     )
     parser.add_argument(
+        "--console",
+        metavar="[HOST:]PORT",
+        help="also serve the web console here, in this process (HOST defaults to "
+        "127.0.0.1; needs the console extra: pip install 'odradek[console]'); see "
+        "'odradek console --help'",
+    )
+    parser.add_argument(
+        "--console-users",
+        metavar="FILE",
+        help="require a login to the console, with the users of this file (needed for a "
+        "non-loopback --console; written by 'odradek console --users FILE --set-password')",
+    )
+    parser.add_argument(
         "--etcd",
         metavar="HOST:PORT[,HOST:PORT...]",
         help="join a cluster whose metadata lives in etcd (the etcd.endpoints setting): the "
@@ -232,6 +245,22 @@ def _metrics(args: argparse.Namespace) -> tuple[tuple[str, int] | None, str | No
     return address, token
 
 
+def _console(
+    args: argparse.Namespace,
+) -> tuple[tuple[str, int] | None, dict[str, str] | None]:
+    """--console's address and --console-users' users, checked before the broker starts."""
+    if not args.console:
+        if args.console_users:
+            raise CliError("--console-users goes with --console")
+        return None, None
+    from odradek.console.command import check_embedded, embedded_address, load_users
+
+    address = embedded_address(args.console)
+    users = load_users(args.console_users, "--console-users")
+    check_embedded(address[0], users)
+    return address, users
+
+
 def run(args: argparse.Namespace) -> int:
     from odradek.broker.allocator import tune_allocator
     from odradek.broker.config import ConfigError
@@ -269,6 +298,7 @@ def run(args: argparse.Namespace) -> int:
     except ScramError as exc:
         raise CliError(str(exc)) from None
     data_dirs = log_directories(args, log_dirs)
+    console_at, console_users = _console(args)
     tune_allocator()
     try:
         broker = new_broker(
@@ -297,14 +327,26 @@ def run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        console = None
+        broker_stop = stop
         try:
-            await run_broker(broker, stop)
+            if console_at is not None:
+                # In this loop, beside the broker; its clients reach the broker once it listens.
+                from odradek.console.command import embedded_server
+
+                console = embedded_server(broker, console_users, data_dirs[0])
+                await console.start(*console_at)
+                broker_stop = console.stopped_first(stop)  # while the broker still answers it
+            await run_broker(broker, broker_stop)
         except OSError as exc:
             raise CliError(f"cannot listen: {exc.strerror or exc}") from None
         except Exception as exc:
             if type(exc).__name__ == "ClusterJoinError":  # no import: aetcd is optional
                 raise CliError(str(exc)) from None
             raise
+        finally:
+            if console is not None:
+                await console.stop()
 
     asyncio.run(main())
     return 0

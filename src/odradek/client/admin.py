@@ -160,6 +160,8 @@ class PartitionDescription(NamedTuple):
     isr: tuple[int, ...]
     log_start_offset: int
     log_end_offset: int
+    leader_epoch: int = -1  # bumped by every election (-1: the broker did not say)
+    offline_replicas: tuple[int, ...] = ()  # replicas whose log dir or broker is offline
 
 
 class TopicDescription(NamedTuple):
@@ -562,6 +564,8 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
                         pm.isr,
                         s.offset if s is not None else -1,
                         e.offset if e is not None else -1,
+                        pm.leader_epoch,
+                        pm.offline_replicas,
                     )
                 )
             out[name] = TopicDescription(name, meta.topic_id, meta.is_internal, parts)
