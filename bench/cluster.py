@@ -72,7 +72,7 @@ from throughput import produce as produce_confluent
 
 from odradek.client import Producer as OdradekProducer
 from odradek.client.admin import AdminClient, NewTopic
-from odradek.cluster.launcher import LocalCluster
+from odradek.devcluster.launcher import LocalCluster
 
 BROKERS = 3
 START_TIMEOUT_S = 90.0

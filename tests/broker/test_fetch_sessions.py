@@ -19,15 +19,13 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.broker.fetch_sessions import (
-    FETCH_SESSION_ID_NOT_FOUND,
-    FETCH_SESSION_TOPIC_ID_ERROR,
-    INVALID_FETCH_SESSION_EPOCH,
     FetchSessionCache,
     PartitionRequest,
     SessionError,
     next_epoch,
 )
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 from odradek.testing import Broker, BrokerProcess
 
 from .wire import WireClient
@@ -132,13 +130,13 @@ def test_session_errors() -> None:
     session_id = open_session(c, [("t", 0)])
     with pytest.raises(SessionError) as unknown:
         c.new_context(12, 999, 1, OrderedDict(), [], privileged=False, now_ms=1)
-    assert unknown.value.error_code == FETCH_SESSION_ID_NOT_FOUND
+    assert unknown.value.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
     with pytest.raises(SessionError) as stale:
         c.new_context(12, session_id, 5, OrderedDict(), [], privileged=False, now_ms=1)
-    assert stale.value.error_code == INVALID_FETCH_SESSION_EPOCH
+    assert stale.value.error_code == ErrorCode.INVALID_FETCH_SESSION_EPOCH
     with pytest.raises(SessionError) as ids:  # opened with names (v12), used with ids (v13)
         c.new_context(13, session_id, 1, OrderedDict(), [], privileged=False, now_ms=1)
-    assert ids.value.error_code == FETCH_SESSION_TOPIC_ID_ERROR
+    assert ids.value.error_code == ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
 
 
 def test_a_duplicate_request_answers_invalid_epoch() -> None:
@@ -149,7 +147,7 @@ def test_a_duplicate_request_answers_invalid_epoch() -> None:
     second = c.new_context(12, session_id, 2, OrderedDict(), [], privileged=False, now_ms=1)
     assert second.finish([(("t", 0), entry(), 0)], 1)[0] == 0
     assert first.finish([(("t", 0), entry(), 0)], 1)[:2] == (
-        INVALID_FETCH_SESSION_EPOCH,
+        ErrorCode.INVALID_FETCH_SESSION_EPOCH,
         session_id,
     )
 
@@ -337,11 +335,13 @@ def test_a_session_on_the_wire(odradek_session_broker: Broker, topic: str) -> No
         stale = client.request(
             ApiKey.FETCH, 11, fetch_body(topic, {}, session_id=session_id, epoch=4)
         )
-        assert stale.error_code == INVALID_FETCH_SESSION_EPOCH and answered(stale) == {}
+        assert stale.error_code == ErrorCode.INVALID_FETCH_SESSION_EPOCH and answered(stale) == {}
         unknown = client.request(
             ApiKey.FETCH, 11, fetch_body(topic, {0: 0}, session_id=session_id + 1, epoch=1)
         )
-        assert unknown.error_code == FETCH_SESSION_ID_NOT_FOUND and unknown.session_id == 0
+        assert (
+            unknown.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND and unknown.session_id == 0
+        )
         # Without a session (epoch -1) a fetch is full and sessionless, as before KIP-227.
         plain = client.request(
             ApiKey.FETCH, 11, fetch_body(topic, {0: 0, 1: 0}, session_id=0, epoch=-1)
@@ -450,4 +450,4 @@ def test_the_partition_bound_on_the_wire(one_slot_broker: BrokerProcess) -> None
         gone = client.request(
             ApiKey.FETCH, 11, fetch_body(name, {}, session_id=full.session_id, epoch=2)
         )
-        assert gone.error_code == FETCH_SESSION_ID_NOT_FOUND
+        assert gone.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND

@@ -13,7 +13,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from odradek.broker.config import BrokerConfig
 from odradek.broker.topics import LEGACY_GROUP_EVENTS_TOPIC, TopicManager
 from odradek.coordinator.history import GroupHistoryReader, StoredEvent
-from odradek.coordinator.routing import OFFSETS_TOPIC, partition_for
+from odradek.coordinator.routing import partition_for
+from odradek.protocol.internal_topics import OFFSETS_TOPIC
 from odradek.protocol.records import build_batch
 from odradek.testing import Broker, BrokerProcess
 

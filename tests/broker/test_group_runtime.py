@@ -1,6 +1,7 @@
-"""The coordinator runtime (``broker/group_runtime.py``) under faults, on a manual clock.
+"""The group coordinator's runtime (``broker/group_runtime.py``) under faults, on a manual
+clock (the cases both coordinators share are in test_coordinator_runtime.py).
 
-Each test drives one ``ShardRunner`` over a real partition log on an event
+Each test drives one ``GroupRunner`` over a real partition log on an event
 loop whose clock only moves when nothing else can run: it jumps straight to
 the next due timer (no real sleeping, no flakiness under load), so fifty
 seconds of session timeouts take milliseconds. The wall clock is the loop's
@@ -16,7 +17,6 @@ for topics and partitions that do not exist.
 from __future__ import annotations
 
 import asyncio
-import selectors
 import time
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from odradek.broker.group_runtime import ShardRunner
+from odradek.broker.group_runtime import GroupRunner
 from odradek.coordinator import CoordinatorConfig, ErrorCode
 from odradek.coordinator.types import (
     HeartbeatRequest,
@@ -42,6 +42,8 @@ from odradek.log.config import LogConfig
 from odradek.protocol.apikeys import ApiKey
 from odradek.testing import Broker
 
+from .manual_loop import ManualClockLoop
+from .runtime_writer import TestWriter
 from .wire import WireClient
 
 E = ErrorCode
@@ -49,39 +51,8 @@ T = TypeVar("T")
 HOUR_MS = 3_600_000
 
 
-class ManualClockLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock moves only when every task waits: straight to the next timer.
-
-    If nothing is ready and no timer is scheduled the loop would block for good:
-    it raises instead, so a broken test fails rather than hangs.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.now_s = 10_000.0
-        self._selector = _JumpingSelector(self._selector, self)
-
-    def time(self) -> float:
-        return self.now_s
-
-
-class _JumpingSelector:
-    def __init__(self, inner: selectors.BaseSelector, loop: ManualClockLoop) -> None:
-        self._inner = inner
-        self._loop = loop
-
-    def select(self, timeout: float | None = None) -> list[Any]:
-        if timeout is None:
-            raise RuntimeError("deadlock: no task can run and no timer is scheduled")
-        self._loop.now_s += timeout
-        return self._inner.select(0)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
 class Rig:
-    """One ShardRunner on a manual clock; wall clock = loop clock + ``wall_offset_ms``."""
+    """One GroupRunner on a manual clock; wall clock = loop clock + ``wall_offset_ms``."""
 
     def __init__(
         self,
@@ -102,9 +73,13 @@ class Rig:
         mono = self.slow_mono_ms if slow_mono else self.loop_ms
         self.runner = self.new_runner(mono)
 
-    def new_runner(self, mono: Any = None) -> ShardRunner:
-        return ShardRunner(
-            0, self.plog, CoordinatorConfig(), wall_ms=self.wall_ms, mono_ms=mono or self.loop_ms
+    def new_runner(self, mono: Any = None) -> GroupRunner:
+        return GroupRunner(
+            0,
+            TestWriter(self.plog),
+            CoordinatorConfig(),
+            wall_ms=self.wall_ms,
+            mono_ms=mono or self.loop_ms,
         )
 
     def loop_ms(self) -> int:
@@ -122,7 +97,7 @@ class Rig:
 
     def start(self) -> None:
         async def started() -> None:
-            self.runner.start()
+            self.runner.become_leader()
             await self.until(lambda: self.runner.loaded)
 
         self.run(started())
@@ -465,7 +440,7 @@ def test_a_failing_load_is_retried_counted_and_then_serves(
     runner = rig.runner = rig.new_runner()
 
     async def scenario() -> None:
-        runner.start()
+        runner.become_leader()
         await asyncio.sleep(0.1)
         assert not runner.loaded and runner.load_failures == 1
         r = await rig.call(commit_request("y", "t", range(1), gen, y))

@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 from odradek.cli.main import main
-from odradek.cluster.etcd_server import EtcdServer
-from odradek.cluster.launcher import LocalCluster, answers_api_versions
 from odradek.cluster.metadata import EtcdMetadataStore
-from odradek.cluster.model import BrokerInfo, PartitionState, TopicAssignment
+from odradek.devcluster.etcd_server import EtcdServer
+from odradek.devcluster.launcher import LocalCluster, answers_api_versions
+from odradek.replication.model import BrokerInfo, PartitionState, TopicAssignment
 
 from .conftest import Outcome
 from .conftest import run_cli as run_process

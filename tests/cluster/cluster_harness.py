@@ -2,7 +2,7 @@
 etcd holds (the source of truth for leaders, ISRs and the controller), waits with
 deadlines, and partition logs read from the brokers' data dirs after a clean stop.
 
-Process management is `odradek.cluster.launcher.LocalCluster`'s; nothing here
+Process management is `odradek.devcluster.launcher.LocalCluster`'s; nothing here
 starts or signals a process by itself.
 """
 
@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from odradek.client.admin import AdminClient, ConsumerGroupDescription
-from odradek.cluster.launcher import LocalCluster, run_coroutine
 from odradek.cluster.metadata import EtcdMetadataStore
-from odradek.cluster.model import ClusterMetadata
 from odradek.coordinator.routing import partition_for
+from odradek.devcluster.launcher import LocalCluster, run_coroutine
 from odradek.log import LogConfig, PartitionLog
+from odradek.protocol.internal_topics import OFFSETS_TOPIC
 from odradek.protocol.records import DecodedRecord, decode_batch_records, iter_batches
+from odradek.replication.model import ClusterMetadata
 
 T = TypeVar("T")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 
 # A broker's etcd lease lives broker.session.timeout.ms: a SIGKILLed or SIGSTOPped
 # broker is declared dead (its registration and leaderships dropped) after about this.

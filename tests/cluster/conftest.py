@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from odradek.cluster.etcd_server import EtcdServer
+from odradek.devcluster.etcd_server import EtcdServer
 
 ETCD_START_TIMEOUT_S = 30.0
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from cluster_harness import running_cluster
 
-from odradek.cluster.launcher import LocalCluster, run_coroutine
 from odradek.cluster.metadata import EtcdMetadataStore
-from odradek.cluster.model import TopicAssignment
+from odradek.devcluster.launcher import LocalCluster, run_coroutine
 from odradek.protocol.apikeys import ApiKey
+from odradek.replication.model import TopicAssignment
 
 from ..broker.wire import WireClient
 

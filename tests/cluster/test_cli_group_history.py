@@ -31,7 +31,7 @@ from cluster_harness import (
 )
 from confluent_kafka import Consumer
 
-from odradek.cluster.launcher import LocalCluster
+from odradek.devcluster.launcher import LocalCluster
 
 UP_TIMEOUT_S = 150.0
 STOP_TIMEOUT_S = 10.0

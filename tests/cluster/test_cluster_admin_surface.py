@@ -15,7 +15,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import NoError, ReplicaNotAvailableError
 from kafka.structs import TopicPartitionReplica
 
-from odradek.cluster.etcd_server import EtcdServer
+from odradek.devcluster.etcd_server import EtcdServer
 from odradek.testing import BrokerProcess
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.embedded]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from odradek.cluster.etcd_server import EtcdServer
+from odradek.devcluster.etcd_server import EtcdServer
 from odradek.testing import BrokerProcess, free_port
 
 DEADLINE_S = 60.0

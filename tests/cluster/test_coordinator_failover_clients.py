@@ -35,7 +35,7 @@ from cluster_harness import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from odradek.cluster.launcher import LocalCluster
+from odradek.devcluster.launcher import LocalCluster
 
 INTEROP = Path(__file__).resolve().parents[1] / "interop"
 if str(INTEROP) not in sys.path:  # the group driver and its helpers

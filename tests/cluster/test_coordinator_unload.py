@@ -15,10 +15,12 @@ import asyncio
 import time
 from pathlib import Path
 
-from odradek.broker.group_runtime import ShardRunner
+from odradek.broker.group_runtime import GroupRunner
 from odradek.coordinator import CoordinatorConfig, ErrorCode
 from odradek.coordinator.types import HeartbeatRequest, JoinGroupRequest
 from odradek.log import LogConfig, PartitionLog
+from odradek.replication.replica import ReplicaManager
+from odradek.replication.writer import ReplicaWriter
 
 ANSWER_TIMEOUT_S = 5.0
 
@@ -41,7 +43,16 @@ def test_requests_queued_when_the_partition_is_unloaded_are_answered(tmp_path: P
     plog = PartitionLog.open(
         tmp_path / "__consumer_offsets-0", LogConfig(), now_ms=lambda: int(time.time() * 1000)
     )
-    runner = ShardRunner(0, plog, CoordinatorConfig())
+    replicas = ReplicaManager(
+        1,
+        min_insync=lambda _topic: 1,
+        lag_time_max_s=30,
+        propose_isr=lambda _replica, _isr: None,
+        wake=lambda _topic, _partition: None,
+    )
+    replicas.lead_alone("__consumer_offsets", 0, plog)
+    writer = ReplicaWriter(replicas, "__consumer_offsets", 0, plog)
+    runner = GroupRunner(0, writer, CoordinatorConfig())
 
     async def scenario() -> list[int]:
         runner.become_leader()

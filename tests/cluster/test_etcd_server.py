@@ -1,4 +1,4 @@
-"""`odradek.cluster.etcd_server`: start, health, stop, restart, clear start failures."""
+"""`odradek.devcluster.etcd_server`: start, health, stop, restart, clear start failures."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from odradek.cluster.etcd_server import EtcdServer, EtcdStartError, find_etcd_binary
+from odradek.devcluster.etcd_server import EtcdServer, EtcdStartError, find_etcd_binary
 
 
 def test_server_is_healthy_after_start_and_restarts_on_the_same_endpoint(

@@ -59,7 +59,6 @@ from cluster_harness import (
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from odradek.cluster.launcher import LocalCluster
 from odradek.coordinator.records import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -67,6 +66,7 @@ from odradek.coordinator.records import (
     decode_key,
     decode_offset_commit_value,
 )
+from odradek.devcluster.launcher import LocalCluster
 from odradek.protocol.consumer_protocol import flatten, parse_assignment
 
 SEED_ENV = "ODRADEK_FAULT_SEED"

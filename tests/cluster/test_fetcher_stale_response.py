@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from odradek.cluster.fetcher import EPOCH_VERSION, FETCH_VERSION, ReplicaFetcher
-from odradek.cluster.model import PartitionState, VersionedPartitionState
-from odradek.cluster.replication import Replica, ReplicaManager
 from odradek.log import LogConfig, PartitionLog
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import build, encode_response, response_type
 from odradek.protocol.fetch import encode_fetch_response
 from odradek.protocol.records import build_batch
+from odradek.replication.model import PartitionState, VersionedPartitionState
+from odradek.replication.replica import Replica, ReplicaManager
 
 TOPIC = "t"
 REPLICAS = (1, 2, 3)
@@ -96,7 +96,7 @@ def follower_of_broker_1(tmp_path: Path) -> tuple[ReplicaManager, Replica, Repli
         min_insync=lambda topic: 2,
         lag_time_max_s=30.0,
         propose_isr=lambda replica, isr: None,
-        on_high_watermark=lambda topic, partition: None,
+        wake=lambda topic, partition: None,
     )
     replica = manager.host(TOPIC, 0, plog)
     manager.apply_state(replica, REPLICAS, state(1, 2, REPLICAS, 1))
@@ -172,7 +172,7 @@ def test_one_partition_that_cannot_take_its_records_does_not_stall_the_others(
         min_insync=lambda topic: 2,
         lag_time_max_s=30.0,
         propose_isr=lambda replica, isr: None,
-        on_high_watermark=lambda topic, partition: None,
+        wake=lambda topic, partition: None,
     )
     replicas = []
     for index in (0, 1):

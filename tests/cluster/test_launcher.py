@@ -1,4 +1,4 @@
-"""`odradek.cluster.launcher`: a loopback cluster of detached processes, restarted
+"""`odradek.devcluster.launcher`: a loopback cluster of detached processes, restarted
 piecewise on the ports it recorded, signalled only when a pid is really its own.
 
 One two-broker cluster is shared by the module (its tests leave it running, except
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from odradek.cluster.launcher import (
+from odradek.devcluster.launcher import (
     ETCD,
     ClusterError,
     LocalCluster,

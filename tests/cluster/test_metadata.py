@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 import aetcd
 import pytest
 
-from odradek.cluster.decisions import Reassignment, reassignment_progress, start_reassignment
-from odradek.cluster.etcd_server import EtcdServer
 from odradek.cluster.metadata import EtcdMetadataStore
-from odradek.cluster.model import (
+from odradek.devcluster.etcd_server import EtcdServer
+from odradek.replication.decisions import Reassignment, reassignment_progress, start_reassignment
+from odradek.replication.model import (
     BrokerChange,
     BrokerIdInUseError,
     BrokerInfo,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from odradek.cluster.etcd_server import EtcdServer
 from odradek.cluster.metadata import EtcdMetadataStore
-from odradek.cluster.model import SecurityChange
+from odradek.devcluster.etcd_server import EtcdServer
+from odradek.replication.model import SecurityChange
 
 DEADLINE_S = 60.0
 
@@ -70,7 +70,7 @@ def test_security_edits_compose_and_are_watched(etcd_server: EtcdServer) -> None
 
 
 def test_producer_id_blocks_refill_and_say_when_none_is_reserved(etcd_server: EtcdServer) -> None:
-    from odradek.cluster.model import ProducerIdsUnavailable
+    from odradek.broker.control_plane import ProducerIdsUnavailable
     from odradek.cluster.node import PRODUCER_ID_BLOCK, ProducerIdBlocks
 
     async def scenario() -> None:

@@ -33,7 +33,7 @@ from kafka.admin import KafkaAdminClient
 
 from odradek.client import Consumer as OdradekConsumer
 from odradek.client import Producer as OdradekProducer
-from odradek.cluster.launcher import LocalCluster
+from odradek.devcluster.launcher import LocalCluster
 
 from cluster_harness import (  # isort: skip
     START_TIMEOUT_S,

@@ -21,7 +21,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from odradek.cluster.launcher import LocalCluster
+from odradek.devcluster.launcher import LocalCluster
 
 from cluster_harness import START_TIMEOUT_S, eventually, running_cluster  # isort: skip
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from odradek.broker.config import BrokerConfig, ConfigError
-from odradek.cluster.etcd_server import EtcdServer, pick_free_port
+from odradek.devcluster.etcd_server import EtcdServer, pick_free_port
 
 TIMEOUT_S = 60
 
@@ -98,7 +98,7 @@ def test_a_broker_id_held_by_a_live_broker_is_refused(
 def test_the_etcd_endpoints_are_tried_in_order_and_the_first_that_answers_is_used(
     tmp_path: Path, etcd_server: EtcdServer
 ) -> None:
-    from odradek.cluster.launcher import registered_brokers
+    from odradek.devcluster.launcher import registered_brokers
 
     host, port = etcd_server.endpoint
     down = pick_free_port("127.0.0.1")  # nothing listens there
@@ -189,11 +189,11 @@ def test_cluster_mode_without_the_cluster_extra_is_a_config_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """aetcd is the optional `cluster` extra: without it, a clear setting error."""
-    from odradek.broker.server import Broker
+    from odradek.wiring import new_broker
 
     monkeypatch.setitem(sys.modules, "aetcd", None)  # as if not installed
     for module in ("odradek.cluster.node", "odradek.cluster.metadata"):
         monkeypatch.delitem(sys.modules, module, raising=False)
     config = BrokerConfig({"etcd.endpoints": "127.0.0.1:2379"})
     with pytest.raises(ConfigError, match=r"pip install 'odradek\[cluster\]'"):
-        Broker(tmp_path / "data", config, port=0)
+        new_broker(tmp_path / "data", config, port=0)

@@ -13,7 +13,7 @@ import pytest
 
 from odradek.client import AdminClient, Producer
 from odradek.client.admin import NewTopic
-from odradek.cluster.launcher import LocalCluster
+from odradek.devcluster.launcher import LocalCluster
 
 from .conftest import ConsoleProcess, eventually
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from odradek.cli.common import BOOTSTRAP_ENV
-from odradek.cluster.launcher import answers_api_versions
+from odradek.devcluster.launcher import answers_api_versions
 from odradek.testing import free_port
 
 REPO = Path(__file__).resolve().parents[2]

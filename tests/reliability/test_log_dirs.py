@@ -25,9 +25,10 @@ from kafka.structs import TopicPartitionReplica
 
 from odradek.broker.config import BrokerConfig
 from odradek.broker.log_dirs import META_PROPERTIES, LogDirError, parse_log_dir_list
-from odradek.broker.topics import KAFKA_STORAGE_ERROR, TopicManager
+from odradek.broker.topics import TopicManager
 from odradek.log.dir_lock import DirectoryInUseError
 from odradek.log.dir_move import FUTURE_SUFFIX, MOVED_FROM_FILE, DirMove
+from odradek.protocol.errors import ErrorCode
 from odradek.protocol.records import build_batch, decode_records
 from odradek.testing import BrokerProcess
 
@@ -165,7 +166,7 @@ def test_a_failed_copy_leaves_the_partition_serving_where_it_was(
 
     code, outcome, again = run(attempt())
     assert code == 0 and isinstance(outcome, OSError)
-    assert again == KAFKA_STORAGE_ERROR  # EIO there: the directory is marked failed
+    assert again == ErrorCode.KAFKA_STORAGE_ERROR  # EIO there: the directory is marked failed
     assert m.log_dir_of(plog).path == source.parent
     assert not [n for n in os.listdir(target) if n.endswith(FUTURE_SUFFIX)]
     fill(plog, 3000, 10)  # still serving, in place
@@ -490,13 +491,13 @@ def test_a_vanished_log_dir_is_reported_failed_and_gets_no_new_partition(tmp_pat
         shutil.rmtree(disk2)  # the disk is gone
         [described] = admin.describe_log_dirs()
         state = {d["log_dir"]: (d["error_code"], d["total_bytes"]) for d in described["log_dirs"]}
-        assert state[str(disk2)] == (KAFKA_STORAGE_ERROR, -1)
+        assert state[str(disk2)] == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
         assert state[str(disk1)][0] == 0
         admin.create_topics([NewTopic("after", 4, 1)])
         assert _placed(admin, "after") == [(str(disk1), False)] * 4
         replica = TopicPartitionReplica("after", 0, 0)
         moved = admin.alter_replica_log_dirs({replica: str(disk2)})
-        assert moved[replica].errno == KAFKA_STORAGE_ERROR
+        assert moved[replica].errno == ErrorCode.KAFKA_STORAGE_ERROR
     finally:
         admin.close()
         broker.stop()

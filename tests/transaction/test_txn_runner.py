@@ -7,8 +7,10 @@ import asyncio
 import itertools
 from pathlib import Path
 
-from odradek.broker.txn_runtime import TxnShardRunner
+from odradek.broker.txn_runtime import WRITTEN, TxnRunner
 from odradek.log import LogConfig, PartitionLog
+from odradek.replication.replica import ReplicaManager
+from odradek.replication.writer import ReplicaWriter
 from odradek.transaction import TxnConfig
 from odradek.transaction.state import TxnState
 from odradek.transaction.types import (
@@ -57,10 +59,22 @@ def test_a_reload_leaves_no_marker_job_of_the_previous_load_running(tmp_path: Pa
             if meta is None or not meta.state.preparing:
                 late.append(tp)  # a marker for a transaction that is already complete
 
-        runner = TxnShardRunner(
-            0, plog, TxnConfig(num_partitions=1), producer_ids=Ids(), write_marker=write_marker
+        replicas = ReplicaManager(
+            1,
+            min_insync=lambda _topic: 1,
+            lag_time_max_s=30,
+            propose_isr=lambda _replica, _isr: None,
+            wake=lambda _topic, _partition: None,
         )
-        runner.start()
+        replicas.lead_alone("__transaction_state", 0, plog)
+        runner = TxnRunner(
+            0,
+            ReplicaWriter(replicas, "__transaction_state", 0, plog),
+            TxnConfig(num_partitions=1),
+            producer_ids=Ids(),
+            write_marker=write_marker,
+        )
+        runner.become_leader()
         try:
             await _until(lambda: runner.loaded, "the load")
             init = await runner.call(InitProducerIdRequest(txn_id, 60_000))
@@ -75,7 +89,7 @@ def test_a_reload_leaves_no_marker_job_of_the_previous_load_running(tmp_path: Pa
             # Its retries back off: after 5 failures the job sleeps 1.6 s before the next.
             await _until(lambda: len(failures) >= 5, "the job's retries")
             # A failure that makes the runner reload its partition from the log.
-            await runner._queue.put(("written", None))
+            runner.enqueue(WRITTEN, None)
             await _until(lambda: runner.reloads == 1 and runner.loaded, "the reload")
             broken.clear()
             done = (TxnState.COMPLETE_COMMIT,)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from odradek.transaction import TransactionCoordinatorShard, TxnConfig, TxnRecord, TxnResult
+from odradek.coordinator.types import CoordinatorRecord, Result
+from odradek.transaction import TransactionCoordinatorShard, TxnConfig
 from odradek.transaction.types import (
     AddPartitionsRequest,
     AddPartitionsResponse,
@@ -63,7 +64,7 @@ class TxnCtx:
     def __post_init__(self) -> None:
         self.timer = ManualTimer()
         self.ids = CountingIds()
-        self.log: list[TxnRecord] = []
+        self.log: list[CoordinatorRecord] = []
         self.marker_jobs: list[MarkerJob] = []
         # partition -> markers written there: (producer id, epoch, commit)
         self.markers: dict[tuple[str, int], list[tuple[int, int, bool]]] = {}
@@ -80,7 +81,7 @@ class TxnCtx:
     def wall(self) -> int:
         return self.time + self.wall_offset
 
-    def _apply(self, result: TxnResult) -> list[Response]:
+    def _apply(self, result: Result) -> list[Response]:
         if result.records and self.fail_appends:
             self.fail_appends -= 1
             self.shard.abort()
@@ -88,7 +89,7 @@ class TxnCtx:
         for record in result.records:
             self.log.append(record)
             self.shard.replay(record)
-        self.marker_jobs.extend(result.markers)
+        self.marker_jobs.extend(result.jobs)
         self.events.extend(result.events)
         return [r for _, r in result.responses]
 

@@ -741,6 +741,16 @@ _SETTINGS = (
         "How often expired offsets and empty groups without offsets are removed.",
     ),
     Setting(
+        "offsets.commit.timeout.ms",
+        INT,
+        5000,
+        "How long a coordinator's answer waits for its records to be on every in-sync replica "
+        "before it is COORDINATOR_NOT_AVAILABLE (Kafka's coordinator write timeout; the "
+        "records stay).",
+        None,
+        at_least(1),
+    ),
+    Setting(
         "group.initial.rebalance.delay.ms",
         INT,
         3000,

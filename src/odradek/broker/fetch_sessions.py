@@ -55,6 +55,8 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from odradek.protocol.errors import ErrorCode
+
 __all__ = [
     "DEFAULT_MAX_PARTITIONS",
     "EVICTION_MS",
@@ -74,9 +76,6 @@ INVALID_SESSION_ID = 0
 EVICTION_MS = 120_000  # Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
 DEFAULT_MAX_PARTITIONS = 1_000_000  # fetch.session.cache.max.partitions: ~400 MB at most
 
-FETCH_SESSION_ID_NOT_FOUND = 70
-INVALID_FETCH_SESSION_EPOCH = 71
-FETCH_SESSION_TOPIC_ID_ERROR = 106
 
 PartitionKey = tuple[Hashable, int]
 """(topic name, or topic id from Fetch v13, partition index)."""
@@ -212,7 +211,7 @@ class FetchContext:
             return 0, new_id, entries
         if cache.get(session.id) is not session or session.epoch != next_epoch(self._request_epoch):
             # Another request used the session while this one waited (a duplicate).
-            return INVALID_FETCH_SESSION_EPOCH, session.id, []
+            return ErrorCode.INVALID_FETCH_SESSION_EPOCH, session.id, []
         kept = []
         for key, entry, size in entries:
             part = session.partitions.get(key)
@@ -285,15 +284,17 @@ class FetchSessionCache:
             )
         session = self._sessions.get(session_id)
         if session is None:
-            raise SessionError(FETCH_SESSION_ID_NOT_FOUND, f"no fetch session {session_id}")
+            raise SessionError(
+                ErrorCode.FETCH_SESSION_ID_NOT_FOUND, f"no fetch session {session_id}"
+            )
         if session.epoch != epoch:
             raise SessionError(
-                INVALID_FETCH_SESSION_EPOCH,
+                ErrorCode.INVALID_FETCH_SESSION_EPOCH,
                 f"fetch session {session_id} expected epoch {session.epoch}, got {epoch}",
             )
         if session.uses_topic_ids != uses_topic_ids:
             raise SessionError(
-                FETCH_SESSION_TOPIC_ID_ERROR,
+                ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
                 f"fetch session {session_id} was opened "
                 f"{'with' if session.uses_topic_ids else 'without'} topic ids",
             )

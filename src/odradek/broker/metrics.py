@@ -61,13 +61,15 @@ class Snapshot:
     # The request memory budget (queued.max.request.bytes).
     request_memory_used: int = 0
     request_memory_waiting: int = 0
-    # Cluster mode only (None on a single node).
-    cluster: ClusterFigures | None = None
+    # Replication and control plane (every node: a lone one leads all, alone in its ISR).
+    replication: ReplicationFigures = field(
+        default_factory=lambda: ReplicationFigures(0, 0, 0, 0, 0, 0, 0, 0)
+    )
 
 
 @dataclass
-class ClusterFigures:
-    """Replication and controller figures of a broker in a cluster (Kafka's names in docs)."""
+class ReplicationFigures:
+    """Replication and controller figures of a broker (Kafka's names in docs)."""
 
     under_replicated: int  # partitions led here whose ISR is smaller than their replicas
     leaders: int
@@ -79,29 +81,24 @@ class ClusterFigures:
     unclean_elections: int
 
 
-def _cluster_figures(broker: Broker) -> ClusterFigures | None:
-    cluster = broker.cluster
-    if cluster is None:
-        return None
-    replicas = cluster.replicas
-    controller = cluster.controller
-    return ClusterFigures(
+def _replication_figures(broker: Broker) -> ReplicationFigures:
+    replicas = broker.replicas
+    control = broker.control.figures()
+    return ReplicationFigures(
         under_replicated=replicas.under_replicated(),
         leaders=replicas.leaders(),
-        offline=sum(1 for s in cluster.states.values() if s.state.leader < 0),
+        offline=control.offline_partitions,
         isr_shrinks=replicas.isr_shrinks,
         isr_expands=replicas.isr_expands,
-        active_controller=int(controller is not None),
-        leader_elections=cluster.leader_elections
-        + (controller.leader_elections if controller else 0),
-        unclean_elections=cluster.unclean_elections
-        + (controller.unclean_elections if controller else 0),
+        active_controller=int(control.active_controller),
+        leader_elections=control.leader_elections,
+        unclean_elections=control.unclean_elections,
     )
 
 
 def take_snapshot(broker: Broker) -> Snapshot:
     snap = Snapshot()
-    snap.cluster = _cluster_figures(broker)
+    snap.replication = _replication_figures(broker)
     quotas = broker.connection_quotas
     for listener in broker.listeners:
         snap.connections[listener.name] = quotas.by_listener[listener.name]
@@ -236,8 +233,7 @@ class StateCollector(Collector):
             value=snap.coordinator_load_failures,
         )
         yield from _connection_metrics(snap)
-        if snap.cluster is not None:
-            yield from _cluster_metrics(snap.cluster)
+        yield from _replication_metrics(snap.replication)
 
 
 def _connection_metrics(snap: Snapshot) -> Iterator[Metric]:
@@ -267,7 +263,7 @@ def _connection_metrics(snap: Snapshot) -> Iterator[Metric]:
     )
 
 
-def _cluster_metrics(figures: ClusterFigures) -> Iterator[Metric]:
+def _replication_metrics(figures: ReplicationFigures) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "odradek_replication_under_replicated_partitions",
         "Partitions this broker leads whose ISR is smaller than their replica set "

@@ -29,18 +29,20 @@ import logging
 import math
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from odradek.broker import apis  # noqa: F401  (registers every handler)
 from odradek.broker.acceptor import READ_AHEAD_BYTES, Acceptor, FrameReader, start_acceptor
 from odradek.broker.budget import ByteBudget
-from odradek.broker.config import BrokerConfig, ConfigError
+from odradek.broker.config import BrokerConfig, topic_config_value, topic_default
 from odradek.broker.connection_quotas import ConnectionQuotas
 from odradek.broker.context import CloseConnection, RequestContext
+from odradek.broker.control_plane import ControlPlane
 from odradek.broker.fetch_sessions import FetchSessionCache
 from odradek.broker.group_runtime import GroupCoordinatorRuntime
+from odradek.broker.lone_node import LoneNode
 from odradek.broker.metrics import BrokerMetrics
 from odradek.broker.registry import REGISTRY, advertised
 from odradek.broker.security.listeners import Listener, parse_listeners
@@ -59,16 +61,15 @@ from odradek.protocol.codec import (
     parse_request_header,
     response_type,
 )
+from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fetch import EncodedResponse
 from odradek.protocol.framing import FrameError, frame_size
 from odradek.ratelog import RateLimitedLog
-
-if TYPE_CHECKING:
-    from odradek.cluster.node import ClusterNode
+from odradek.replication.replica import Replica, ReplicaManager
 
 log = logging.getLogger("odradek.broker")
 
-UNSUPPORTED_VERSION = 35
+ControlPlaneFactory = Callable[["Broker"], ControlPlane]
 LISTEN_BACKLOG = 512
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
 # Responses with more top-level entries than this are encoded off the event loop.
@@ -93,18 +94,6 @@ def _entries(response: Any) -> int:
     )
 
 
-def _cluster_node_class() -> type[ClusterNode]:
-    """Cluster mode's ClusterNode; a ConfigError when the `cluster` extra is missing."""
-    try:
-        from odradek.cluster.node import ClusterNode
-    except ImportError as exc:  # aetcd is the optional `cluster` extra
-        raise ConfigError(
-            f"etcd.endpoints needs the cluster extra ({exc.name} is missing): "
-            "pip install 'odradek[cluster]'"
-        ) from None
-    return ClusterNode
-
-
 def routable_host(listen_host: str) -> str:
     """The host to advertise for a listener: a wildcard bind advertises the host's name.
 
@@ -120,7 +109,11 @@ __all__ = ["Broker", "CloseConnection", "run_broker"]
 
 
 class Broker:
-    """One Odradek node: its topics, settings and listener."""
+    """One Odradek node: its topics, replicas, coordinators, settings and listeners.
+
+    ``control_plane`` builds what decides what brokers share: by default the node's
+    own (`LoneNode`); `odradek.wiring.new_broker` gives a cluster member etcd's.
+    """
 
     def __init__(
         self,
@@ -134,9 +127,9 @@ class Broker:
         metrics_address: tuple[str, int] | None = None,
         listeners: list[Listener] | None = None,
         metrics_token: str | None = None,
+        control_plane: ControlPlaneFactory = LoneNode,
     ) -> None:
         self.config = config or BrokerConfig()
-        node_class = _cluster_node_class() if self.config.cluster_mode else None  # checked first
         # The `listeners` setting, else one PLAINTEXT listener at host:port (`--listen`).
         self.listeners = listeners or parse_listeners(
             self.config,
@@ -152,7 +145,7 @@ class Broker:
         # Locks the data directory first (DirectoryInUseError if another broker has it).
         self.topics = TopicManager(data_dir, self.config)
         try:
-            self._assemble(self.topics.data_dir, node_class, metrics_address, metrics_token)
+            self._assemble(self.topics.data_dir, control_plane, metrics_address, metrics_token)
         except BaseException:
             self.topics.close()  # gives the directory back
             raise
@@ -160,7 +153,7 @@ class Broker:
     def _assemble(
         self,
         data_dir: Path,
-        node_class: type[ClusterNode] | None,
+        control_plane: ControlPlaneFactory,
         metrics_address: tuple[str, int] | None,
         metrics_token: str | None,
     ) -> None:
@@ -171,14 +164,20 @@ class Broker:
             int(self.config["max.incremental.fetch.session.cache.slots"]),
             max_partitions=int(self.config["fetch.session.cache.max.partitions"]),
         )
-        # Cluster mode (etcd.endpoints set): membership, replication and leadership.
-        self.cluster: ClusterNode | None = None
-        if node_class is not None:
-            self.cluster = node_class(self)
-            self.topics.cluster = self.cluster
-        self.groups = GroupCoordinatorRuntime(self.topics, self.config)
+        # Every partition held here has a replica: its role, leader epoch and high
+        # watermark, whatever the control plane that gives it its role.
+        self.replicas = ReplicaManager(
+            self.node_id,
+            min_insync=self._min_insync,
+            lag_time_max_s=int(self.config["replica.lag.time.max.ms"]) / 1000,
+            propose_isr=self._propose_isr,
+            wake=self.notify_append,
+        )
+        self.control: ControlPlane = control_plane(self)
+        self.topics.control = self.control
+        self.groups = GroupCoordinatorRuntime(self.topics, self.config, self.replicas, self.control)
         self.txns = TransactionCoordinatorRuntime(
-            self.topics, self.config, self.groups, self.notify_append
+            self.topics, self.config, self.replicas, self.control, self.groups
         )
         self.metrics_address = metrics_address
         self.metrics_token = metrics_token
@@ -198,9 +197,18 @@ class Broker:
 
     @property
     def cluster_id(self) -> str:
-        if self.cluster is not None:
-            return self.cluster.cluster_id
-        return self.topics.cluster_id
+        return self.control.cluster_id
+
+    def _min_insync(self, topic: str) -> int:
+        """min.insync.replicas of a topic: its override, else the broker's default."""
+        local = self.topics.get(topic)
+        raw = local.configs.get("min.insync.replicas") if local is not None else None
+        if raw is None:
+            return int(topic_default("min.insync.replicas", self.config))
+        return int(topic_config_value("min.insync.replicas", raw))
+
+    def _propose_isr(self, replica: Replica, isr: tuple[int, ...]) -> None:
+        self.control.propose_isr(replica, isr)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -230,8 +238,7 @@ class Broker:
                     listener.advertised_port = listener.port
         first = self.listeners[0]
         self.port, self.advertised_port = first.port, first.advertised_port
-        if self.cluster is not None:
-            await self.cluster.start()  # registers the advertised address: after binding
+        await self.control.start()  # a cluster member registers its address: after binding
         self.groups.start()
         self.txns.start()
         self._housekeeping = asyncio.create_task(self._run_housekeeping())
@@ -247,8 +254,7 @@ class Broker:
         self._started = True
 
     async def stop(self) -> None:
-        if self.cluster is not None:
-            await self.cluster.stop()  # leave first: others take over the partitions at once
+        await self.control.stop()  # leave first: others take over the partitions at once
         for server in self._servers:
             server.close()
             await server.wait_closed()
@@ -599,7 +605,7 @@ class Broker:
         body = build(
             response_type(ApiKey.API_VERSIONS, 0),
             {
-                "error_code": UNSUPPORTED_VERSION,
+                "error_code": ErrorCode.UNSUPPORTED_VERSION,
                 "api_keys": [
                     {"api_key": k, "min_version": lo, "max_version": hi}
                     for k, lo, hi in advertised()

@@ -65,6 +65,7 @@ from odradek.log.dir_move import (
     MoveCancelled,
     pick_copies,
 )
+from odradek.protocol.errors import ErrorCode
 from odradek.ratelog import RateLimitedLog
 
 log = logging.getLogger("odradek.topics")
@@ -79,9 +80,6 @@ LEGACY_GROUP_EVENTS_TOPIC = "__odradek_group_events"
 INTERNAL_TOPICS = frozenset(
     {"__consumer_offsets", LEGACY_GROUP_EVENTS_TOPIC, "__transaction_state"}
 )
-INVALID_CONFIG = 40
-POLICY_VIOLATION = 44
-# Configs of internal topics a client may change: housekeeping that changes neither what
 # the coordinator can append nor what it keeps. Anything else (cleanup.policy,
 # max.message.bytes, retention, timestamps, compression) could lose offsets or fail every
 # commit, so it is refused with POLICY_VIOLATION, the code of a broker policy refusal.
@@ -110,12 +108,6 @@ PRODUCER_ID_BLOCK = 1000
 MAX_PARTITIONS = 100_000  # keeps `<249-char name>-<index>` within a 255-byte file name
 MAX_FILE_NAME = 255
 CLOSE_THREADS = 8
-UNKNOWN_TOPIC_OR_PARTITION = 3
-REPLICA_NOT_AVAILABLE = 9
-TOPIC_ALREADY_EXISTS = 36
-KAFKA_STORAGE_ERROR = 56
-LOG_DIR_NOT_FOUND = 57
-# I/O errors that say a log directory itself is broken (not a full disk, not the
 # process out of descriptors): the directory is marked failed (odradek.broker.log_dirs).
 DIR_FAILURE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.ENODEV, errno.ENXIO})
 
@@ -169,18 +161,70 @@ class NewTopic:
     assignments: dict[int, tuple[int, ...]] | None = None
 
 
-class ClusterTopics(Protocol):
-    """Where topics are created and deleted in cluster mode (odradek.cluster.node)."""
+class TopicControl(Protocol):
+    """Who decides which topics exist (the broker's control plane: `control_plane.py`):
+    a lone node here, on its own disk (`lone_node.py`, through the ``*_here`` methods
+    below); a cluster member in etcd, every broker then opening or dropping the topic
+    from the watch (`adopt`, `forget`)."""
 
     async def create_topics(
         self, wanted: list[NewTopic], *, existing_ok: bool = False
-    ) -> list[Topic | TopicError]: ...
+    ) -> list[Topic | TopicError]:
+        """Create topics; ``existing_ok`` (auto-creation): one that exists already, or
+        that someone creates meanwhile, is returned instead of refused."""
+        ...
 
     async def delete_topics(self, names: list[str]) -> dict[str, TopicError | None]: ...
 
     def next_producer_id(self) -> int: ...
 
     async def add_partitions(self, name: str, total: int) -> None: ...
+
+    def placement_error(self, wanted: NewTopic) -> TopicError | None:
+        """Why the topic's replicas cannot be placed as asked (checked before anything
+        is written, for validate_only too), or None."""
+        ...
+
+
+class LocalTopics:
+    """Topic decisions made here, on this node's disk: a lone node's (`LoneNode` is one),
+    and a TopicManager's own until a broker gives it its control plane."""
+
+    def __init__(self, topics: TopicManager) -> None:
+        self.topics = topics
+        self.node_id = int(topics.config["node.id"])
+
+    async def create_topics(
+        self, wanted: list[NewTopic], *, existing_ok: bool = False
+    ) -> list[Topic | TopicError]:
+        # Auto-creation of a topic another request is creating waits in TopicManager.
+        return await self.topics.create_here(wanted)
+
+    async def delete_topics(self, names: list[str]) -> dict[str, TopicError | None]:
+        return await self.topics.delete_here(names)
+
+    async def add_partitions(self, name: str, total: int) -> None:
+        await self.topics.add_partitions_here(name, total)
+
+    def next_producer_id(self) -> int:
+        return self.topics.next_local_producer_id()
+
+    def placement_error(self, wanted: NewTopic) -> TopicError | None:
+        """One node holds one replica of each partition."""
+        if wanted.replication_factor not in (-1, 1):
+            return TopicError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor {wanted.replication_factor} is larger than the 1 available"
+                " broker",
+            )
+        if wanted.assignments is not None and any(
+            replicas != (self.node_id,) for replicas in wanted.assignments.values()
+        ):
+            return TopicError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"replicas must be [{self.node_id}] on a single node",
+            )
+        return None
 
 
 def deletion_dir_name(partition_dir: str, topic_id: uuid.UUID) -> str:
@@ -251,9 +295,9 @@ class TopicManager:
         # take minutes and must not hold up topic creation).
         self._mover = ThreadPoolExecutor(max_workers=1, thread_name_prefix="odradek-dir-move")
         self.moves: dict[tuple[str, int], ReplicaMove] = {}
-        # Cluster mode: topics are created and deleted in etcd (odradek.cluster.node), and
-        # every broker mirrors them here (`adopt`, `forget`); None on a single node.
-        self.cluster: ClusterTopics | None = None
+        # Who decides which topics exist: this node alone, until the broker hands over
+        # its control plane (built after this manager, which it needs).
+        self.control: TopicControl = LocalTopics(self)
         self._load_topics()
         # Written once the directories are known good: the ones seen, for the next start.
         self._meta["log_dirs"] = {
@@ -299,8 +343,12 @@ class TopicManager:
         write_json_atomically(self._meta_path, self._meta)
 
     def allocate_producer_id(self) -> int:
-        if self.cluster is not None:
-            return self.cluster.next_producer_id()  # blocks reserved in etcd
+        """A producer id from the control plane's blocks (a lone node's are in meta.json,
+        a cluster's reserved in etcd)."""
+        return self.control.next_producer_id()
+
+    def next_local_producer_id(self) -> int:
+        """A producer id from the blocks this node reserves on its own disk."""
         if self._next_producer_id >= self._meta["producer_id_block"]:
             self._reserve_producer_ids()
         pid = self._next_producer_id
@@ -463,7 +511,7 @@ class TopicManager:
             clean = validate_topic_configs(configs, self.config, internal=internal)
             self._build_log_config(resolve_topic_configs(clean, self.config, internal=internal))
         except (ConfigError, ValueError) as exc:
-            raise TopicError(INVALID_CONFIG, str(exc)) from None
+            raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         return clean
 
     def get(self, name: str) -> Topic | None:
@@ -481,7 +529,9 @@ class TopicManager:
         """Validate a creation (on the event loop, cheap); the topic and its partition count."""
         validate_topic_name(wanted.name)
         if wanted.name in self.topics or wanted.name in self._pending:
-            raise TopicError(TOPIC_ALREADY_EXISTS, f"topic {wanted.name!r} already exists")
+            raise TopicError(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {wanted.name!r} already exists"
+            )
         num_partitions = wanted.num_partitions
         if num_partitions == -1:
             num_partitions = int(self.config["num.partitions"])
@@ -489,12 +539,9 @@ class TopicManager:
             raise TopicError(37, f"number of partitions must be at least 1, got {num_partitions}")
         if num_partitions > MAX_PARTITIONS:
             raise TopicError(37, f"{num_partitions} partitions is more than one node should hold")
-        if self.cluster is None and wanted.replication_factor not in (-1, 1):
-            raise TopicError(
-                38,  # INVALID_REPLICATION_FACTOR
-                f"replication factor {wanted.replication_factor} is larger than the 1 available"
-                " broker",
-            )
+        refused = self.control.placement_error(wanted)
+        if refused is not None:
+            raise refused
         clean = self.validate_configs(dict(wanted.configs), internal=wanted.internal_configs)
         return Topic(wanted.name, uuid.uuid4(), clean), num_partitions
 
@@ -529,7 +576,7 @@ class TopicManager:
                 "create", logging.ERROR, "cannot create partitions of %s: %s", topic.name, exc
             )
             raise TopicError(
-                KAFKA_STORAGE_ERROR, f"cannot create partitions of {topic.name!r}: {exc}"
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create partitions of {topic.name!r}: {exc}"
             ) from exc
         return opened
 
@@ -582,7 +629,9 @@ class TopicManager:
             storage_failures.log("create", logging.ERROR, "cannot record new topics: %s", exc)
             for _, logs in created:
                 self._discard(logs)
-            failure = TopicError(KAFKA_STORAGE_ERROR, f"cannot record the new topic: {exc}")
+            failure = TopicError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot record the new topic: {exc}"
+            )
             return [r if isinstance(r, TopicError) else failure for r in results]
         return results
 
@@ -618,7 +667,12 @@ class TopicManager:
         return self._install(*result)
 
     async def create_topics(self, wanted: list[NewTopic]) -> list[Topic | TopicError]:
-        """Create topics; the file work runs in the worker thread, one fsync for them all.
+        """Create topics, as the control plane decides."""
+        return await self.control.create_topics(wanted)
+
+    async def create_here(self, wanted: list[NewTopic]) -> list[Topic | TopicError]:
+        """Create topics on this node (a lone node's decision); the file work runs in the
+        worker thread, one fsync for them all.
 
         The result is installed by a callback when the worker finishes, so a request
         cancelled meanwhile (its connection closed) cannot leave a journaled topic
@@ -627,8 +681,6 @@ class TopicManager:
         results: list[Topic | TopicError] = []
         batch: list[tuple[Topic, int]] = []
         loop = asyncio.get_running_loop()
-        if self.cluster is not None:
-            return await self.cluster.create_topics(wanted)
         for request in wanted:
             try:
                 prepared = self.prepare(request)
@@ -650,9 +702,9 @@ class TopicManager:
         if work.cancelled() or work.exception() is not None:
             reason = "cancelled" if work.cancelled() else repr(work.exception())
             log.error("topic creation failed: %s", reason)
-            done: list[Any] = [TopicError(KAFKA_STORAGE_ERROR, f"creation failed: {reason}")] * len(
-                batch
-            )
+            done: list[Any] = [
+                TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"creation failed: {reason}")
+            ] * len(batch)
         else:
             done = work.result()
         for (topic, _), result in zip(batch, done, strict=True):
@@ -672,14 +724,13 @@ class TopicManager:
                 waits[name] = self._pending[name]
             else:
                 missing.append(name)
-        if self.cluster is not None and missing:
+        created: list[Topic | TopicError] = []
+        if missing:
             # Another broker may have created it a moment ago: wait for it here instead
             # of answering TOPIC_ALREADY_EXISTS to a client that only wanted to use it.
-            created = await self.cluster.create_topics(
+            created = await self.control.create_topics(
                 [NewTopic(n) for n in missing], existing_ok=True
             )
-        else:
-            created = await self.create_topics([NewTopic(n) for n in missing]) if missing else []
         found.update(zip(missing, created, strict=True))
         for name, future in waits.items():
             found[name] = await asyncio.shield(future)
@@ -700,11 +751,9 @@ class TopicManager:
         the topic is untouched (KAFKA_STORAGE_ERROR). Its directories are renamed
         to `*-delete` names and removed; what a crash leaves is cleaned at start-up.
         """
-        if self.cluster is not None:
-            return await self.cluster.delete_topics(names)
-        return await self._delete_here(names)
+        return await self.control.delete_topics(names)
 
-    async def _delete_here(
+    async def delete_here(
         self, names: list[str], *, internal_too: bool = False
     ) -> dict[str, TopicError | None]:
         outcome: dict[str, TopicError | None] = {}
@@ -713,7 +762,7 @@ class TopicManager:
             topic = self.topics.get(name)
             if topic is None or name in self._deleting:
                 outcome[name] = TopicError(
-                    UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
                 )
             elif topic.internal and not internal_too:
                 outcome[name] = TopicError(42, f"internal topic {name!r} cannot be deleted")
@@ -735,7 +784,9 @@ class TopicManager:
             outcome[topic.name] = (
                 None
                 if failure is None
-                else TopicError(KAFKA_STORAGE_ERROR, f"cannot delete {topic.name!r}: {failure}")
+                else TopicError(
+                    ErrorCode.KAFKA_STORAGE_ERROR, f"cannot delete {topic.name!r}: {failure}"
+                )
             )
         return outcome
 
@@ -804,9 +855,9 @@ class TopicManager:
 
     async def forget(self, name: str) -> None:
         """Drop a topic etcd no longer has (internal ones too), files and all."""
-        outcome = await self._delete_here([name], internal_too=True)
+        outcome = await self.delete_here([name], internal_too=True)
         failure = outcome.get(name)
-        if failure is not None and failure.error_code != UNKNOWN_TOPIC_OR_PARTITION:
+        if failure is not None and failure.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             raise failure
 
     def take_configs(self, name: str, stored: dict[str, str]) -> None:
@@ -834,12 +885,13 @@ class TopicManager:
     async def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
         topic = self.topics.get(name)
         if topic is None or name in self._deleting:
-            raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         if topic.internal:
             # Group routing is hash % partition count: more partitions would move every
             # group's coordinator state out of reach after the next restart.
             raise TopicError(
-                POLICY_VIOLATION, f"the partition count of internal topic {name!r} is fixed"
+                ErrorCode.POLICY_VIOLATION,
+                f"the partition count of internal topic {name!r} is fixed",
             )
         current = len(topic.partitions)
         if total <= current:
@@ -851,9 +903,12 @@ class TopicManager:
             raise TopicError(37, f"{total} partitions is more than one node should hold")
         if validate_only or name in self._pending:
             return
-        if self.cluster is not None:  # placed and stored in etcd; the watch opens them here
-            await self.cluster.add_partitions(name, total)
-            return
+        await self.control.add_partitions(name, total)
+
+    async def add_partitions_here(self, name: str, total: int) -> None:
+        """Open a topic's new partitions on this node (a lone node's decision)."""
+        topic = self.topics[name]
+        current = len(topic.partitions)
         loop = asyncio.get_running_loop()
         self._pending[name] = loop.create_future()
         work = loop.run_in_executor(
@@ -863,7 +918,9 @@ class TopicManager:
         def finish(work: asyncio.Future[list[PartitionLog]]) -> None:
             pending = self._pending.pop(name)
             if work.cancelled() or work.exception() is not None:
-                pending.set_result(TopicError(KAFKA_STORAGE_ERROR, "adding partitions failed"))
+                pending.set_result(
+                    TopicError(ErrorCode.KAFKA_STORAGE_ERROR, "adding partitions failed")
+                )
                 return
             topic.partitions.extend(work.result())
             log.info("topic %s now has %d partitions", name, total)
@@ -876,7 +933,9 @@ class TopicManager:
         except TopicError:
             raise
         except Exception as exc:
-            raise TopicError(KAFKA_STORAGE_ERROR, f"adding partitions failed: {exc}") from exc
+            raise TopicError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"adding partitions failed: {exc}"
+            ) from exc
 
     def _open_and_record_partitions(
         self, topic: Topic, current: int, total: int
@@ -886,7 +945,9 @@ class TopicManager:
             self.store.commit([{"op": "partitions", "name": topic.name, "partitions": total}])
         except OSError as exc:
             self._discard(logs)
-            raise TopicError(KAFKA_STORAGE_ERROR, f"cannot record new partitions: {exc}") from exc
+            raise TopicError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot record new partitions: {exc}"
+            ) from exc
         return logs
 
     def alter_configs(
@@ -903,7 +964,7 @@ class TopicManager:
         INTERNAL_TOPIC_ALTERABLE_CONFIGS change."""
         topic = self.topics.get(name)
         if topic is None:
-            raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         updated = dict(topic.configs) if incremental else {}
         for key, value in configs.items():
             if value is None:
@@ -912,7 +973,7 @@ class TopicManager:
                 try:  # what a client sends gets Kafka's full checks, even on internal topics
                     topic_config_value(key, value)
                 except ConfigError as exc:
-                    raise TopicError(INVALID_CONFIG, str(exc)) from None
+                    raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
                 updated[key] = value
         clean = self.validate_configs(updated, internal=topic.internal)
         if topic.internal:
@@ -922,7 +983,9 @@ class TopicManager:
         try:
             self.apply_configs(topic, clean)
         except OSError as exc:
-            raise TopicError(KAFKA_STORAGE_ERROR, f"cannot record configs: {exc}") from exc
+            raise TopicError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot record configs: {exc}"
+            ) from exc
         return clean
 
     @staticmethod
@@ -936,7 +999,7 @@ class TopicManager:
         refused = sorted(changed - allowed)
         if refused:
             raise TopicError(
-                POLICY_VIOLATION,
+                ErrorCode.POLICY_VIOLATION,
                 f"configs {', '.join(refused)} of internal topic {topic.name!r} cannot be "
                 f"changed; these can: {', '.join(sorted(allowed))}",
             )
@@ -979,12 +1042,12 @@ class TopicManager:
         """
         target = self.log_dirs.find(path)
         if target is None:
-            return LOG_DIR_NOT_FOUND
+            return ErrorCode.LOG_DIR_NOT_FOUND
         if not target.online:
-            return KAFKA_STORAGE_ERROR
+            return ErrorCode.KAFKA_STORAGE_ERROR
         plog = self.partition(topic, index)
         if plog is None or topic in self._deleting:
-            return REPLICA_NOT_AVAILABLE
+            return ErrorCode.REPLICA_NOT_AVAILABLE
         key = (topic, index)
         current = self.moves.get(key)
         if current is not None:
@@ -993,7 +1056,7 @@ class TopicManager:
             current.mover.cancel()
             await asyncio.shield(current.finished)
             if self.partition(topic, index) is not plog:
-                return REPLICA_NOT_AVAILABLE
+                return ErrorCode.REPLICA_NOT_AVAILABLE
         if plog.directory.parent == target.path:
             return 0
         loop = asyncio.get_running_loop()

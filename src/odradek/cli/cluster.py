@@ -1,7 +1,7 @@
 """`odradek cluster up|down|status`: a development cluster on loopback, and a view of any
 cluster's metadata in etcd.
 
-``up`` and ``down`` drive `odradek.cluster.launcher` (etcd and N brokers as detached
+``up`` and ``down`` drive `odradek.devcluster.launcher` (etcd and N brokers as detached
 processes under one data dir); ``status`` reads etcd directly through
 `EtcdMetadataStore`, so it works while brokers are down, and for a cluster that
 ``up`` did not start (give ``--etcd``).
@@ -21,14 +21,14 @@ from odradek.cli.common import Failed, _reason, add_format_option, key_value, po
 from odradek.cli.errors import CliError
 
 if TYPE_CHECKING:
-    from odradek.cluster.launcher import LocalCluster
-    from odradek.cluster.model import ClusterMetadata, RegistrationLease
+    from odradek.devcluster.launcher import LocalCluster
+    from odradek.replication.model import ClusterMetadata, RegistrationLease
 
 DEFAULT_STATUS_TIMEOUT_S = 10.0
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from odradek.cluster.launcher import (
+    from odradek.devcluster.launcher import (
         DEFAULT_BROKERS,
         DEFAULT_START_TIMEOUT_S,
         DEFAULT_STOP_TIMEOUT_S,
@@ -193,8 +193,8 @@ def _rack_count(text: str) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from odradek.cluster.etcd_server import EtcdStartError, find_etcd_binary
-    from odradek.cluster.launcher import ClusterError, LocalCluster, NotServingError
+    from odradek.devcluster.etcd_server import EtcdStartError, find_etcd_binary
+    from odradek.devcluster.launcher import ClusterError, LocalCluster, NotServingError
 
     settings = _checked_settings(args.set) if args.set is not None else None
     try:  # before anything is written: the brokers need aetcd, and etcd its binary
@@ -276,7 +276,7 @@ def _checked_settings(pairs: list[tuple[str, str]]) -> dict[str, str]:
 
 
 def run_down(args: argparse.Namespace) -> int:
-    from odradek.cluster.launcher import ClusterError, LocalCluster
+    from odradek.devcluster.launcher import ClusterError, LocalCluster
 
     try:
         cluster = LocalCluster.open(args.data_dir)
@@ -344,7 +344,7 @@ class BrokerRow:
 def run_status(args: argparse.Namespace) -> int:
     from odradek.broker.topics import INTERNAL_TOPICS
     from odradek.cli.serve import parse_address
-    from odradek.cluster.launcher import DEFAULT_CLUSTER_NAME, ClusterError, LocalCluster
+    from odradek.devcluster.launcher import DEFAULT_CLUSTER_NAME, ClusterError, LocalCluster
 
     try:
         extras.require("cluster", "cluster status")

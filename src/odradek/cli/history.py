@@ -25,8 +25,9 @@ from odradek.cli.common import (
     describe_error,
 )
 from odradek.coordinator.history import GroupHistoryReader, member_count
-from odradek.coordinator.routing import OFFSETS_TOPIC, partition_for
+from odradek.coordinator.routing import partition_for
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.internal_topics import OFFSETS_TOPIC
 
 STATE_TRANSITION = "state_transition"
 REBALANCE_COMPLETED = "rebalance_completed"

@@ -266,10 +266,11 @@ def run(args: argparse.Namespace) -> int:
     from odradek.broker.config import ConfigError
     from odradek.broker.log_dirs import LogDirError
     from odradek.broker.security.credentials import parse_add_scram
-    from odradek.broker.server import WILDCARD_HOSTS, Broker, run_broker
+    from odradek.broker.server import WILDCARD_HOSTS, run_broker
     from odradek.cli.common import Failed
     from odradek.log.dir_lock import DirectoryInUseError
     from odradek.protocol.scram import ScramError
+    from odradek.wiring import new_broker
 
     logging.basicConfig(
         level=args.log_level,
@@ -300,7 +301,7 @@ def run(args: argparse.Namespace) -> int:
     console_at, console_users = _console(args)
     tune_allocator()
     try:
-        broker = Broker(
+        broker = new_broker(
             data_dirs,
             config,
             host=host,

@@ -1,30 +1,26 @@
-"""Cluster mode: replicated partitions and failover, metadata on etcd (issue 15).
+"""Cluster mode's etcd shell: a broker's membership in a cluster, metadata on etcd
+(issue 15).
 
-Only a broker with ``etcd.endpoints`` uses it; `odradek serve` without etcd is the
-single embedded node, unchanged. The design is in docs/cluster.md. Modules:
+Only a broker with ``etcd.endpoints`` uses it, wired in by `odradek.wiring` as the
+broker's control plane; the broker never imports it. The design is in
+docs/cluster.md. It stands on the broker and the replica layer
+(`odradek.replication`: roles, high watermark, ISR, the controller's decisions, the
+metadata's values), which hold every rule a lone node follows too. Modules:
 
-* `odradek.cluster.node` is one broker's membership: its etcd session, its view of
-  the metadata (one ordered watch), its roles, topic creation, coordinators that
-  follow leadership, markers sent to partition leaders.
-* `odradek.cluster.replication` is the leader/follower side of each partition:
-  the high watermark, the ISR (shrink/expand by CAS), acks=all.
+* `odradek.cluster.node` is one broker's membership (`ClusterNode`, the control
+  plane): its etcd session, its view of the metadata (one ordered watch), the roles
+  that view gives the broker's replicas, topics created and deleted in etcd,
+  markers sent to partition leaders, what Metadata and FindCoordinator describe.
 * `odradek.cluster.fetcher` is the followers' fetching from leaders (Fetch with a
-  replica id, OffsetForLeaderEpoch truncation).
+  replica id, OffsetForLeaderEpoch, truncation where the replica layer says).
 * `odradek.cluster.controller` is the controller loop (elections, completing
-  reassignments), deciding with `decisions`.
+  reassignments), deciding with `odradek.replication.decisions`.
+* `odradek.cluster.metadata` is the typed store every broker uses
+  (`EtcdMetadataStore`, `LeaseKeeper`, `KeyLayout`), over the values of
+  `odradek.replication.model`.
 
-* `odradek.cluster.etcd_server` starts and stops one local etcd (tests, and
-  ``odradek cluster up``).
-* `odradek.cluster.launcher` runs a development cluster on loopback (etcd and N
-  brokers as detached processes, state in ``DIR/cluster.json``): what
-  ``odradek cluster up|down`` and the fault-injection tests drive.
-* `odradek.cluster.model` holds the values (broker, controller, topic, partition
-  state), the watch events and the errors.
-* `odradek.cluster.metadata` is the typed store every broker will use
-  (`EtcdMetadataStore`, `LeaseKeeper`, `KeyLayout`).
-* `odradek.cluster.decisions` is what the controller decides, as pure functions
-  (replica assignment, leader election, ISR-change validation, reassignment):
-  no I/O, clock or randomness, so a new controller decides exactly as the old one.
+The development cluster (a local etcd and N brokers as processes) is
+`odradek.devcluster`, outside the runtime.
 
 Why etcd
 --------
@@ -75,8 +71,8 @@ controller makes carry its `ControllerClaim` (the ``create_revision`` of its
 ``/controller`` key) as a further compare, so a controller whose lease ended is
 fenced even if it has not noticed yet (`NotControllerError`).
 
-How the broker uses this store (node.py, controller.py, replication.py)
------------------------------------------------------------------------
+How the broker uses this store (node.py, controller.py, replication/replica.py)
+--------------------------------------------------------------------------------
 * **Broker start-up**: grant a lease (TTL about ``broker.session.timeout.ms``),
   `register_broker`, then `try_become_controller`. Every broker loads `cluster()`
   (everything at one revision) and follows `watch_cluster` from
@@ -94,7 +90,7 @@ How the broker uses this store (node.py, controller.py, replication.py)
   broker led (``leader_epoch + 1``) via `update_partition`; on a returning broker,
   preferred-leader election and reassignment are more `update_partition` calls
   (reassignment: see below). Every one of these choices is a function of
-  `odradek.cluster.decisions`; the controller only reads, decides and writes.
+  `odradek.replication.decisions`; the controller only reads, decides and writes.
 * **ISR changes**: the partition leader, not the controller, shrinks/expands the
   ISR (Kafka's AlterPartition) with `update_partition` against the state it last
   saw; a CAS failure means the controller changed leadership meanwhile, and the

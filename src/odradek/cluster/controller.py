@@ -1,9 +1,10 @@
 """The controller: the one broker (elected through etcd) that changes leadership.
 
-It acts on the view its `ClusterNode` keeps, whenever that view changes (a broker
-registered or its lease ended, a partition state changed) and once when elected:
+It acts on the view its broker's `ClusterNode` keeps (a `ClusterView` here), whenever
+that view changes (a broker registered or its lease ended, a partition state changed)
+and once when elected:
 `reconcile` brings every partition in line with the live brokers, with the rules
-of `odradek.cluster.decisions` (Kafka's): a dead broker leaves the ISR (never the
+of `odradek.replication.decisions` (Kafka's): a dead broker leaves the ISR (never the
 last member); a dead leader is replaced by the first live ISR member in
 assignment order, with the leader epoch incremented; with none, the partition is
 offline until an ISR member returns (or, with ``unclean.leader.election.enable``,
@@ -21,34 +22,54 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
-from odradek.cluster.decisions import (
+from odradek.replication.decisions import (
     ConcurrentChange,
     Reassignment,
     partition_after_broker_loss,
     partition_after_broker_return,
     reassignment_progress,
 )
-from odradek.cluster.model import (
+from odradek.replication.model import (
+    BrokerInfo,
     ControllerClaim,
     NotControllerError,
     PartitionState,
+    TopicAssignment,
     VersionedPartitionState,
 )
 
 if TYPE_CHECKING:
-    from odradek.cluster.node import ClusterNode
+    from odradek.cluster.metadata import EtcdMetadataStore
 
 log = logging.getLogger("odradek.controller")
 
 RETRY_S = 0.5
 
 
+class ClusterView(Protocol):
+    """What the controller reads and writes through its broker's membership
+    (`odradek.cluster.node.ClusterNode`, which starts it: not imported back)."""
+
+    store: EtcdMetadataStore
+    brokers: dict[int, BrokerInfo]
+    assignments: dict[str, TopicAssignment]
+    states: dict[tuple[str, int], VersionedPartitionState]
+
+    def replicas_of(self, topic: str, partition: int) -> tuple[int, ...]: ...
+
+    def unclean_for(self, topic: str) -> bool: ...
+
+    def reassignments(self) -> dict[tuple[str, int], Reassignment]: ...
+
+    async def write_assignment(self, assignment: TopicAssignment, **options: Any) -> None: ...
+
+
 class Controller:
     """Runs on the broker holding `claim`, until stopped or deposed."""
 
-    def __init__(self, node: ClusterNode, claim: ControllerClaim) -> None:
+    def __init__(self, node: ClusterView, claim: ControllerClaim) -> None:
         self.node = node
         self.claim = claim
         self._dirty = asyncio.Event()

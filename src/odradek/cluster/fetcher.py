@@ -8,7 +8,9 @@ new leader epoch the follower asks the leader where its own latest epoch ends
 leader wrote that the new leader never had. Fetched batches are appended as they
 are (offsets, epochs and producer ids kept: `PartitionLog.append_as_follower`), so
 idempotent producer state replicates with the log; the follower's high watermark
-is ``min(leader's, own log end)``.
+is ``min(leader's, own log end)``. Where to truncate is the replica layer's pure rule
+(`odradek.replication.truncation`); the cut itself runs in a worker thread
+(`ReplicaManager.truncate`), awaited before the next fetch of that partition.
 """
 
 from __future__ import annotations
@@ -21,17 +23,17 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from odradek.cluster.replication import Replica, ReplicaManager, Role
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import RequestHeader, build, decode_response, encode_request
+from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fetch import encode_fetch_request, parse_fetch_response
+from odradek.replication.replica import Replica, ReplicaManager, Role
+from odradek.replication.truncation import divergence_offset
 
 log = logging.getLogger("odradek.replication")
 
 FETCH_VERSION = 12  # replica id in the body (v15 moved it to ReplicaState)
 EPOCH_VERSION = 3  # OffsetForLeaderEpoch with replica id
-OFFSET_OUT_OF_RANGE = 1
-UNDEFINED_EPOCH = -1
 RETRY_BACKOFF_S = 0.2
 _SIZE = struct.Struct(">i")
 
@@ -216,34 +218,31 @@ class ReplicaFetcher:
             if replica.leader != self.leader_id or replica.leader_epoch != asked_in_epoch:
                 continue  # leadership moved meanwhile: the new leader is asked next round
             answer = answers.get((replica.topic, replica.partition))
-            if answer is None or answer.error_code != 0:
+            if answer is None or answer.error_code != ErrorCode.NONE:
                 continue  # asked again next round (the leader may not know its role yet)
             plog = replica.plog
-            if plog.latest_epoch == UNDEFINED_EPOCH:
-                pass  # nothing of ours carries an epoch: nothing can diverge
-            elif answer.leader_epoch == UNDEFINED_EPOCH or answer.end_offset < 0:
-                # The leader has nothing of our epoch: keep only what is surely committed.
-                self._truncate(replica, min(replica.high_watermark, plog.end_offset))
-            elif answer.end_offset < plog.end_offset:
-                self._truncate(replica, answer.end_offset)
-            replica.truncation_checked_epoch = replica.leader_epoch
-
-    def _truncate(self, replica: Replica, offset: int) -> None:
-        plog = replica.plog
-        offset = max(offset, plog.start_offset)
-        if offset >= plog.end_offset:
-            return
-        log.warning(
-            "%s-%d: truncating from %d to %d: the log diverged from leader %d (epoch %d)",
-            replica.topic,
-            replica.partition,
-            plog.end_offset,
-            offset,
-            self.leader_id,
-            replica.leader_epoch,
-        )
-        plog.truncate_to(offset)
-        replica.high_watermark = min(replica.high_watermark, plog.end_offset)
+            cut = divergence_offset(
+                latest_epoch=plog.latest_epoch,
+                log_start=plog.start_offset,
+                log_end=plog.end_offset,
+                high_watermark=replica.high_watermark,
+                leader_epoch=answer.leader_epoch,
+                leader_end_offset=answer.end_offset,
+            )
+            if cut is not None:
+                log.warning(
+                    "%s-%d: truncating from %d to %d: the log diverged from leader %d (epoch %d)",
+                    replica.topic,
+                    replica.partition,
+                    plog.end_offset,
+                    cut,
+                    self.leader_id,
+                    replica.leader_epoch,
+                )
+                await self.manager.truncate(replica, cut)
+                if replica.leader != self.leader_id or replica.leader_epoch != asked_in_epoch:
+                    continue  # leadership moved while the cut ran: check again
+            replica.truncation_checked_epoch = asked_in_epoch
 
     async def _fetch_once(self, connection: LeaderConnection, replicas: list[Replica]) -> None:
         ready = [r for r in replicas if r.truncation_checked_epoch == r.leader_epoch]
@@ -291,7 +290,7 @@ class ReplicaFetcher:
                 ):
                     continue
                 try:
-                    self._apply(replica, part)
+                    await self._apply(replica, part)
                 except Exception as exc:
                     # One partition's failure (a disk error, a batch that does not
                     # follow on) must not stall the others fetched from this leader:
@@ -305,9 +304,9 @@ class ReplicaFetcher:
                     )
                     replica.truncation_checked_epoch = -1
 
-    def _apply(self, replica: Replica, part: Any) -> None:
+    async def _apply(self, replica: Replica, part: Any) -> None:
         plog = replica.plog
-        if part.error_code == OFFSET_OUT_OF_RANGE:
+        if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             # Our end is outside the leader's log: below its start (retention moved
             # it), or past its end (should not happen after the epoch check).
             if plog.end_offset < part.log_start_offset:
@@ -317,11 +316,11 @@ class ReplicaFetcher:
                     replica.partition,
                     part.log_start_offset,
                 )
-                plog.truncate_fully_and_start_at(part.log_start_offset)
+                await self.manager.start_over_at(replica, part.log_start_offset)
             else:
                 replica.truncation_checked_epoch = -1  # check again against the leader
             return
-        if part.error_code != 0:
+        if part.error_code != ErrorCode.NONE:
             replica.truncation_checked_epoch = -1  # leadership moved: check again once known
             return
         records = part.records

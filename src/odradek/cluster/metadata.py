@@ -1,6 +1,6 @@
 """Cluster metadata on etcd: brokers, controller, topics, partition state, watches.
 
-The values and events are in `odradek.cluster.model`; this module is the store.
+The values and events are in `odradek.replication.model`; this module is the store.
 
 `EtcdMetadataStore` is a typed layer over the etcd v3 API (through the ``aetcd``
 asyncio client). Every value is compact, key-sorted JSON; numbers in keys are
@@ -70,7 +70,7 @@ import aetcd.transactions
 import aetcd.utils
 import grpc
 
-from odradek.cluster.model import (
+from odradek.replication.model import (
     SECURITY_DOCUMENTS,
     BrokerChange,
     BrokerIdInUseError,

@@ -1,7 +1,8 @@
 """One broker's membership in a cluster: its etcd session, its view of the cluster's
 metadata, and the roles that view gives it (issue 15).
 
-`ClusterNode` is what `Broker` adds when ``etcd.endpoints`` is set:
+`ClusterNode` is the broker's control plane when ``etcd.endpoints`` is set
+(`odradek.broker.control_plane.ControlPlane`, wired in by `odradek.wiring`):
 
 * **Session**: a lease of ``broker.session.timeout.ms``, the broker's registration
   on it, and a campaign for the controller role whenever nobody holds it. If the
@@ -11,11 +12,9 @@ metadata, and the roles that view gives it (issue 15).
   then followed through one ordered watch. Changes are applied one at a time, in
   etcd's order: a topic is opened on disk here (`TopicManager.adopt`) before any
   of its partition states is applied, and each partition state gives this broker
-  its role in the partition (`ReplicaManager.apply_state`): leader, follower
-  (a `ReplicaFetcher` per leader broker), or none.
-* **Coordinators follow leadership**: leading a ``__consumer_offsets`` partition
-  loads its groups (COORDINATOR_LOAD_IN_PROGRESS meanwhile), losing it unloads them
-  (NOT_COORDINATOR); their responses wait until the ISR holds their records.
+  its role in the partition (the broker's `ReplicaManager.apply_state`): leader,
+  follower (a `ReplicaFetcher` per leader broker), or none. The coordinator
+  runtimes follow those roles from the replica layer; nothing here knows them.
 * **Topics**: created and deleted in etcd (replicas placed from the live brokers,
   rack-aware), then opened or removed on every broker from the watch.
 * **Controller**: the broker holding the role runs `odradek.cluster.controller`.
@@ -33,8 +32,24 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from odradek.broker.control_plane import (
+    BrokerAddress,
+    ControllerFigures,
+    InternalTopic,
+    PartitionInfo,
+    ProducerIdsUnavailable,
+    Quorum,
+    Voter,
+)
+from odradek.broker.topics import LEGACY_GROUP_EVENTS_TOPIC, NewTopic, Topic, TopicError
 from odradek.cluster.controller import Controller
-from odradek.cluster.decisions import (
+from odradek.cluster.fetcher import LeaderConnection, ReplicaFetcher
+from odradek.cluster.metadata import EtcdMetadataStore, LeaseKeeper
+from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.codec import build, decode_response, request_type
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from odradek.replication.decisions import (
     ConcurrentChange,
     DecisionError,
     ElectionNotNeeded,
@@ -49,9 +64,7 @@ from odradek.cluster.decisions import (
     preferred_leader_election,
     start_reassignment,
 )
-from odradek.cluster.fetcher import LeaderConnection, ReplicaFetcher
-from odradek.cluster.metadata import EtcdMetadataStore, LeaseKeeper
-from odradek.cluster.model import (
+from odradek.replication.model import (
     BrokerChange,
     BrokerIdInUseError,
     BrokerInfo,
@@ -66,7 +79,6 @@ from odradek.cluster.model import (
     MetadataWatchLost,
     PartitionChange,
     PartitionState,
-    ProducerIdsUnavailable,
     SecurityChange,
     TopicAssignment,
     TopicChange,
@@ -75,30 +87,19 @@ from odradek.cluster.model import (
     UnknownTopicError,
     VersionedPartitionState,
 )
-from odradek.cluster.replication import Replica, ReplicaManager, Role
-from odradek.protocol.apikeys import ApiKey
-from odradek.protocol.codec import build, decode_response, request_type
+from odradek.replication.replica import Replica, Role
 
 if TYPE_CHECKING:
     from odradek.broker.server import Broker
-    from odradek.broker.topics import NewTopic, Topic, TopicError
 
 log = logging.getLogger("odradek.cluster")
 T = TypeVar("T")
 
-OFFSETS_TOPIC = "__consumer_offsets"
-TXN_TOPIC = "__transaction_state"
-TOPIC_ALREADY_EXISTS = 36
-INVALID_REPLICATION_FACTOR = 38
-UNKNOWN_TOPIC_OR_PARTITION = 3
-REQUEST_TIMED_OUT = 7
-COORDINATOR_NOT_AVAILABLE = 15
-KAFKA_STORAGE_ERROR = 56
+INTERNAL_TOPICS = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
 PRODUCER_ID_BLOCK = 1000
 ISR_CHECK_EVERY_S = 1.0
 REJOIN_BACKOFF_S = (0.2, 5.0)
 TOPIC_VISIBLE_TIMEOUT_S = 30.0
-MARKER_TIMEOUT_S = 30.0
 READY_WAIT_S = 10.0
 
 
@@ -120,21 +121,6 @@ def cluster_id_for(cluster_name: str) -> str:
     """A Kafka-shaped cluster id (22 base64url characters) every broker derives alike."""
     raw = uuid.uuid5(uuid.NAMESPACE_URL, f"odradek-cluster:{cluster_name}").bytes
     return base64.urlsafe_b64encode(raw).decode()[:22]
-
-
-class _CoordinatorGate:
-    """A coordinator partition's view of its replication (group_runtime.ReplicationGate)."""
-
-    def __init__(self, node: ClusterNode, replica: Replica) -> None:
-        self._node = node
-        self._replica = replica
-
-    def high_watermark(self) -> int:
-        return self._replica.high_watermark
-
-    def appended(self) -> None:
-        self._node.replicas.leader_appended(self._replica)
-        self._node.broker.notify_append(self._replica.topic, self._replica.partition)
 
 
 class ProducerIdBlocks:
@@ -199,14 +185,10 @@ class ClusterNode:
         # One id for the whole cluster: cluster.id if set, else derived from its etcd name.
         self.cluster_id = str(config["cluster.id"]) or cluster_id_for(self.cluster_name)
         self.store = self._store_at(self.etcd_endpoint)
-        self.replicas = ReplicaManager(
-            self.broker_id,
-            min_insync=self._min_insync,
-            lag_time_max_s=int(config["replica.lag.time.max.ms"]) / 1000,
-            propose_isr=self._propose_isr,
-            on_high_watermark=self._high_watermark_moved,
-        )
-        self.replicas.role_listeners.append(self._role_changed)
+        self.replicas = broker.replicas  # this node's replicas: their roles come from here
+        # The coordinators' topics as their runtimes want them, created on the first
+        # FindCoordinator that needs one (as Kafka does).
+        self._internal_topics: dict[str, InternalTopic] = {}
         self.producer_ids = ProducerIdBlocks(self.store)
         # The view: what etcd said, as of the last change applied.
         self.brokers: dict[int, BrokerInfo] = {}
@@ -235,8 +217,6 @@ class ClusterNode:
 
     async def start(self) -> None:
         """Join: register, load the metadata, follow it. Returns once the view is loaded."""
-        self.broker.txns.remote_marker = self
-        self.broker.topics.change_listeners.append(self._start_coordinators)
         where = ",".join("{}:{}".format(*e) for e in self.etcd_endpoints)
         try:
             await self._connect()
@@ -425,8 +405,6 @@ class ClusterNode:
     def _local_topic(self, name: str) -> bool:
         """Topics each broker keeps for itself, never in etcd: the group history of older
         versions, no longer written (left alone where a data directory has it)."""
-        from odradek.broker.topics import LEGACY_GROUP_EVENTS_TOPIC
-
         return name == LEGACY_GROUP_EVENTS_TOPIC
 
     def _advance(self, revision: int) -> None:
@@ -566,13 +544,8 @@ class ClusterNode:
 
     # --- replication callbacks --------------------------------------------------------------
 
-    def _min_insync(self, topic: str) -> int:
-        local = self.broker.topics.get(topic)
-        if local is None:
-            return 1
-        return int(self.broker.topics.resolved_configs(local)["min.insync.replicas"])
-
-    def _propose_isr(self, replica: Replica, isr: tuple[int, ...]) -> None:
+    def propose_isr(self, replica: Replica, isr: tuple[int, ...]) -> None:
+        """A leader's ISR change: written to etcd by compare-and-swap (`_write_isr`)."""
         asyncio.get_running_loop().create_task(self._write_isr(replica, isr))
 
     async def _write_isr(self, replica: Replica, isr: tuple[int, ...]) -> None:
@@ -603,51 +576,9 @@ class ClusterNode:
                 list(isr),
             )
 
-    def _coordinator_runner(self, topic: str, partition: int) -> Any:
-        """The group or transaction coordinator runner of a partition of their topic."""
-        if topic == OFFSETS_TOPIC:
-            runners: list[Any] = self.broker.groups.runners
-        elif topic == TXN_TOPIC:
-            runners = self.broker.txns.runners
-        else:
-            return None
-        return runners[partition] if 0 <= partition < len(runners) else None
+    # --- transaction markers for partitions other brokers lead -----------------------------
 
-    def _high_watermark_moved(self, topic: str, partition: int) -> None:
-        self.broker.notify_append(topic, partition)
-        runner = self._coordinator_runner(topic, partition)
-        replica = self.replicas.get(topic, partition)
-        if runner is not None and replica is not None:
-            runner.replicated(replica.high_watermark)
-
-    def _role_changed(self, replica: Replica, before: Role) -> None:
-        runner = self._coordinator_runner(replica.topic, replica.partition)
-        if runner is None:
-            return
-        if replica.role is Role.LEADER:
-            runner.gate = _CoordinatorGate(self, replica)
-            runner.become_leader()
-        elif runner.leading:
-            asyncio.get_running_loop().create_task(runner.resign())
-
-    def _start_coordinators(self) -> None:
-        """Runners created after their partitions' roles were set (the topic was adopted
-        after the states arrived, or at start-up) take their role now."""
-        for topic in (OFFSETS_TOPIC, TXN_TOPIC):
-            for (name, partition), replica in list(self.replicas.replicas.items()):
-                if name != topic:
-                    continue
-                runner = self._coordinator_runner(name, partition)
-                if runner is not None and replica.role is Role.LEADER and runner.gate is None:
-                    self._role_changed(replica, Role.NONE)
-
-    # --- transaction markers (the transaction runtime's RemoteMarkerWriter) ---------------
-
-    def leads_here(self, topic: str, partition: int) -> bool:
-        replica = self.replicas.get(topic, partition)
-        return replica is not None and replica.role is Role.LEADER
-
-    async def write(
+    async def send_marker(
         self, tp: tuple[str, int], producer_id: int, producer_epoch: int, commit: bool
     ) -> None:
         """WriteTxnMarkers to the partition's leader; raises unless it wrote the marker."""
@@ -685,16 +616,6 @@ class ClusterNode:
                             f"error {int(p.error_code)}"
                         )
 
-    async def replicated(self, topic: str, partition: int, last_offset: int) -> None:
-        """Wait until the ISR holds a marker this broker wrote as leader."""
-        replica = self.replicas.get(topic, partition)
-        if replica is None:
-            return
-        self.replicas.leader_appended(replica)
-        error = await self.replicas.wait_replicated(replica, last_offset, MARKER_TIMEOUT_S)
-        if error:
-            raise RuntimeError(f"marker in {topic}-{partition} not replicated: error {error}")
-
     def _connection_to(self, broker_id: int, address: tuple[str, int]) -> LeaderConnection:
         connection = self._connections.get(broker_id)
         if connection is None or (connection.host, connection.port) != address:
@@ -729,7 +650,7 @@ class ClusterNode:
     def controller_id(self) -> int:
         return self.controller_info.broker_id if self.controller_info is not None else -1
 
-    async def coordinator_for(self, topic: str, partition: int) -> tuple[int, int, str]:
+    async def coordinator_for(self, topic: str, partition: int) -> tuple[ErrorCode, int, str]:
         """(error code, broker id, message) of the leader of a coordinator partition,
         creating the internal topic first if it does not exist yet (as Kafka)."""
         if topic not in self.assignments:
@@ -738,30 +659,32 @@ class ClusterNode:
                 return error
         state = self.states.get((topic, partition))
         if state is None or state.state.leader < 0 or state.state.leader not in self.brokers:
-            return COORDINATOR_NOT_AVAILABLE, -1, f"{topic}-{partition} has no leader"
-        return 0, state.state.leader, ""
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, f"{topic}-{partition} has no leader"
+        return ErrorCode.NONE, state.state.leader, ""
 
-    async def _create_internal(self, topic: str) -> tuple[int, int, str] | None:
-        from odradek.broker.topics import NewTopic
+    def want_internal_topic(self, topic: InternalTopic) -> None:
+        self._internal_topics[topic.name] = topic
 
-        config = self.broker.config
-        if topic == OFFSETS_TOPIC:
-            partitions = int(config["offsets.topic.num.partitions"])
-            replication = int(config["offsets.topic.replication.factor"])
-            configs = self.broker.groups.offsets_topic_configs()
-        else:
-            partitions = int(config["transaction.state.log.num.partitions"])
-            replication = int(config["transaction.state.log.replication.factor"])
-            configs = self.broker.txns.topic_configs()
-        wanted = NewTopic(topic, partitions, replication, dict(configs), internal_configs=True)
+    async def _create_internal(self, name: str) -> tuple[ErrorCode, int, str] | None:
+        spec = self._internal_topics.get(name)
+        if spec is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, f"{name} is no coordinator's topic here"
+        configs = dict(spec.configs)
+        if spec.min_insync_replicas is not None:
+            configs["min.insync.replicas"] = str(spec.min_insync_replicas)
+        wanted = NewTopic(
+            name, spec.partitions, spec.replication_factor, dict(configs), internal_configs=True
+        )
         (result,) = await self.create_topics([wanted], internal=True)
-        from odradek.broker.topics import TopicError
-
-        if isinstance(result, TopicError) and result.error_code != TOPIC_ALREADY_EXISTS:
-            return COORDINATOR_NOT_AVAILABLE, -1, f"cannot create {topic}: {result}"
+        if isinstance(result, TopicError) and result.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, f"cannot create {name}: {result}"
         return None
 
-    # --- topics (TopicManager's ClusterTopics) ---------------------------------------------
+    # --- topics (the control plane's TopicControl) -----------------------------------------
+
+    def placement_error(self, wanted: NewTopic) -> TopicError | None:
+        """Placement is checked when the topic is written to etcd (`create_topics`)."""
+        return None
 
     async def create_topics(
         self, wanted: list[NewTopic], *, internal: bool = False, existing_ok: bool = False
@@ -771,8 +694,6 @@ class ClusterNode:
         `existing_ok` (auto-creation): a topic that exists already, or that another
         broker creates meanwhile, is waited for and returned instead of refused.
         """
-        from odradek.broker.topics import TopicError
-
         topics = self.broker.topics
         results: list[Topic | TopicError] = []
         for request in wanted:
@@ -781,10 +702,12 @@ class ClusterNode:
                 results.append(await self._held(request.name, revision))
                 continue
             try:
-                if not internal and request.name in (OFFSETS_TOPIC, TXN_TOPIC):
-                    raise TopicError(TOPIC_ALREADY_EXISTS, f"{request.name} is internal")
+                if not internal and request.name in INTERNAL_TOPICS:
+                    raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"{request.name} is internal")
                 if request.name in self.assignments:
-                    raise TopicError(TOPIC_ALREADY_EXISTS, f"topic {request.name!r} already exists")
+                    raise TopicError(
+                        ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {request.name!r} already exists"
+                    )
                 topic, count = topics.prepare(request)
                 if request.assignments is not None:
                     replicas = self._checked_assignment(request.assignments)
@@ -803,17 +726,15 @@ class ClusterNode:
                     snapshot = await self.store.controller()
                     results.append(await self._held(request.name, snapshot.revision))
                 else:
-                    results.append(TopicError(TOPIC_ALREADY_EXISTS, str(exc)))
+                    results.append(TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, str(exc)))
                 continue
             except (MetadataError, OSError) as exc:
-                results.append(TopicError(REQUEST_TIMED_OUT, f"cluster metadata: {exc}"))
+                results.append(TopicError(ErrorCode.REQUEST_TIMED_OUT, f"cluster metadata: {exc}"))
                 continue
             results.append(await self._held(request.name, revision))
         return results
 
     def _place(self, partitions: int, factor: int) -> dict[int, tuple[int, ...]]:
-        from odradek.broker.topics import TopicError
-
         live = {b: info.rack for b, info in sorted(self.brokers.items())}
         try:
             start = uuid.uuid4().int % max(len(live), 1)  # spread first replicas as Kafka
@@ -826,65 +747,77 @@ class ClusterNode:
     ) -> dict[int, tuple[int, ...]]:
         """A manual assignment, checked as Kafka checks one (partitions 0..n-1, one
         replication factor, no repeats, registered brokers)."""
-        from odradek.broker.topics import TopicError
-
         if sorted(assignments) != list(range(len(assignments))):
-            raise TopicError(39, "partitions of a manual assignment must be 0..n-1")
+            raise TopicError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                "partitions of a manual assignment must be 0..n-1",
+            )
         factors = {len(r) for r in assignments.values()}
         if len(factors) != 1 or 0 in factors:
-            raise TopicError(39, "every partition needs the same, non-zero number of replicas")
+            raise TopicError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                "every partition needs the same, non-zero number of replicas",
+            )
         for partition, replicas in sorted(assignments.items()):
             if len(set(replicas)) != len(replicas):
-                raise TopicError(39, f"partition {partition} repeats a replica: {list(replicas)}")
+                raise TopicError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"partition {partition} repeats a replica: {list(replicas)}",
+                )
             unknown = sorted(set(replicas) - set(self.brokers))
             if unknown:
-                raise TopicError(39, f"partition {partition}: brokers {unknown} are not live")
+                raise TopicError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"partition {partition}: brokers {unknown} are not live",
+                )
         return dict(assignments)
 
     async def _held(self, name: str, revision: int) -> Topic | TopicError:
-        from odradek.broker.topics import TopicError
-
         if not await self.wait_for_revision(revision, TOPIC_VISIBLE_TIMEOUT_S):
-            return TopicError(REQUEST_TIMED_OUT, f"topic {name!r} created; not visible here yet")
+            return TopicError(
+                ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r} created; not visible here yet"
+            )
         topic = self.broker.topics.get(name)
         if topic is None:
-            return TopicError(KAFKA_STORAGE_ERROR, f"topic {name!r} could not be opened here")
+            return TopicError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"topic {name!r} could not be opened here"
+            )
         return topic
 
     async def delete_topics(self, names: list[str]) -> dict[str, TopicError | None]:
-        from odradek.broker.topics import TopicError
-
         outcome: dict[str, TopicError | None] = {}
         for name in dict.fromkeys(names):
-            if name in (OFFSETS_TOPIC, TXN_TOPIC):
-                outcome[name] = TopicError(42, f"internal topic {name!r} cannot be deleted")
+            if name in INTERNAL_TOPICS:
+                outcome[name] = TopicError(
+                    ErrorCode.INVALID_REQUEST, f"internal topic {name!r} cannot be deleted"
+                )
                 continue
             try:
                 await self.store.delete_topic(name)
                 outcome[name] = None
             except UnknownTopicError:
                 outcome[name] = TopicError(
-                    UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
                 )
             except (MetadataError, OSError) as exc:
-                outcome[name] = TopicError(REQUEST_TIMED_OUT, f"cluster metadata: {exc}")
+                outcome[name] = TopicError(ErrorCode.REQUEST_TIMED_OUT, f"cluster metadata: {exc}")
         if any(v is None for v in outcome.values()):
             snapshot = await self.store.controller()  # any read: its revision covers ours
             await self.wait_for_revision(snapshot.revision, TOPIC_VISIBLE_TIMEOUT_S)
         return outcome
 
-    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         """AlterConfigs in a cluster: store the topic's new overrides (already checked)
         in etcd; every broker, this one included, takes them from the watch."""
-        from odradek.broker.topics import TopicError
-
         try:
             await self.store.set_topic_configs(name, configs)
             snapshot = await self.store.controller()  # a read: its revision covers ours
         except UnknownTopicError:
-            raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist") from None
+            raise TopicError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+            ) from None
         except (MetadataError, OSError) as exc:
-            raise TopicError(REQUEST_TIMED_OUT, f"cluster metadata: {exc}") from None
+            raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"cluster metadata: {exc}") from None
         await self.wait_for_revision(snapshot.revision, TOPIC_VISIBLE_TIMEOUT_S)
 
     async def wait_ready(self, timeout_s: float = READY_WAIT_S) -> None:
@@ -1052,11 +985,9 @@ class ClusterNode:
 
     async def add_partitions(self, name: str, total: int) -> None:
         """CreatePartitions: place the new partitions and store them with their states."""
-        from odradek.broker.topics import TopicError
-
         assignment = self.assignments.get(name)
         if assignment is None:
-            raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         live = {b: info.rack for b, info in sorted(self.brokers.items())}
         try:
             replicas = assign_added_partitions(
@@ -1070,32 +1001,57 @@ class ClusterNode:
         try:
             await self.write_assignment(grown, added_partition_states=states)
         except ConcurrentChange as exc:
-            raise TopicError(REQUEST_TIMED_OUT, str(exc)) from None
+            raise TopicError(ErrorCode.REQUEST_TIMED_OUT, str(exc)) from None
 
     # --- views for Metadata and the CLI ----------------------------------------------------
 
-    def partition_entry(self, topic: str, partition: int) -> dict[str, Any]:
-        """Leader, epoch, replicas, ISR and offline replicas of one partition."""
+    def partition_info(self, topic: str, partition: int) -> PartitionInfo:
+        """Leader, epoch, replicas, ISR and offline replicas of one partition, as etcd says
+        (LEADER_NOT_AVAILABLE while its leader is not live)."""
         replicas = self.replicas_of(topic, partition)
         state = self.states.get((topic, partition))
         offline = tuple(b for b in replicas if b not in self.brokers)
         if state is None:
-            return {
-                "error_code": 5,  # LEADER_NOT_AVAILABLE
-                "partition_index": partition,
-                "leader_id": -1,
-                "leader_epoch": -1,
-                "replica_nodes": replicas,
-                "isr_nodes": (),
-                "offline_replicas": offline,
-            }
+            return PartitionInfo(ErrorCode.LEADER_NOT_AVAILABLE, -1, -1, replicas, (), offline)
         leader = state.state.leader if state.state.leader in self.brokers else -1
-        return {
-            "error_code": 0 if leader >= 0 else 5,
-            "partition_index": partition,
-            "leader_id": leader,
-            "leader_epoch": state.state.leader_epoch,
-            "replica_nodes": replicas,
-            "isr_nodes": state.state.isr,
-            "offline_replicas": offline,
-        }
+        error = ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
+        return PartitionInfo(
+            error, leader, state.state.leader_epoch, replicas, state.state.isr, offline
+        )
+
+    def live_brokers(self) -> list[BrokerAddress]:
+        return [
+            BrokerAddress(b.broker_id, b.host, b.port, b.rack)
+            for b in sorted(self.brokers.values(), key=lambda b: b.broker_id)
+        ]
+
+    def lists_topic(self, name: str) -> bool:
+        return name in self.assignments
+
+    def quorum(self) -> Quorum:
+        """etcd plays KRaft's quorum: the voters are the live brokers, the leader the
+        controller with its epoch, the high watermark the revision this view reached (a
+        broker knows only its own progress and the controller's: -1 for the others)."""
+        controller = self.controller_info
+        if controller is None:
+            return Quorum(None, -1, -1, ())
+        voters = []
+        for broker_id in sorted(self.brokers):
+            info = self.brokers[broker_id]
+            leads = broker_id == controller.broker_id
+            known = broker_id == self.broker_id or leads
+            voters.append(
+                Voter(broker_id, self.revision if known else -1, leads, info.host, info.port)
+            )
+        return Quorum(controller.broker_id, controller.epoch, self.revision, tuple(voters))
+
+    def figures(self) -> ControllerFigures:
+        controller = self.controller
+        return ControllerFigures(
+            active_controller=controller is not None,
+            offline_partitions=sum(1 for s in self.states.values() if s.state.leader < 0),
+            leader_elections=self.leader_elections
+            + (controller.leader_elections if controller else 0),
+            unclean_elections=self.unclean_elections
+            + (controller.unclean_elections if controller else 0),
+        )

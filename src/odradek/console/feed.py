@@ -28,8 +28,8 @@ from typing import Any
 
 from odradek.console.lagstore import LagStore
 from odradek.console.model import Model
-from odradek.coordinator.routing import OFFSETS_TOPIC
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.internal_topics import OFFSETS_TOPIC
 
 log = logging.getLogger("odradek.console")
 

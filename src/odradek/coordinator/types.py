@@ -13,8 +13,9 @@ from typing import Any
 
 from odradek.protocol.errors import ErrorCode
 
-# Opaque handle the runtime passes with a request; responses come back tagged
-# with it, possibly from a later call (parked JoinGroup/SyncGroup).
+# The handle the runtime passes with a request (an int, one per request); responses
+# come back tagged with it, possibly from a later call (parked JoinGroup/SyncGroup).
+# Opaque to the cores, and never an asyncio future.
 RequestToken = Any
 
 UNKNOWN_MEMBER_ID = ""
@@ -455,7 +456,8 @@ Response = (
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorRecord:
-    """One ``__consumer_offsets`` record: Kafka's binary key and value (None = tombstone)."""
+    """One coordinator record (``__consumer_offsets``, ``__transaction_state``): Kafka's
+    binary key and value (None = tombstone)."""
 
     key: bytes
     value: bytes | None
@@ -476,15 +478,20 @@ class CoordinatorEvent:
 
 @dataclass(slots=True)
 class Result:
-    """What one call produced.
+    """What one call of a coordinator shard produced (the group's and the transaction
+    coordinator's: one type, as Kafka's CoordinatorResult).
 
     The runtime must append ``records`` to the partition, ``replay`` each of them
-    into the shard (in order), and only then send ``responses``.
+    into the shard (in order), and only then send ``responses`` (once the records are
+    replicated) and start ``jobs``.
     """
 
     records: list[CoordinatorRecord] = field(default_factory=list)
-    responses: list[tuple[RequestToken, Response]] = field(default_factory=list)
-    events: list[CoordinatorEvent] = field(default_factory=list)
+    responses: list[tuple[RequestToken, Any]] = field(default_factory=list)
+    events: list[Any] = field(default_factory=list)  # CoordinatorEvent, TxnEvent
     # True: the records are one unit and must be appended in one batch (requests).
     # False: independent records that may be split over several batches (cleanup).
     atomic: bool = True
+    # Work to start once the records are replicated: the transaction coordinator's
+    # marker jobs (transaction.types.MarkerJob); the group coordinator has none.
+    jobs: list[Any] = field(default_factory=list)

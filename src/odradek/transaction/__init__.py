@@ -23,11 +23,7 @@ from odradek.transaction.shard import (
     loading_response,
 )
 from odradek.transaction.state import TXN_TRANSITIONS, TxnState
-from odradek.transaction.types import TxnConfig, TxnRecord, TxnResult
-
-# The runtimes' former name of the one table of error codes, kept until broker/ imports
-# ``ErrorCode`` itself: an alias, not a second table.
-TxnError = ErrorCode
+from odradek.transaction.types import TxnConfig
 
 __all__ = [
     "TXN_TRANSITIONS",
@@ -35,10 +31,7 @@ __all__ = [
     "ProducerIdSource",
     "TransactionCoordinatorShard",
     "TxnConfig",
-    "TxnError",
     "TxnMetadata",
-    "TxnRecord",
-    "TxnResult",
     "TxnState",
     "error_response",
     "loading_response",

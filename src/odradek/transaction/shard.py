@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from odradek.coordinator.timer import Timer, parse_timer_key, timer_key
+from odradek.coordinator.types import CoordinatorRecord, RequestToken, Result
 from odradek.linear_regex import RegexError, compile_linear
 from odradek.protocol.errors import ErrorCode
 from odradek.transaction.records import (
@@ -47,13 +48,10 @@ from odradek.transaction.types import (
     ListTransactionsResponse,
     MarkerJob,
     Request,
-    RequestToken,
     Response,
     TopicPartition,
     TxnConfig,
     TxnEvent,
-    TxnRecord,
-    TxnResult,
 )
 
 S = TxnState
@@ -119,9 +117,10 @@ class TransactionCoordinatorShard:
        crash left in PrepareCommit / PrepareAbort. Until then requests get
        COORDINATOR_LOAD_IN_PROGRESS (``loading_response``).
     2. Serving: ``handle(now_ms, token, request)``, ``on_timer(now_ms, key)``
-       and ``markers_written(now_ms, ...)`` return a ``TxnResult``: append its
-       records (one batch), ``replay`` them, then send its responses and write
-       its markers (to every partition of the transaction); when all of a
+       and ``markers_written(now_ms, ...)`` return a ``Result``: append its
+       records (one batch), ``replay`` them, then send its responses and start
+       its ``jobs``, the markers to write to every partition of the
+       transaction (``MarkerJob``); when all of a
        job's markers are written, call ``markers_written``. If the append fails,
        call ``abort()`` instead of replaying. Calls are atomic: if one raises,
        nothing changed.
@@ -145,7 +144,7 @@ class TransactionCoordinatorShard:
         self._pending: dict[str, TxnMetadata] = {}
         self._last_call: list[str] | None = None
         self._call: list[str] = []  # transactional ids the call in progress changes
-        self._out = TxnResult()
+        self._out = Result()
         self._now = 0
         self._wall = 0
 
@@ -153,7 +152,7 @@ class TransactionCoordinatorShard:
 
     def handle(
         self, now_ms: int, token: RequestToken, request: Request, *, wall_ms: int | None = None
-    ) -> TxnResult:
+    ) -> Result:
         if not self.loaded:
             raise RuntimeError("handle() before on_loaded(): answer with loading_response()")
         return self._atomically(now_ms, wall_ms, lambda: self._dispatch(token, request))
@@ -172,7 +171,7 @@ class TransactionCoordinatorShard:
         else:
             raise TypeError(f"unsupported request {type(request).__name__}")
 
-    def on_timer(self, now_ms: int, key: str, *, wall_ms: int | None = None) -> TxnResult:
+    def on_timer(self, now_ms: int, key: str, *, wall_ms: int | None = None) -> Result:
         """A timer fired (possibly early or stale: every expiry re-checks its deadline)."""
         kind, parts = parse_timer_key(key)
 
@@ -196,7 +195,7 @@ class TransactionCoordinatorShard:
         producer_epoch: int,
         *,
         wall_ms: int | None = None,
-    ) -> TxnResult:
+    ) -> Result:
         """Every marker of the transaction is in its partition: complete it."""
 
         def body() -> None:
@@ -229,8 +228,8 @@ class TransactionCoordinatorShard:
         for txn_id in call:
             self._pending.pop(txn_id, None)
 
-    def _atomically(self, now_ms: int, wall_ms: int | None, body: Callable[[], None]) -> TxnResult:
-        self._out = out = TxnResult()
+    def _atomically(self, now_ms: int, wall_ms: int | None, body: Callable[[], None]) -> Result:
+        self._out = out = Result()
         self._now = now_ms
         self._wall = now_ms if wall_ms is None else wall_ms
         self._last_call = None
@@ -245,9 +244,9 @@ class TransactionCoordinatorShard:
         self._last_call = call
         return out
 
-    def on_loaded(self, now_ms: int, *, wall_ms: int | None = None) -> TxnResult:
+    def on_loaded(self, now_ms: int, *, wall_ms: int | None = None) -> Result:
         """Every record was replayed: restart timers, finish transactions a crash interrupted."""
-        self._out = out = TxnResult()
+        self._out = out = Result()
         self._now = now_ms
         self._wall = now_ms if wall_ms is None else wall_ms
         self.loaded = True
@@ -257,13 +256,16 @@ class TransactionCoordinatorShard:
                 meta.deadline_ms = now_ms + min(left, meta.timeout_ms)
                 self.timer.schedule(timer_key(TIMEOUT, meta.transactional_id), meta.deadline_ms)
             elif meta.state.preparing:
-                out.markers.append(self._marker_job(meta))
+                out.jobs.append(self._marker_job(meta))
                 self._event("transaction_resumed", meta, state=meta.state.label)
         self.timer.schedule(timer_key(EXPIRE), now_ms + self.config.expiration_check_interval_ms)
-        self._out = TxnResult()
+        self._out = Result()
         return out
 
-    def on_unloaded(self) -> None:
+    def on_unloaded(self) -> Result:
+        """The partition moved away (or reloads): forget its ids and cancel their timers.
+        Nothing is parked here, so the result is empty (the group shard answers its
+        parked requests in its own)."""
         for txn_id in self.txns:
             self.timer.cancel(timer_key(TIMEOUT, txn_id))
         self.timer.cancel(timer_key(EXPIRE))
@@ -271,11 +273,18 @@ class TransactionCoordinatorShard:
         self._pending.clear()
         self._last_call = None
         self.loaded = False
+        return Result()
+
+    def replay_end_transaction(self, producer_id: int, commit: bool) -> None:
+        """A transaction marker in the partition: ``__transaction_state`` holds none (the
+        runtime's common replay loop calls this for every marker it meets)."""
 
     # ================================================================= replay
 
-    def replay(self, record: TxnRecord) -> None:
-        """Apply one ``__transaction_state`` record (this commits a call's transition)."""
+    def replay(self, record: CoordinatorRecord, *, producer_id: int = -1, offset: int = -1) -> None:
+        """Apply one ``__transaction_state`` record (this commits a call's transition).
+        ``producer_id`` and ``offset`` are the runtime's common replay arguments; this
+        topic's records are never transactional and their offsets change nothing."""
         self._last_call = None
         txn_id = decode_txn_key(record.key)
         if txn_id is None:
@@ -475,7 +484,7 @@ class TransactionCoordinatorShard:
             last_update_ms=self._wall,
             deadline_ms=None,
         )
-        self._out.markers.append(self._marker_job(prepared))
+        self._out.jobs.append(self._marker_job(prepared))
 
     def _fence_and_abort(self, meta: TxnMetadata, reason: str) -> None:
         """Kafka's prepareFenceProducerEpoch then endTransaction(ABORT): PrepareAbort with
@@ -514,7 +523,7 @@ class TransactionCoordinatorShard:
                 and txn_id not in self._pending
             ):
                 meta.transit(S.DEAD)  # checked; Dead is written as the id's tombstone
-                self._out.records.append(TxnRecord(encode_txn_key(txn_id), None))
+                self._out.records.append(CoordinatorRecord(encode_txn_key(txn_id), None))
                 self._event(
                     "transactional_id_expired", meta, idle_ms=self._wall - meta.last_update_ms
                 )
@@ -609,7 +618,9 @@ class TransactionCoordinatorShard:
         self._pending[meta.transactional_id] = new
         self._call.append(meta.transactional_id)
         self._out.records.append(
-            TxnRecord(encode_txn_key(meta.transactional_id), encode_txn_value(new.to_value()))
+            CoordinatorRecord(
+                encode_txn_key(meta.transactional_id), encode_txn_value(new.to_value())
+            )
         )
         return new
 

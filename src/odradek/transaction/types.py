@@ -6,10 +6,9 @@ Error codes are Kafka's numbers (``odradek.protocol.errors.ErrorCode``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-RequestToken = Any
 TopicPartition = tuple[str, int]
 
 NO_PRODUCER_ID = -1
@@ -148,14 +147,6 @@ Response = (
 
 
 @dataclass(frozen=True, slots=True)
-class TxnRecord:
-    """One ``__transaction_state`` record (None value: tombstone)."""
-
-    key: bytes
-    value: bytes | None
-
-
-@dataclass(frozen=True, slots=True)
 class MarkerJob:
     """COMMIT or ABORT markers to write to every partition of a transaction; when they all
     are, the runtime calls ``markers_written`` and the transaction completes."""
@@ -174,15 +165,3 @@ class TxnEvent:
     kind: str
     transactional_id: str
     fields: dict[str, Any]
-
-
-@dataclass(slots=True)
-class TxnResult:
-    """What one call produced. Append ``records`` (one batch if ``atomic``), replay each,
-    then send ``responses`` and start ``markers``."""
-
-    records: list[TxnRecord] = field(default_factory=list)
-    responses: list[tuple[RequestToken, Response]] = field(default_factory=list)
-    markers: list[MarkerJob] = field(default_factory=list)
-    events: list[TxnEvent] = field(default_factory=list)
-    atomic: bool = True

@@ -22,20 +22,19 @@ from odradek.broker.security.acl import (
     ResourceType,
 )
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 
 log = logging.getLogger("odradek.security")
 
-CLUSTER_AUTHORIZATION_FAILED = 31
-SECURITY_DISABLED = 54
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
 
 
 def _refusal(ctx: RequestContext, operation: AclOperation) -> tuple[int, str] | None:
     """The error every item gets, if any: not authorized, or no authorizer at all."""
     if not ctx.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME):
-        return CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
     if ctx.broker.security.authorizer is None:
-        return SECURITY_DISABLED, NO_AUTHORIZER
+        return ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER
     return None
 
 
@@ -119,11 +118,8 @@ async def create_acls(ctx: RequestContext, request: Any) -> Any:
         valid.append(acl)
         results.append({"error_code": 0, "error_message": None})
     if valid:
-        cluster = ctx.broker.cluster
-        if cluster is not None:  # cluster-wide: into etcd, and every broker takes them
-            await cluster.change_security("acls", lambda store: store.add(valid))
-        else:
-            await ctx.broker.security.acls.change(lambda store: store.add(valid))
+        # Through the control plane: a cluster's go to etcd, and every broker takes them.
+        await ctx.broker.control.change_security("acls", lambda store: store.add(valid))
         for acl in valid:
             log.info("ACL added by %s: %s", ctx.principal, acl)
     return respond(ctx, {"throttle_time": NO_THROTTLE, "results": results})
@@ -143,12 +139,10 @@ async def delete_acls(ctx: RequestContext, request: Any) -> Any:
         except AclError as exc:
             errors[index] = (exc.error_code, str(exc))
     removed: list[list[AclBinding]] = []
-    if filters and ctx.broker.cluster is not None:
-        removed = await ctx.broker.cluster.change_security(
+    if filters:
+        removed = await ctx.broker.control.change_security(
             "acls", lambda store: store.remove(filters)
         )
-    elif filters:
-        removed = await ctx.broker.security.acls.change(lambda store: store.remove(filters))
     deleted = iter(removed)
     results = []
     for index in range(len(request.filters)):

@@ -38,6 +38,7 @@ from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.broker.topics import TopicError
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -46,13 +47,7 @@ SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 CONFIG_TYPES = {BOOL: 1, STRING: 2, INT: 3, LONG: 5, DOUBLE: 6, LIST: 7, PASSWORD: 9}
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_CONFIG = 40
-INVALID_REQUEST = 42
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
-TOPIC_AUTHORIZATION_FAILED = 29
-CLUSTER_AUTHORIZATION_FAILED = 31
-# Broker settings a Kafka 4.1 controller writes as cluster-wide dynamic defaults (see
 # the module docstring): described with source DYNAMIC_DEFAULT_BROKER_CONFIG.
 CLUSTER_DYNAMIC_DEFAULTS = frozenset({"min.insync.replicas"})
 
@@ -61,11 +56,11 @@ def _check_access(ctx: RequestContext, operation: AclOperation, resource: Any) -
     """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for the broker."""
     if resource.resource_type == RESOURCE_TOPIC:
         if not ctx.authorize(operation, ResourceType.TOPIC, resource.resource_name):
-            raise TopicError(TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+            raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
     elif resource.resource_type == RESOURCE_BROKER and not ctx.authorize(
         operation, ResourceType.CLUSTER, CLUSTER_NAME
     ):
-        raise TopicError(CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+        raise TopicError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
 
 
 class _Describer:
@@ -135,7 +130,7 @@ class _Describer:
         manager = self.ctx.broker.topics
         topic = manager.get(name)
         if topic is None:
-            raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         out = []
         for config_name, value, is_default in manager.effective_topic_configs(topic):
             if keys is not None and config_name not in keys:
@@ -255,7 +250,8 @@ def describe_configs(ctx: RequestContext, request: Any) -> Any:
                 entry["configs"] = describer.broker(keys)
             else:
                 raise TopicError(
-                    INVALID_REQUEST, f"resource type {resource.resource_type} not supported"
+                    ErrorCode.INVALID_REQUEST,
+                    f"resource type {resource.resource_type} not supported",
                 )
         except TopicError as exc:
             entry["error_code"] = exc.error_code
@@ -267,7 +263,8 @@ def describe_configs(ctx: RequestContext, request: Any) -> Any:
 def _check_broker_name(ctx: RequestContext, name: str) -> None:
     if name not in ("", str(ctx.broker.node_id)):
         raise TopicError(
-            INVALID_REQUEST, f"unexpected broker id {name!r}, this is broker {ctx.broker.node_id}"
+            ErrorCode.INVALID_REQUEST,
+            f"unexpected broker id {name!r}, this is broker {ctx.broker.node_id}",
         )
 
 
@@ -277,12 +274,15 @@ def _list_change(ctx: RequestContext, topic_name: str, config: Any, operation: i
     if definition is None or definition.type != LIST:
         verb = "append" if operation == OP_APPEND else "subtract"
         raise TopicError(
-            INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {config.name}"
+            ErrorCode.INVALID_CONFIG,
+            f"Config value {verb} is not allowed for config key: {config.name}",
         )
     manager = ctx.broker.topics
     topic = manager.get(topic_name)
     if topic is None:
-        raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic_name!r} does not exist")
+        raise TopicError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic_name!r} does not exist"
+        )
     current: list[str] = list(manager.resolved_configs(topic)[config.name])
     items = [v.strip() for v in (config.value or "").split(",") if v.strip()]
     if operation == OP_APPEND:
@@ -297,20 +297,21 @@ def _changes(ctx: RequestContext, resource: Any, *, incremental: bool) -> dict[s
     changes: dict[str, str | None] = {}
     for config in resource.configs:
         if config.name in changes:
-            raise TopicError(INVALID_REQUEST, f"duplicate config key {config.name!r}")
+            raise TopicError(ErrorCode.INVALID_REQUEST, f"duplicate config key {config.name!r}")
         operation = int(getattr(config, "config_operation", OP_SET)) if incremental else OP_SET
         if operation == OP_DELETE:
             changes[config.name] = None
         elif operation == OP_SET:
             if config.value is None:
                 raise TopicError(
-                    INVALID_CONFIG, f"Null value not supported for topic config {config.name}"
+                    ErrorCode.INVALID_CONFIG,
+                    f"Null value not supported for topic config {config.name}",
                 )
             changes[config.name] = config.value
         elif operation in (OP_APPEND, OP_SUBTRACT):
             changes[config.name] = _list_change(ctx, resource.resource_name, config, operation)
         else:
-            raise TopicError(INVALID_REQUEST, f"unknown config operation {operation}")
+            raise TopicError(ErrorCode.INVALID_REQUEST, f"unknown config operation {operation}")
     return changes
 
 
@@ -327,22 +328,22 @@ async def _alter(ctx: RequestContext, request: Any, *, incremental: bool) -> Any
             _check_access(ctx, AclOperation.ALTER_CONFIGS, resource)
             if resource.resource_type == RESOURCE_BROKER:
                 _check_broker_name(ctx, resource.resource_name)
-                raise TopicError(INVALID_REQUEST, "broker settings are static: restart with --set")
+                raise TopicError(
+                    ErrorCode.INVALID_REQUEST, "broker settings are static: restart with --set"
+                )
             if resource.resource_type != RESOURCE_TOPIC:
                 raise TopicError(
-                    INVALID_REQUEST, f"resource type {resource.resource_type} not supported"
+                    ErrorCode.INVALID_REQUEST,
+                    f"resource type {resource.resource_type} not supported",
                 )
             changes = _changes(ctx, resource, incremental=incremental)
-            cluster = ctx.broker.cluster
             clean = ctx.broker.topics.alter_configs(
-                resource.resource_name,
-                changes,
-                incremental=incremental,
-                # in a cluster the change is stored in etcd; every broker takes it from there
-                validate_only=bool(request.validate_only) or cluster is not None,
+                resource.resource_name, changes, incremental=incremental, validate_only=True
             )
-            if cluster is not None and not request.validate_only:
-                await cluster.set_topic_configs(resource.resource_name, clean)
+            if not request.validate_only:
+                # The control plane stores them (a cluster's in etcd, every broker taking
+                # them from there); this broker has them when it returns.
+                await ctx.broker.control.alter_topic_configs(resource.resource_name, clean)
         except TopicError as exc:
             entry["error_code"] = exc.error_code
             entry["error_message"] = str(exc)

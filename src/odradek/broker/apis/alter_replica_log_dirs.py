@@ -21,10 +21,8 @@ from odradek.broker.apis.describe_log_dirs import hosts_replica
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from odradek.broker.topics import REPLICA_NOT_AVAILABLE
 from odradek.protocol.apikeys import ApiKey
-
-CLUSTER_AUTHORIZATION_FAILED = 31
+from odradek.protocol.errors import ErrorCode
 
 
 @handles(ApiKey.ALTER_REPLICA_LOG_DIRS, 1, 2)
@@ -38,9 +36,9 @@ async def alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Any:
     results: dict[str, list[dict[str, int]]] = {}
     for (topic_name, partition), path in wanted.items():
         if not allowed:
-            code = CLUSTER_AUTHORIZATION_FAILED
+            code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         elif not hosts_replica(ctx, topic_name, partition):
-            code = REPLICA_NOT_AVAILABLE
+            code = ErrorCode.REPLICA_NOT_AVAILABLE
         else:
             code = await ctx.broker.topics.move_replica(topic_name, partition, path)
         results.setdefault(topic_name, []).append(

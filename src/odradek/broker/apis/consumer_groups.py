@@ -22,9 +22,6 @@ from odradek.coordinator import ErrorCode
 from odradek.coordinator import types as core
 from odradek.protocol.apikeys import ApiKey
 
-GROUP_AUTHORIZATION_FAILED = 30
-TOPIC_AUTHORIZATION_FAILED = 29
-
 
 def _heartbeat_refused(ctx: RequestContext, code: int, message: str | None) -> Any:
     return respond(
@@ -56,7 +53,7 @@ def _describable_topics(ctx: RequestContext) -> frozenset[str] | None:
 async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
     group_id = request.group_id
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
-        return _heartbeat_refused(ctx, GROUP_AUTHORIZATION_FAILED, None)
+        return _heartbeat_refused(ctx, ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
     names = request.subscribed_topic_names
     if names:
         denied = [
@@ -65,7 +62,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
         if denied:
             return _heartbeat_refused(
                 ctx,
-                TOPIC_AUTHORIZATION_FAILED,
+                ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                 f"The member is not authorized to describe topics {sorted(denied)}.",
             )
     regex = getattr(request, "subscribed_topic_regex", None)
@@ -135,7 +132,7 @@ async def consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
         if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
             allowed.append(gid)
         else:
-            described[gid] = core.DescribedConsumerGroup(GROUP_AUTHORIZATION_FAILED, gid)
+            described[gid] = core.DescribedConsumerGroup(ErrorCode.GROUP_AUTHORIZATION_FAILED, gid)
     for gids in groups_by_shard(ctx, allowed).values():
         response = await ctx.broker.groups.call(
             gids[0], core.ConsumerGroupDescribeRequest(tuple(gids))
@@ -144,7 +141,7 @@ async def consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
         for group in response.groups:
             if not group.error_code and _hides_topics(ctx, group):
                 group = core.DescribedConsumerGroup(
-                    TOPIC_AUTHORIZATION_FAILED,
+                    ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                     group.group_id,
                     "The group has assigned topic partitions that are not authorized.",
                 )

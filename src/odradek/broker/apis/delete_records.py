@@ -7,7 +7,9 @@ partition's `log-start-offset` file, so it survives a restart. As in Kafka,
 offset -1 means the high watermark (delete everything), a larger offset is
 OFFSET_OUT_OF_RANGE, internal topics are refused with INVALID_TOPIC_EXCEPTION,
 and topics whose cleanup.policy lacks `delete` with POLICY_VIOLATION. With an
-authorizer, DELETE on the topic is needed (TOPIC_AUTHORIZATION_FAILED).
+authorizer, DELETE on the topic is needed (TOPIC_AUTHORIZATION_FAILED). Only the
+leader deletes, below its high watermark; followers follow its log start offset
+from their fetches.
 """
 
 from __future__ import annotations
@@ -20,49 +22,40 @@ from odradek.broker.registry import handles
 from odradek.broker.security.acl import AclOperation, ResourceType
 from odradek.log.errors import LogError
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 
 log = logging.getLogger("odradek.delete_records")
 
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC_EXCEPTION = 17
-TOPIC_AUTHORIZATION_FAILED = 29
-POLICY_VIOLATION = 44
 HIGH_WATERMARK = -1
 
 
 def _delete(ctx: RequestContext, name: str, index: int, offset: int) -> dict[str, Any]:
     result: dict[str, Any] = {"partition_index": index, "low_watermark": -1, "error_code": 0}
     if not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, name):
-        result["error_code"] = TOPIC_AUTHORIZATION_FAILED
+        result["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         return result
     topic = ctx.broker.topics.get(name)
     if topic is None or not 0 <= index < len(topic.partitions):
-        result["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+        result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return result
     if topic.internal:
-        result["error_code"] = INVALID_TOPIC_EXCEPTION
+        result["error_code"] = ErrorCode.INVALID_TOPIC_EXCEPTION
         return result
     plog = topic.partitions[index]
     if not plog.config.delete_enabled:
-        result["error_code"] = POLICY_VIOLATION
+        result["error_code"] = ErrorCode.POLICY_VIOLATION
         return result
-    end = plog.end_offset
-    cluster = ctx.broker.cluster
-    if cluster is not None:
-        # The leader deletes (below its high watermark); followers follow its log start
-        # offset from their fetches.
-        replica, refusal = cluster.replicas.leader_for(name, index)
-        if replica is None:
-            result["error_code"] = refusal
-            return result
-        end = replica.high_watermark
+    replica, refusal = ctx.broker.replicas.leader_for(name, index)
+    if replica is None:
+        result["error_code"] = refusal
+        return result
+    end = replica.high_watermark
     if offset > end:
-        result["error_code"] = OFFSET_OUT_OF_RANGE
+        result["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
         return result
     target = end if offset == HIGH_WATERMARK else offset
     if target < 0:
-        result["error_code"] = OFFSET_OUT_OF_RANGE
+        result["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
         return result
     try:
         plog.delete_records_before(target)

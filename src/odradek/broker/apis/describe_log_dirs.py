@@ -25,20 +25,18 @@ from typing import Any
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from odradek.broker.topics import KAFKA_STORAGE_ERROR, Topic
+from odradek.broker.topics import Topic
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 
-CLUSTER_AUTHORIZATION_FAILED = 31
 UNKNOWN_VOLUME_BYTES = -1  # Kafka's DescribeLogDirsResponse.UNKNOWN_VOLUME_BYTES
 
 
 def hosts_replica(ctx: RequestContext, topic: str, partition: int) -> bool:
-    """Whether this broker holds a replica of the partition (a single node: all of them;
-    in a cluster, those etcd assigns it, and the topics each broker keeps to itself)."""
-    cluster = ctx.broker.cluster
-    if cluster is None or topic not in cluster.assignments:
-        return True
-    return ctx.broker.node_id in cluster.replicas_of(topic, partition)
+    """Whether this broker holds a replica of the partition (a lone node: all of them; a
+    cluster member: those assigned to it, and the topics it keeps to itself)."""
+    replicas = ctx.broker.control.replicas_of(topic, partition)
+    return not replicas or ctx.broker.node_id in replicas
 
 
 def _wanted(ctx: RequestContext, request: Any) -> list[tuple[Topic, list[int]]]:
@@ -65,7 +63,7 @@ def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
             ctx,
             {
                 "throttle_time": NO_THROTTLE,
-                "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 "results": [],
             },
         )
@@ -109,7 +107,7 @@ def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
             manager.log_dirs.mark_failed(log_dir, str(exc))
             stats = None
         if stats is None:
-            entry["error_code"] = KAFKA_STORAGE_ERROR
+            entry["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
         else:
             entry["total_bytes"] = stats.f_frsize * stats.f_blocks
             entry["usable_bytes"] = stats.f_frsize * stats.f_bavail

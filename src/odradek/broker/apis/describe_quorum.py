@@ -3,7 +3,7 @@
 A Kafka 4 cluster keeps its metadata in the ``__cluster_metadata`` log, replicated
 by a Raft quorum of controllers; DescribeQuorum (KIP-595, KIP-853 for v2) names its
 leader, epoch and high watermark, and each voter's progress. Odradek answers for
-what plays that part:
+what plays that part, as the broker's control plane describes it (`quorum()`):
 
 * **A single node** is a standalone voter, leader of its own metadata: leader
   epoch one more at every start (as each start of a one-voter KRaft quorum is a
@@ -31,11 +31,9 @@ from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 
 METADATA_TOPIC = "__cluster_metadata"
-NOT_LEADER_OR_FOLLOWER = 6
-CLUSTER_AUTHORIZATION_FAILED = 31
-INVALID_REQUEST = 42
 UNKNOWN = -1
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -49,16 +47,6 @@ def _asks_for_metadata_partition(request: Any) -> bool:
     )
 
 
-def _voter(node_id: int, directory: uuid.UUID, end: int, caught_up_ms: int) -> dict[str, Any]:
-    return {
-        "replica_id": node_id,
-        "replica_directory_id": directory,
-        "log_end_offset": end,
-        "last_fetch_timestamp": UNKNOWN,  # Kafka: -1 for the leader too
-        "last_caught_up_timestamp": caught_up_ms,
-    }
-
-
 def _own_listeners(ctx: RequestContext) -> list[dict[str, Any]]:
     return [
         {"name": ln.name, "host": ln.advertised_host, "port": ln.advertised_port}
@@ -66,31 +54,14 @@ def _own_listeners(ctx: RequestContext) -> list[dict[str, Any]]:
     ]
 
 
-def _single_node(ctx: RequestContext, now_ms: int) -> tuple[dict[str, Any], list[Any]]:
+def _described(ctx: RequestContext, now_ms: int) -> tuple[dict[str, Any], list[Any]]:
+    """The quorum the control plane describes: this node with its own listeners and log
+    directory, the others at the address it registered, on this request's listener."""
     broker = ctx.broker
-    topics = broker.topics
-    end = topics.metadata_offset
-    directory = topics.log_dirs.dirs[0].directory_id
-    partition = {
-        "error_code": 0,
-        "error_message": None,
-        "leader_id": broker.node_id,
-        "leader_epoch": topics.leader_epoch,
-        "high_watermark": end,
-        "current_voters": [_voter(broker.node_id, directory, end, now_ms)],
-        "observers": [],
-    }
-    return partition, [{"node_id": broker.node_id, "listeners": _own_listeners(ctx)}]
-
-
-def _cluster(ctx: RequestContext, now_ms: int) -> tuple[dict[str, Any], list[Any]]:
-    broker = ctx.broker
-    cluster = broker.cluster
-    assert cluster is not None
-    controller = cluster.controller_info
-    if controller is None:
+    quorum = broker.control.quorum()
+    if quorum.leader is None:
         partition = {
-            "error_code": NOT_LEADER_OR_FOLLOWER,
+            "error_code": ErrorCode.NOT_LEADER_OR_FOLLOWER,
             "error_message": "the cluster has no controller right now",
             "leader_id": UNKNOWN,
             "leader_epoch": UNKNOWN,
@@ -102,30 +73,29 @@ def _cluster(ctx: RequestContext, now_ms: int) -> tuple[dict[str, Any], list[Any
     own_directory = broker.topics.log_dirs.dirs[0].directory_id
     listener = ctx.session.listener.name if ctx.session is not None else "PLAINTEXT"
     voters, nodes = [], []
-    for broker_id in sorted(cluster.brokers):
-        info = cluster.brokers[broker_id]
-        mine = broker_id == broker.node_id
-        leads = broker_id == controller.broker_id
+    for voter in sorted(quorum.voters, key=lambda v: v.node_id):
+        mine = voter.node_id == broker.node_id
         voters.append(
-            _voter(
-                broker_id,
-                own_directory if mine else ZERO_UUID,
-                cluster.revision if mine or leads else UNKNOWN,
-                now_ms if leads else UNKNOWN,
-            )
+            {
+                "replica_id": voter.node_id,
+                "replica_directory_id": own_directory if mine else ZERO_UUID,
+                "log_end_offset": voter.log_end_offset,
+                "last_fetch_timestamp": UNKNOWN,  # Kafka: -1 for the leader too
+                "last_caught_up_timestamp": now_ms if voter.caught_up else UNKNOWN,
+            }
         )
         listeners = (
             _own_listeners(ctx)
             if mine
-            else [{"name": listener, "host": info.host, "port": info.port}]
+            else [{"name": listener, "host": voter.host, "port": voter.port}]
         )
-        nodes.append({"node_id": broker_id, "listeners": listeners})
+        nodes.append({"node_id": voter.node_id, "listeners": listeners})
     partition = {
-        "error_code": 0,
+        "error_code": ErrorCode.NONE,
         "error_message": None,
-        "leader_id": controller.broker_id,
-        "leader_epoch": controller.epoch,
-        "high_watermark": cluster.revision,
+        "leader_id": quorum.leader,
+        "leader_epoch": quorum.leader_epoch,
+        "high_watermark": quorum.high_watermark,
         "current_voters": voters,
         "observers": [],
     }
@@ -147,18 +117,19 @@ def describe_quorum(ctx: RequestContext, request: Any) -> Any:
         )
 
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        return failed(CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+        return failed(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     if not _asks_for_metadata_partition(request):
-        return failed(INVALID_REQUEST, f"only partition 0 of {METADATA_TOPIC} has a quorum")
+        return failed(
+            ErrorCode.INVALID_REQUEST, f"only partition 0 of {METADATA_TOPIC} has a quorum"
+        )
     now_ms = int(time.time() * 1000)
-    build = _single_node if ctx.broker.cluster is None else _cluster
-    partition, nodes = build(ctx, now_ms)
+    partition, nodes = _described(ctx, now_ms)
     partition["partition_index"] = 0
     return respond(
         ctx,
         {
             "throttle_time": NO_THROTTLE,
-            "error_code": 0,
+            "error_code": ErrorCode.NONE,
             "error_message": None,
             "topics": [{"topic_name": METADATA_TOPIC, "partitions": [partition]}],
             "nodes": nodes,

@@ -31,11 +31,8 @@ from odradek.broker.registry import handles
 from odradek.broker.security.acl import AclOperation, ResourceType
 from odradek.broker.topics import TopicError, validate_topic_name
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC_EXCEPTION = 17
-TOPIC_AUTHORIZATION_FAILED = 29
-INVALID_REQUEST = 42
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -53,8 +50,8 @@ def _unknown_code(name: str) -> int:
     try:
         validate_topic_name(name)
     except TopicError:
-        return INVALID_TOPIC_EXCEPTION
-    return UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
+    return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def _names(ctx: RequestContext, request: Any, cursor: Any) -> list[str] | None:
@@ -65,11 +62,9 @@ def _names(ctx: RequestContext, request: Any, cursor: Any) -> list[str] | None:
         if cursor is not None and cursor.topic_name not in names:
             return None
     else:
-        cluster = ctx.broker.cluster
+        control = ctx.broker.control
         names = {
-            t.name
-            for t in ctx.broker.topics
-            if t.name >= after and (cluster is None or t.name in cluster.assignments)
+            t.name for t in ctx.broker.topics if t.name >= after and control.lists_topic(t.name)
         }
     if cursor is not None and cursor.partition_index < 0:
         return None
@@ -85,7 +80,9 @@ def describe_topic_partitions(ctx: RequestContext, request: Any) -> Any:
             ctx,
             {
                 "throttle_time": NO_THROTTLE,
-                "topics": [_missing(str(t.name), INVALID_REQUEST) for t in request.topics],
+                "topics": [
+                    _missing(str(t.name), ErrorCode.INVALID_REQUEST) for t in request.topics
+                ],
                 "next_cursor": None,
             },
         )
@@ -98,7 +95,7 @@ def describe_topic_partitions(ctx: RequestContext, request: Any) -> Any:
     for name in names:
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
             if not every:
-                refused.append(_missing(name, TOPIC_AUTHORIZATION_FAILED))
+                refused.append(_missing(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             continue
         if remaining == 0:  # the page ended with the previous topic
             next_cursor = {"topic_name": name, "partition_index": 0}

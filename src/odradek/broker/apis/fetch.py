@@ -45,6 +45,7 @@ from odradek.log.errors import LogError
 from odradek.log.files import FileRegion
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import DecodeError, RequestHeader, skip_tagged_fields
+from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fetch import (
     FIRST_FLEXIBLE_VERSION,
     EncodedResponse,
@@ -54,11 +55,7 @@ from odradek.protocol.fetch import (
     parse_fetch_request,
 )
 
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNKNOWN_TOPIC_ID = 100
 READ_COMMITTED = 1
-TOPIC_AUTHORIZATION_FAILED = 29
 TOPIC_IDS_FROM = 13
 SENDFILE_MIN_BYTES = 64 * 1024  # smaller reads are copied: one pread beats a sendfile call
 
@@ -146,8 +143,7 @@ def _read_partitions(
     aborted = () if read_committed else None
     session = ctx.session
     region_from = None if session is not None and session.listener.uses_tls else SENDFILE_MIN_BYTES
-    cluster = ctx.broker.cluster
-    replicas = cluster.replicas if cluster is not None else None
+    replicas = ctx.broker.replicas
     follower = request.replica_id
     total = 0
     any_error = False
@@ -170,31 +166,38 @@ def _read_partitions(
             size = 0
             entries.append((key, entry, 0))
             if name in unreadable:
-                entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
+                entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 any_error = True
                 continue
             if plog is None or name is None:
-                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION if name else UNKNOWN_TOPIC_ID
+                entry["error_code"] = (
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name else ErrorCode.UNKNOWN_TOPIC_ID
+                )
                 any_error = True
                 continue
+            # Only the leader answers, in the epoch the request names (the replica layer's
+            # check, whatever the control plane).
+            replica, refusal = replicas.leader_for(name, key[1], wanted.current_leader_epoch)
+            if replica is None:
+                entry["error_code"] = refusal
+                any_error = True
+                continue
+            if follower >= 0:
+                replicas.record_follower_fetch(replica, follower, wanted.fetch_offset)
             end = plog.end_offset
             lso = plog.last_stable_offset
             # What this reader may see: a follower everything, a consumer what is below
-            # the high watermark (in a cluster; a single node's is its log end).
+            # the high watermark (alone in its ISR, a leader's is its log end).
+            high_watermark = replica.high_watermark
             upper = lso if read_committed else None
-            high_watermark = end
-            if replicas is not None:
-                replica, refusal = replicas.leader_for(name, key[1], wanted.current_leader_epoch)
-                if replica is None:
-                    entry["error_code"] = refusal
-                    any_error = True
-                    continue
-                if follower >= 0:
-                    replicas.record_follower_fetch(replica, follower, wanted.fetch_offset)
-                high_watermark = replica.high_watermark
-                if follower < 0:
-                    lso = min(lso, high_watermark)
-                    upper = lso if read_committed else high_watermark
+            if follower < 0:
+                lso = min(lso, high_watermark)
+                if read_committed:
+                    upper = lso
+                elif high_watermark < end:
+                    # Only then is there something to hide: a read that must stop at an
+                    # offset walks every header, one that may run to the end does not.
+                    upper = high_watermark
             entry["high_watermark"] = high_watermark
             entry["last_stable_offset"] = lso
             entry["log_start_offset"] = plog.start_offset
@@ -204,7 +207,7 @@ def _read_partitions(
                 # No room to read, but an offset outside the log is still reported (Kafka
                 # checks it with a read of zero bytes), or the consumer never learns it.
                 if not plog.start_offset <= wanted.fetch_offset <= end:
-                    entry["error_code"] = OFFSET_OUT_OF_RANGE
+                    entry["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
                     any_error = True
                 continue
             offset = wanted.fetch_offset

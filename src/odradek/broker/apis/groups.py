@@ -20,21 +20,15 @@ from collections import defaultdict
 from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
-from odradek.broker.group_runtime import OFFSETS_TOPIC
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from odradek.broker.txn_runtime import TXN_TOPIC
 from odradek.coordinator import ErrorCode, partition_for
 from odradek.coordinator import types as core
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
-TOPIC_AUTHORIZATION_FAILED = 29
-GROUP_AUTHORIZATION_FAILED = 30
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-INVALID_REQUEST = 42
-COORDINATOR_NOT_AVAILABLE = 15
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
@@ -66,11 +60,11 @@ def _coordinator_entry(ctx: RequestContext, key: str, key_type: int) -> dict[str
     }
     refusal = None
     if key_type == KEY_TYPE_GROUP and not _group_allowed(ctx, AclOperation.DESCRIBE, key):
-        refusal = GROUP_AUTHORIZATION_FAILED
+        refusal = ErrorCode.GROUP_AUTHORIZATION_FAILED
     elif key_type == KEY_TYPE_TRANSACTION and not ctx.authorize(
         AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
     ):
-        refusal = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        refusal = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         # Share groups (v6, KIP-932) and unknown types: INVALID_REQUEST, as Kafka
         # answers when it has no share coordinator.
@@ -78,7 +72,7 @@ def _coordinator_entry(ctx: RequestContext, key: str, key_type: int) -> dict[str
             node_id=-1,
             host="",
             port=-1,
-            error_code=INVALID_REQUEST,
+            error_code=ErrorCode.INVALID_REQUEST,
             error_message=f"no coordinator of key type {key_type}",
         )
     elif refusal is not None:
@@ -87,24 +81,27 @@ def _coordinator_entry(ctx: RequestContext, key: str, key_type: int) -> dict[str
 
 
 async def _located(ctx: RequestContext, entry: dict[str, Any], key_type: int) -> dict[str, Any]:
-    """In a cluster: the leader of the key's partition of the internal topic (created on
-    the first request, as Kafka does), or COORDINATOR_NOT_AVAILABLE while it has none."""
-    cluster = ctx.broker.cluster
-    if cluster is None or entry["error_code"]:
+    """The leader of the key's partition of the coordinator's topic (which the control
+    plane creates on the first request, as Kafka does), at the address this client
+    used when it is this broker; COORDINATOR_NOT_AVAILABLE while it has none."""
+    if entry["error_code"]:
         return entry
-    await cluster.wait_ready()
+    control = ctx.broker.control
+    await control.wait_ready()
     if key_type == KEY_TYPE_GROUP:
         topic, partition = OFFSETS_TOPIC, ctx.broker.groups.partition_of(entry["key"])
     else:
-        topic, partition = TXN_TOPIC, ctx.broker.txns.partition_of(entry["key"])
-    error, leader, message = await cluster.coordinator_for(topic, partition)
-    address = cluster.address_of(leader) if not error else None
+        topic, partition = TRANSACTION_STATE_TOPIC, ctx.broker.txns.partition_of(entry["key"])
+    error, leader, message = await control.coordinator_for(topic, partition)
+    address: tuple[str, int] | None = None
+    if not error:
+        address = ctx.advertised if leader == ctx.broker.node_id else control.address_of(leader)
     if address is None:
         entry.update(
             node_id=-1,
             host="",
             port=-1,
-            error_code=error or COORDINATOR_NOT_AVAILABLE,
+            error_code=error or ErrorCode.COORDINATOR_NOT_AVAILABLE,
             error_message=message or None,
         )
     else:
@@ -150,7 +147,7 @@ def _join_refused(ctx: RequestContext, error_code: int) -> Any:
 @handles(ApiKey.JOIN_GROUP, 0, 9)
 async def join_group(ctx: RequestContext, request: Any) -> Any:
     if not _group_allowed(ctx, AclOperation.READ, request.group_id):
-        return _join_refused(ctx, GROUP_AUTHORIZATION_FAILED)
+        return _join_refused(ctx, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     session_ms = duration_ms(request.session_timeout)
     rebalance_ms = duration_ms(request.rebalance_timeout) if ctx.version >= 1 else session_ms
     joined = core.JoinGroupRequest(
@@ -202,7 +199,7 @@ async def sync_group(ctx: RequestContext, request: Any) -> Any:
             ctx,
             {
                 "throttle_time": NO_THROTTLE,
-                "error_code": GROUP_AUTHORIZATION_FAILED,
+                "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
                 "protocol_type": None,
                 "protocol_name": None,
                 "assignment": b"",
@@ -235,7 +232,7 @@ async def sync_group(ctx: RequestContext, request: Any) -> Any:
 async def heartbeat(ctx: RequestContext, request: Any) -> Any:
     if not _group_allowed(ctx, AclOperation.READ, request.group_id):
         return respond(
-            ctx, {"throttle_time": NO_THROTTLE, "error_code": GROUP_AUTHORIZATION_FAILED}
+            ctx, {"throttle_time": NO_THROTTLE, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
         )
     beat = core.HeartbeatRequest(
         group_id=request.group_id,
@@ -254,7 +251,7 @@ async def leave_group(ctx: RequestContext, request: Any) -> Any:
             ctx,
             {
                 "throttle_time": NO_THROTTLE,
-                "error_code": GROUP_AUTHORIZATION_FAILED,
+                "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
                 "members": [],
             },
         )
@@ -312,7 +309,9 @@ def _every_partition(request_topics: Any, error_code: int) -> list[dict[str, Any
 @handles(ApiKey.OFFSET_COMMIT, 2, 9)
 async def offset_commit(ctx: RequestContext, request: Any) -> Any:
     if not _group_allowed(ctx, AclOperation.READ, request.group_id):
-        return _commit_response(ctx, _every_partition(request.topics, GROUP_AUTHORIZATION_FAILED))
+        return _commit_response(
+            ctx, _every_partition(request.topics, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        )
     # As KafkaApis does, partitions of topics the principal may not READ get
     # TOPIC_AUTHORIZATION_FAILED and those this broker does not have get
     # UNKNOWN_TOPIC_OR_PARTITION here, never reaching the coordinator (which knows
@@ -326,7 +325,7 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
         for p in t.partitions:
             index = int(p.partition_index)
             if not readable:
-                errors[(t.name, index)] = TOPIC_AUTHORIZATION_FAILED
+                errors[(t.name, index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
             if topics.partition(t.name, index) is None:
                 errors[(t.name, index)] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -422,7 +421,7 @@ async def _fetch_one_group(
     """Offsets the principal may see: DESCRIBE on the group (else the group error), and
     on each topic (named ones answer TOPIC_AUTHORIZATION_FAILED, "all" leaves them out)."""
     if not _group_allowed(ctx, AclOperation.DESCRIBE, group_id):
-        return core.OffsetFetchResponse(GROUP_AUTHORIZATION_FAILED, ())
+        return core.OffsetFetchResponse(ErrorCode.GROUP_AUTHORIZATION_FAILED, ())
     wanted = None
     refused: list[core.OffsetFetchTopicResponse] = []
     if topics is not None:
@@ -438,7 +437,7 @@ async def _fetch_one_group(
                         t.name,
                         tuple(
                             core.OffsetFetchPartitionResponse(
-                                int(p), -1, -1, "", TOPIC_AUTHORIZATION_FAILED
+                                int(p), -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED
                             )
                             for p in t.partition_indexes
                         ),
@@ -494,13 +493,17 @@ async def offset_delete(ctx: RequestContext, request: Any) -> Any:
     if not _group_allowed(ctx, AclOperation.DELETE, request.group_id):
         return respond(
             ctx,
-            {"error_code": GROUP_AUTHORIZATION_FAILED, "throttle_time": NO_THROTTLE, "topics": []},
+            {
+                "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                "throttle_time": NO_THROTTLE,
+                "topics": [],
+            },
         )
     readable = [
         t for t in request.topics if ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name)
     ]
     refused = _every_partition(
-        [t for t in request.topics if t not in readable], TOPIC_AUTHORIZATION_FAILED
+        [t for t in request.topics if t not in readable], ErrorCode.TOPIC_AUTHORIZATION_FAILED
     )
     error_code, deleted_topics = 0, []
     if readable:
@@ -546,7 +549,7 @@ def groups_by_shard(ctx: RequestContext, group_ids: Any) -> dict[int, list[str]]
 
 
 def _group_refused(group_id: str) -> core.DescribedGroup:
-    return core.DescribedGroup(GROUP_AUTHORIZATION_FAILED, group_id, "", "", "", ())
+    return core.DescribedGroup(ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id, "", "", "", ())
 
 
 @handles(ApiKey.DESCRIBE_GROUPS, 0, 6)
@@ -639,7 +642,7 @@ async def delete_groups(ctx: RequestContext, request: Any) -> Any:
         if _group_allowed(ctx, AclOperation.DELETE, gid):
             allowed.append(gid)
         else:
-            results[gid] = GROUP_AUTHORIZATION_FAILED
+            results[gid] = ErrorCode.GROUP_AUTHORIZATION_FAILED
     for gids in groups_by_shard(ctx, allowed).values():
         response = await ctx.broker.groups.call(gids[0], core.DeleteGroupsRequest(tuple(gids)))
         assert isinstance(response, core.DeleteGroupsResponse)

@@ -14,15 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
+from odradek.broker.control_plane import ProducerIdsUnavailable
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from odradek.cluster.model import ProducerIdsUnavailable
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 from odradek.transaction.types import InitProducerIdRequest, InitProducerIdResponse
-
-COORDINATOR_NOT_AVAILABLE = 15
-CLUSTER_AUTHORIZATION_FAILED = 31
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 def _refused(ctx: RequestContext, error_code: int) -> Any:
@@ -43,7 +40,7 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
         if not ctx.authorize(
             AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
         ):
-            return _refused(ctx, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            return _refused(ctx, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         timeout = request.transaction_timeout
         init = InitProducerIdRequest(
             request.transactional_id,
@@ -68,12 +65,12 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if not ctx.authorize(
         AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
     ) and not ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC):
-        return _refused(ctx, CLUSTER_AUTHORIZATION_FAILED)
+        return _refused(ctx, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     try:
         producer_id = ctx.broker.topics.allocate_producer_id()
     except ProducerIdsUnavailable:
         # A cluster broker between producer-id blocks: retriable, the client asks again.
-        return _refused(ctx, COORDINATOR_NOT_AVAILABLE)
+        return _refused(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     return respond(
         ctx,
         {

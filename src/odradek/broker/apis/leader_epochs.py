@@ -20,12 +20,7 @@ from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.protocol.apikeys import ApiKey
-
-UNKNOWN_TOPIC_OR_PARTITION = 3
-TOPIC_AUTHORIZATION_FAILED = 29
-CLUSTER_AUTHORIZATION_FAILED = 31
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 76
+from odradek.protocol.errors import ErrorCode
 
 
 def _answer(ctx: RequestContext, topic: str, partition: Any, refusal: int) -> dict[str, Any]:
@@ -35,20 +30,10 @@ def _answer(ctx: RequestContext, topic: str, partition: Any, refusal: int) -> di
         return entry
     plog = ctx.broker.topics.partition(topic, index)
     if plog is None:
-        entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+        entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return entry
     current = int(getattr(partition, "current_leader_epoch", -1))
-    cluster = ctx.broker.cluster
-    if cluster is not None:
-        _, refused = cluster.replicas.leader_for(topic, index, current)
-    else:
-        refused = (
-            0
-            if current < 0 or current == plog.leader_epoch
-            else FENCED_LEADER_EPOCH
-            if current < plog.leader_epoch
-            else UNKNOWN_LEADER_EPOCH
-        )
+    _, refused = ctx.broker.replicas.leader_for(topic, index, current)
     if refused:
         entry["error_code"] = refused
         return entry
@@ -67,13 +52,13 @@ def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     topics = []
     for t in request.topics:
         if follower_refused:
-            refusal = CLUSTER_AUTHORIZATION_FAILED
+            refusal = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         elif replica_id < 0 and not ctx.authorize(
             AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic
         ):
-            refusal = TOPIC_AUTHORIZATION_FAILED
+            refusal = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         else:
-            refusal = 0
+            refusal = ErrorCode.NONE
         topics.append(
             {
                 "topic": t.topic,

@@ -21,14 +21,13 @@ from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 SUPPORTED = {
     0: frozenset({CLIENT_METRICS}),
     1: frozenset({TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP}),
 }
-CLUSTER_AUTHORIZATION_FAILED = 31
-UNSUPPORTED_VERSION = 35
 
 
 def _resources(ctx: RequestContext, types: frozenset[int]) -> list[dict[str, Any]]:
@@ -40,11 +39,11 @@ def _resources(ctx: RequestContext, types: frozenset[int]) -> list[dict[str, Any
             for b in broker_entries(ctx)
         ]
     if TOPIC in types:
-        cluster = ctx.broker.cluster
+        control = ctx.broker.control
         found += [
             {"resource_name": t.name, "resource_type": TOPIC}
             for t in ctx.broker.topics
-            if cluster is None or t.name in cluster.assignments
+            if control.lists_topic(t.name)
         ]
     return found
 
@@ -58,9 +57,9 @@ def list_config_resources(ctx: RequestContext, request: Any) -> Any:
         )
 
     if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
-        return answer(CLUSTER_AUTHORIZATION_FAILED, [])
+        return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, [])
     supported = SUPPORTED[min(ctx.version, 1)]
     asked = frozenset(int(t) for t in getattr(request, "resource_types", ())) or supported
     if not asked <= supported:
-        return answer(UNSUPPORTED_VERSION, [])
+        return answer(ErrorCode.UNSUPPORTED_VERSION, [])
     return answer(0, _resources(ctx, asked))

@@ -4,6 +4,10 @@ With ``isolation_level=1`` (read_committed, v2+) latest is the last stable
 offset and a lookup by time or max timestamp finds only offsets below it, as
 Kafka answers.
 
+Only the partition's leader answers, in the leader epoch the request names, and
+latest is at most its high watermark (the replica layer's answers; a lone node's
+is its log end).
+
 v8 adds earliest-local (-4) and v9 latest-tiered (-5) for tiered storage (KIP-405,
 KIP-1005). Odradek has no tiered storage, so it answers as Kafka does for a topic
 without it: the local log start is the log start, and nothing is tiered (-1).
@@ -17,6 +21,7 @@ from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import AclOperation, ResourceType
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 
 LATEST = -1
 EARLIEST = -2
@@ -24,8 +29,6 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 READ_COMMITTED = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-TOPIC_AUTHORIZATION_FAILED = 29
 
 
 def _lookup(
@@ -46,25 +49,23 @@ def _lookup(
         "old_style_offsets": (),
     }
     if not describable:
-        entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
+        entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         entry["leader_epoch"] = -1
         return entry
     plog = ctx.broker.topics.partition(topic, partition)
     if plog is None:
-        entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+        entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        entry["leader_epoch"] = -1
+        return entry
+    current_epoch = int(getattr(requested, "current_leader_epoch", -1))
+    replica, refusal = ctx.broker.replicas.leader_for(topic, partition, current_epoch)
+    if replica is None:
+        entry["error_code"] = refusal
         entry["leader_epoch"] = -1
         return entry
     fetchable = plog.last_stable_offset if read_committed else plog.end_offset
-    cluster = ctx.broker.cluster
-    if cluster is not None:  # only the leader answers, and only below its high watermark
-        current_epoch = int(getattr(requested, "current_leader_epoch", -1))
-        replica, refusal = cluster.replicas.leader_for(topic, partition, current_epoch)
-        if replica is None:
-            entry["error_code"] = refusal
-            entry["leader_epoch"] = -1
-            return entry
-        fetchable = min(fetchable, replica.high_watermark)
-        entry["leader_epoch"] = replica.leader_epoch
+    fetchable = min(fetchable, replica.high_watermark)
+    entry["leader_epoch"] = replica.leader_epoch
     if timestamp == LATEST:
         entry["offset"] = fetchable
     elif timestamp in (EARLIEST, EARLIEST_LOCAL):

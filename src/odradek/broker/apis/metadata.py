@@ -1,4 +1,5 @@
-"""Metadata: brokers, and topics with their partitions (this node leads them all).
+"""Metadata: brokers, and topics with their partitions, as the control plane describes
+them (a lone node: itself, leading every partition; a cluster: what etcd says).
 
 Unknown topics are auto-created, a bounded number per request, off the event
 loop (one journal fsync for all of them). Past
@@ -27,35 +28,29 @@ from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.broker.topics import Topic, TopicError
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-TOPIC_ALREADY_EXISTS = 36
-TOPIC_AUTHORIZATION_FAILED = 29
-UNKNOWN_TOPIC_ID = 100
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 ZERO_UUID = uuid.UUID(int=0)
 BUILD_IN_THREAD_TOPICS = 100
 
 
+def partition_entry(ctx: RequestContext, topic: str, index: int) -> dict[str, Any]:
+    """One partition: leader, epoch, replicas, ISR, offline replicas."""
+    info = ctx.broker.control.partition_info(topic, index)
+    return {
+        "error_code": info.error_code,
+        "partition_index": index,
+        "leader_id": info.leader,
+        "leader_epoch": info.leader_epoch,
+        "replica_nodes": info.replicas,
+        "isr_nodes": info.isr,
+        "offline_replicas": info.offline,
+    }
+
+
 def topic_entry(ctx: RequestContext, topic: Topic) -> dict[str, Any]:
-    node = ctx.broker.node_id
-    cluster = ctx.broker.cluster
-    if cluster is not None:  # leaders, replicas and ISR as etcd says
-        partitions = [cluster.partition_entry(topic.name, i) for i in range(len(topic.partitions))]
-    else:
-        partitions = [
-            {
-                "error_code": 0,
-                "partition_index": index,
-                "leader_id": node,
-                "leader_epoch": 0,
-                "replica_nodes": (node,),
-                "isr_nodes": (node,),
-                "offline_replicas": (),
-            }
-            for index in range(len(topic.partitions))
-        ]
+    partitions = [partition_entry(ctx, topic.name, i) for i in range(len(topic.partitions))]
     return {
         "error_code": 0,
         "name": topic.name,
@@ -67,27 +62,28 @@ def topic_entry(ctx: RequestContext, topic: Topic) -> dict[str, Any]:
 
 
 def _listed(ctx: RequestContext, topic: Topic) -> bool:
-    """Whether an all-topics answer includes the topic: in a cluster, only topics in etcd
-    (each broker keeps its group history topic to itself)."""
-    cluster = ctx.broker.cluster
-    return cluster is None or topic.name in cluster.assignments
+    """Whether an all-topics answer includes the topic: only topics every broker shares
+    (a cluster member keeps its group history topic of older versions to itself)."""
+    return ctx.broker.control.lists_topic(topic.name)
 
 
 def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
-    """Every live broker (a single node: itself, at the address this client used)."""
-    cluster = ctx.broker.cluster
-    if cluster is not None:
-        return [
-            {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-            for b in sorted(cluster.brokers.values(), key=lambda b: b.broker_id)
-        ]
+    """Every live broker; this one at the address this client used (its listener's)."""
+    own = ctx.broker.node_id
     host, port = ctx.advertised
-    return [{"node_id": ctx.broker.node_id, "host": host, "port": port, "rack": None}]
+    return [
+        {
+            "node_id": b.node_id,
+            "host": host if b.node_id == own else b.host,
+            "port": port if b.node_id == own else b.port,
+            "rack": b.rack,
+        }
+        for b in sorted(ctx.broker.control.live_brokers(), key=lambda b: b.node_id)
+    ]
 
 
 def controller_id(ctx: RequestContext) -> int:
-    cluster = ctx.broker.cluster
-    return cluster.controller_id() if cluster is not None else ctx.broker.node_id
+    return ctx.broker.control.controller_id()
 
 
 def missing_entry(
@@ -122,8 +118,7 @@ def _auto_create_allowed(ctx: RequestContext, request: Any) -> bool:
 @handles(ApiKey.METADATA, 0, 13)
 async def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
-    if broker.cluster is not None:
-        await broker.cluster.wait_ready()  # a broker still joining knows no brokers yet
+    await broker.control.wait_ready()  # a broker still joining a cluster knows no brokers yet
     topics = broker.topics
     requested = request.topics
     if requested is None or (ctx.version == 0 and not requested):
@@ -152,36 +147,41 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
         if not name and topic_id and topic_id != ZERO_UUID:
             found = topics.topics_by_id.get(topic_id)
             if found is None:
-                entries.append(missing_entry(None, UNKNOWN_TOPIC_ID, topic_id))
+                entries.append(missing_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id))
             elif not _describable(ctx, found.name):
                 # Topic ids are not secret (Kafka): the id is echoed, the name is not.
-                entries.append(missing_entry(None, TOPIC_AUTHORIZATION_FAILED, topic_id))
+                entries.append(missing_entry(None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic_id))
             else:
                 entries.append(topic_entry(ctx, found))
             continue
         if name and not _describable(ctx, name):
-            entries.append(missing_entry(name, TOPIC_AUTHORIZATION_FAILED))
+            entries.append(missing_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             continue
         topic = topics.get(name) if name else None
         if topic is None and name and auto_create:
             if not _may_create(ctx, name):
-                entries.append(missing_entry(name, TOPIC_AUTHORIZATION_FAILED))
+                entries.append(missing_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             outcome = created.get(name)
             if isinstance(outcome, TopicError):
                 code = outcome.error_code
                 entries.append(
                     missing_entry(
-                        name, LEADER_NOT_AVAILABLE if code == TOPIC_ALREADY_EXISTS else code
+                        name,
+                        ErrorCode.LEADER_NOT_AVAILABLE
+                        if code == ErrorCode.TOPIC_ALREADY_EXISTS
+                        else code,
                     )
                 )
                 continue
             if outcome is None:  # past this request's auto-create limit: a retry creates it
-                entries.append(missing_entry(name, LEADER_NOT_AVAILABLE))
+                entries.append(missing_entry(name, ErrorCode.LEADER_NOT_AVAILABLE))
                 continue
             topic = outcome
         entries.append(
-            topic_entry(ctx, topic) if topic else missing_entry(name, UNKNOWN_TOPIC_OR_PARTITION)
+            topic_entry(ctx, topic)
+            if topic
+            else missing_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         )
     return _response(ctx, request, entries)
 

@@ -1,9 +1,9 @@
 """AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders (KIP-455, KIP-460).
 
-In a cluster these move replicas between brokers and leadership between replicas
-(`odradek.cluster.node.ClusterNode.reassign` / `elect`; the controller completes a
-reassignment once its whole target is in the ISR). A single node holds the one
-replica of every partition: a reassignment to anything but itself is
+The control plane decides (`reassign`, `reassignments`, `elect`). In a cluster these
+move replicas between brokers and leadership between replicas (the controller
+completes a reassignment once its whole target is in the ISR). A lone node holds the
+one replica of every partition: a reassignment to anything but itself is
 INVALID_REPLICA_ASSIGNMENT, none is ever in progress, and no election is needed.
 
 Each needs what Kafka asks: ALTER on the cluster for the two that change
@@ -17,14 +17,10 @@ from typing import Any
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from odradek.cluster.decisions import DecisionError
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
+from odradek.replication.decisions import DecisionError, ElectionNotNeeded
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-CLUSTER_AUTHORIZATION_FAILED = 31
-INVALID_REPLICA_ASSIGNMENT = 39
-ELECTION_NOT_NEEDED = 84
-NO_REASSIGNMENT_IN_PROGRESS = 85
 PREFERRED = 0
 
 
@@ -32,22 +28,10 @@ async def _reassign_one(ctx: RequestContext, topic: str, partition: Any) -> dict
     index = int(partition.partition_index)
     target = None if partition.replicas is None else [int(b) for b in partition.replicas]
     entry: dict[str, Any] = {"partition_index": index, "error_code": 0, "error_message": None}
-    cluster = ctx.broker.cluster
     try:
-        if cluster is not None:
-            await cluster.reassign(topic, index, target)
-            return entry
-        if ctx.broker.topics.partition(topic, index) is None:
-            raise LookupError(f"unknown partition {topic}-{index}")
-        if target is None:
-            entry.update(error_code=NO_REASSIGNMENT_IN_PROGRESS, error_message="none runs")
-        elif target != [ctx.broker.node_id]:
-            entry.update(
-                error_code=INVALID_REPLICA_ASSIGNMENT,
-                error_message=f"a single node holds the only replica: [{ctx.broker.node_id}]",
-            )
+        await ctx.broker.control.reassign(topic, index, target)
     except LookupError as exc:
-        entry.update(error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message=str(exc))
+        entry.update(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error_message=str(exc))
     except DecisionError as exc:
         entry.update(error_code=exc.error_code, error_message=str(exc))
     return entry
@@ -60,7 +44,7 @@ async def alter_partition_reassignments(ctx: RequestContext, request: Any) -> An
             ctx,
             {
                 "throttle_time": NO_THROTTLE,
-                "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 "error_message": None,
                 "responses": [],
             },
@@ -87,13 +71,12 @@ def list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
             ctx,
             {
                 "throttle_time": NO_THROTTLE,
-                "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 "error_message": None,
                 "topics": [],
             },
         )
-    cluster = ctx.broker.cluster
-    ongoing = cluster.reassignments() if cluster is not None else {}
+    ongoing = ctx.broker.control.reassignments()
     if request.topics is not None:
         wanted = {(t.name, int(p)) for t in request.topics for p in t.partition_indexes}
         ongoing = {k: v for k, v in ongoing.items() if k in wanted}
@@ -122,16 +105,10 @@ async def _elect_one(
     ctx: RequestContext, topic: str, partition: int, preferred: bool
 ) -> dict[str, Any]:
     entry: dict[str, Any] = {"partition_id": partition, "error_code": 0, "error_message": None}
-    cluster = ctx.broker.cluster
     try:
-        if cluster is None:
-            if ctx.broker.topics.partition(topic, partition) is None:
-                raise LookupError(f"unknown partition {topic}-{partition}")
-            entry.update(error_code=ELECTION_NOT_NEEDED, error_message="a single node leads all")
-        else:
-            await cluster.elect(topic, partition, preferred=preferred)
+        await ctx.broker.control.elect(topic, partition, preferred=preferred)
     except LookupError as exc:
-        entry.update(error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message=str(exc))
+        entry.update(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error_message=str(exc))
     except DecisionError as exc:
         entry.update(error_code=exc.error_code, error_message=str(exc))
     return entry
@@ -145,7 +122,7 @@ async def elect_leaders(ctx: RequestContext, request: Any) -> Any:
             ctx,
             {
                 "throttle_time": NO_THROTTLE,
-                "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 "replica_election_results": [],
             },
         )
@@ -157,7 +134,7 @@ async def elect_leaders(ctx: RequestContext, request: Any) -> Any:
     for topic, partitions in wanted:
         entries = [await _elect_one(ctx, topic, p, preferred) for p in partitions]
         if request.topic_partitions is None:  # as Kafka: only partitions an election was for
-            entries = [e for e in entries if e["error_code"] != ELECTION_NOT_NEEDED]
+            entries = [e for e in entries if e["error_code"] != ElectionNotNeeded.error_code]
         if entries:
             results.append({"topic": topic, "partition_result": entries})
     return respond(

@@ -1,8 +1,11 @@
 """Produce: validate and append record batches; answer per partition.
 
-acks=all and acks=1 are the same on one node: the reply is sent after the
-batch is written to the partition's segment file (in the OS page cache, so a
-killed broker process loses nothing acknowledged; see docs/operations.md for
+Only the partition's leader appends (NOT_LEADER_OR_FOLLOWER otherwise: the replica
+layer's check, `ReplicaManager.leader_for`). acks=all needs ``min.insync.replicas``
+in the ISR before the append (NOT_ENOUGH_REPLICAS) and is answered once the high
+watermark passes the batch; on a lone node, alone in its ISR, that is at once,
+after the batch is written to the partition's segment file (in the OS page cache,
+so a killed broker process loses nothing acknowledged; see docs/operations.md for
 the fsync policy). acks=0 gets no reply at all, as in Kafka. From v13 topics
 are named by topic id (KIP-516): an unknown id gets UNKNOWN_TOPIC_ID and is
 never auto-created. When an append makes an fsync due (flush.messages /
@@ -38,16 +41,11 @@ from odradek.broker.config import topic_config_value
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from odradek.broker.topics import KAFKA_STORAGE_ERROR, Topic, TopicError, storage_failures
-from odradek.cluster.replication import (
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    NOT_LEADER_OR_FOLLOWER,
-    REQUEST_TIMED_OUT,
-    Replica,
-)
+from odradek.broker.topics import Topic, TopicError, storage_failures
 from odradek.log.errors import LogError
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import DecodeError, RequestHeader, skip_tagged_fields
+from odradek.protocol.errors import ErrorCode
 from odradek.protocol.produce import (
     FIRST_FLEXIBLE_VERSION,
     ProduceDecodeError,
@@ -64,19 +62,13 @@ from odradek.protocol.records import (
     recompress_batches,
     validate_batches_raw,
 )
+from odradek.replication.replica import Replica
 
 log = logging.getLogger("odradek.produce")
 
 _LENGTH = struct.Struct(">i")
 _ATTRS = struct.Struct(">h")
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC_EXCEPTION = 17
-INVALID_REQUIRED_ACKS = 21
-INVALID_RECORD = 87
-TOPIC_AUTHORIZATION_FAILED = 29
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-UNKNOWN_TOPIC_ID = 100
 TOPIC_IDS_FROM = 13
 # compression.type -> (codec id, the config holding its level, if it has one)
 CODECS = {
@@ -105,10 +97,6 @@ def _target_codec(ctx: RequestContext, topic: Topic) -> tuple[int, int | None] |
     return codec, _topic_setting(ctx, topic, level_config) if level_config else None
 
 
-NOT_ENOUGH_REPLICAS = 19
-INVALID_PRODUCER_EPOCH = 47
-INVALID_TXN_STATE = 48
-TRANSACTION_ABORTABLE = 120
 TXN_ABORTABLE_FROM = 11  # Produce v11+ clients know TRANSACTION_ABORTABLE (KIP-890)
 _ATTRIBUTES = struct.Struct(">h")
 _PRODUCER = struct.Struct(">qh")  # producer id, epoch at bytes 43..53 of a batch header
@@ -166,14 +154,21 @@ def _unverified(
     plog = ctx.broker.topics.partition(topic, index)
     if plog is None or plog.producer_state.ongoing.get(producer[0]) is not None:
         return 0
-    error = int(ctx.broker.txns.verify(txn_id, producer[0], producer[1], (topic, index)))
-    if error == TRANSACTION_ABORTABLE:
-        return TRANSACTION_ABORTABLE if ctx.version >= TXN_ABORTABLE_FROM else INVALID_TXN_STATE
-    if error == 90:  # PRODUCER_FENCED
-        return INVALID_PRODUCER_EPOCH
-    if error in (14, 15, 16, 51):  # coordinator loading / moved, CONCURRENT_TRANSACTIONS
-        return NOT_ENOUGH_REPLICAS  # retriable for every client version
-    return error
+    error = ctx.broker.txns.verify(txn_id, producer[0], producer[1], (topic, index))
+    if error == ErrorCode.TRANSACTION_ABORTABLE:
+        if ctx.version >= TXN_ABORTABLE_FROM:
+            return ErrorCode.TRANSACTION_ABORTABLE
+        return ErrorCode.INVALID_TXN_STATE
+    if error == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if error in (
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+    ):
+        return ErrorCode.NOT_ENOUGH_REPLICAS  # retriable for every client version
+    return int(error)
 
 
 def _partition_result(
@@ -230,27 +225,27 @@ async def _append(
     if topic is None and isinstance(failed, TopicError):
         return _partition_result(index, failed.error_code, str(failed))
     if topic is None or not 0 <= index < len(topic.partitions):
-        return _partition_result(index, UNKNOWN_TOPIC_OR_PARTITION, "unknown topic or partition")
+        return _partition_result(
+            index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown topic or partition"
+        )
     if topic.internal:
         return _partition_result(
-            index, INVALID_TOPIC_EXCEPTION, "cannot produce to an internal topic"
+            index, ErrorCode.INVALID_TOPIC_EXCEPTION, "cannot produce to an internal topic"
         )
     if not records:
-        return _partition_result(index, INVALID_RECORD, "no record batch in the request")
+        return _partition_result(index, ErrorCode.INVALID_RECORD, "no record batch in the request")
     plog = topic.partitions[index]
-    replica = None
-    cluster = broker.cluster
-    if cluster is not None:
-        replica, refusal = cluster.replicas.leader_for(topic_name, index)
-        if replica is None:
-            return _partition_result(index, refusal, "not the leader")
-        if acks == -1 and (refused := cluster.replicas.check_acks_all(replica)):
-            return _partition_result(
-                index,
-                refused,
-                f"{len(replica.isr)} in-sync replicas, min.insync.replicas is "
-                f"{cluster.replicas.min_insync(topic_name)}",
-            )
+    replicas = broker.replicas
+    replica, refusal = replicas.leader_for(topic_name, index)
+    if replica is None:
+        return _partition_result(index, refusal, "not the leader")
+    if acks == -1 and (refused := replicas.check_acks_all(replica)):
+        return _partition_result(
+            index,
+            refused,
+            f"{len(replica.isr)} in-sync replicas, min.insync.replicas is "
+            f"{replicas.min_insync(topic_name)}",
+        )
     try:
         producer = _transactional_producer(records)
         # Inflating is bounded (message.decompressed.max.bytes) but still costs tens of
@@ -274,8 +269,8 @@ async def _append(
                 return _partition_result(
                     index, unverified, "the partition is not in the producer's transaction"
                 )
-        info = plog.append(records, validated=validated)
-    except LogError as exc:
+        info = replicas.append(replica, records, validated=validated)
+    except LogError as exc:  # NotLeaderError too: leadership moved meanwhile
         log.debug("append to %s-%d refused: %s", topic_name, index, exc)
         return _partition_result(
             index, exc.error_code, str(exc), log_start_offset=plog.start_offset
@@ -285,9 +280,9 @@ async def _append(
         storage_failures.log(
             "produce", logging.ERROR, "cannot append to %s-%d: %s", topic_name, index, exc
         )
-        return _partition_result(index, KAFKA_STORAGE_ERROR, f"storage error: {exc.strerror}")
-    if not info.duplicate:
-        broker.notify_append(topic_name, index)
+        return _partition_result(
+            index, ErrorCode.KAFKA_STORAGE_ERROR, f"storage error: {exc.strerror}"
+        )
     result = _partition_result(
         index,
         0,
@@ -295,10 +290,14 @@ async def _append(
         log_append_time=info.log_append_time_ms,
         log_start_offset=info.log_start_offset,
     )
-    if replica is not None and cluster is not None:
-        cluster.replicas.leader_appended(replica)
-        if acks == -1:
+    if acks == -1:
+        # Answered once the high watermark passes the batch: at once when it already
+        # does (a lone node, alone in its ISR), else when the followers have it.
+        acked = replicas.acked(replica, info.last_offset)
+        if acked is None:
             replicated.append((result, replica, info.last_offset))
+        elif acked:
+            result.update(error_code=acked, error_message=_REPLICATION_ERRORS.get(acked))
     if info.flushed is not None:
         flushes.append((result, info.flushed))
     return result
@@ -312,18 +311,19 @@ async def _await_flushes(flushes: list[tuple[dict[str, Any], Future[None]]]) -> 
     for (result, _), outcome in zip(flushes, outcomes, strict=True):
         if isinstance(outcome, BaseException):
             log.error("fsync after an append failed: %r", outcome)
-            result.update(error_code=KAFKA_STORAGE_ERROR, error_message=f"fsync failed: {outcome}")
+            result.update(
+                error_code=ErrorCode.KAFKA_STORAGE_ERROR, error_message=f"fsync failed: {outcome}"
+            )
 
 
 async def _await_replication(
     ctx: RequestContext, waits: list[tuple[dict[str, Any], Replica, int]], timeout_ms: int
 ) -> None:
-    """acks=all in a cluster: each partition answers once the ISR holds its batch."""
-    cluster = ctx.broker.cluster
-    assert cluster is not None
+    """acks=all: each partition answers once the ISR holds its batch."""
+    replicas = ctx.broker.replicas
     timeout_s = max(timeout_ms, 0) / 1000
     outcomes = await asyncio.gather(
-        *(cluster.replicas.wait_replicated(replica, last, timeout_s) for _, replica, last in waits)
+        *(replicas.wait_replicated(replica, last, timeout_s) for _, replica, last in waits)
     )
     for (result, _, _), error in zip(waits, outcomes, strict=True):
         if error:
@@ -331,10 +331,11 @@ async def _await_replication(
 
 
 _REPLICATION_ERRORS = {
-    NOT_LEADER_OR_FOLLOWER: "leadership moved before the in-sync replicas had the batch",
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND: "written, but fewer in-sync replicas than "
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: "leadership moved before the in-sync replicas had the batch",
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: "written, but fewer in-sync replicas than "
     "min.insync.replicas hold it",
-    REQUEST_TIMED_OUT: "the in-sync replicas did not all have the batch within the timeout",
+    ErrorCode.REQUEST_TIMED_OUT: "the in-sync replicas did not all have the batch within the "
+    "timeout",
 }
 
 
@@ -365,7 +366,7 @@ def _topic_name(ctx: RequestContext, topic_data: Any) -> tuple[str, tuple[int, s
         return topic_data.name, None
     found = ctx.broker.topics.topics_by_id.get(topic_data.topic_id)
     if found is None:
-        return "", (UNKNOWN_TOPIC_ID, f"no topic with id {topic_data.topic_id}")
+        return "", (ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {topic_data.topic_id}")
     return found.name, None
 
 
@@ -390,7 +391,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     if acks not in (-1, 0, 1):
         error: tuple[int, str] | None = (
-            INVALID_REQUIRED_ACKS,
+            ErrorCode.INVALID_REQUIRED_ACKS,
             f"acks must be -1, 0 or 1, got {acks}",
         )
     elif (
@@ -400,7 +401,10 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
         )
     ) or (request.transactional_id is None and _has_transactional_records(request)):
         # Kafka: transactional records need WRITE on the request's transactional id.
-        error = (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "not authorized for the transactional id")
+        error = (
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "not authorized for the transactional id",
+        )
     else:
         error = None
     named = [_topic_name(ctx, t) for t in request.topic_data]
@@ -425,7 +429,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             if failure is not None:
                 results.append(_partition_result(part.index, *failure))
             elif not may_write:
-                results.append(_partition_result(part.index, TOPIC_AUTHORIZATION_FAILED))
+                results.append(_partition_result(part.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             else:
                 result = await _append(
                     ctx,

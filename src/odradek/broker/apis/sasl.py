@@ -8,14 +8,13 @@ from typing import Any
 from odradek.broker.context import RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.protocol.apikeys import ApiKey
-
-ILLEGAL_SASL_STATE = 34
+from odradek.protocol.errors import ErrorCode
 
 
 @handles(ApiKey.SASL_HANDSHAKE, 0, 1)
 def sasl_handshake(ctx: RequestContext, request: Any) -> Any:
     if ctx.session is None:
-        return respond(ctx, {"error_code": ILLEGAL_SASL_STATE, "mechanisms": ()})
+        return respond(ctx, {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": ()})
     error_code, mechanisms = ctx.session.handshake(ctx.version, request.mechanism)
     return respond(ctx, {"error_code": error_code, "mechanisms": mechanisms})
 
@@ -23,7 +22,7 @@ def sasl_handshake(ctx: RequestContext, request: Any) -> Any:
 @handles(ApiKey.SASL_AUTHENTICATE, 0, 2)
 def sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
     if ctx.session is None:
-        error_code, message, challenge, lifetime_ms = ILLEGAL_SASL_STATE, None, b"", 0
+        error_code, message, challenge, lifetime_ms = ErrorCode.ILLEGAL_SASL_STATE, None, b"", 0
     else:
         error_code, message, challenge, lifetime_ms = ctx.session.authenticate(
             ctx.version, bytes(request.auth_bytes)

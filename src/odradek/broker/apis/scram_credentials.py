@@ -19,15 +19,10 @@ from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.broker.security.credentials import check_iterations
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 from odradek.protocol.scram import MECHANISMS_BY_TYPE, ScramCredential, ScramError
 
 log = logging.getLogger("odradek.security")
-
-CLUSTER_AUTHORIZATION_FAILED = 31
-UNSUPPORTED_SASL_MECHANISM = 33
-RESOURCE_NOT_FOUND = 91
-DUPLICATE_RESOURCE = 92
-UNACCEPTABLE_CREDENTIAL = 93
 
 
 @handles(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
@@ -39,12 +34,12 @@ def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
             ctx,
             {
                 "throttle_time": NO_THROTTLE,
-                "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 "error_message": message,
                 "results": [
                     {
                         "user": name,
-                        "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                        "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                         "error_message": message,
                         "credential_infos": [],
                     }
@@ -63,13 +58,13 @@ def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
             "credential_infos": [],
         }
         if wanted is not None and wanted.count(name) > 1:
-            result["error_code"] = DUPLICATE_RESOURCE
+            result["error_code"] = ErrorCode.DUPLICATE_RESOURCE
             result["error_message"] = (
                 f"Cannot describe SCRAM credentials for the same user twice in a single "
                 f"request: {name}"
             )
         elif name not in users:
-            result["error_code"] = RESOURCE_NOT_FOUND
+            result["error_code"] = ErrorCode.RESOURCE_NOT_FOUND
             result["error_message"] = (
                 f"Attempt to describe a user credential that does not exist: {name}"
             )
@@ -100,7 +95,7 @@ async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any
                 "results": [
                     {
                         "user": name,
-                        "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                        "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                         "error_message": "Cluster authorization failed.",
                     }
                     for name in names
@@ -116,7 +111,7 @@ async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any
     for name, mech_type in pairs:
         if pairs.count((name, mech_type)) > 1:
             errors[name] = (
-                DUPLICATE_RESOURCE,
+                ErrorCode.DUPLICATE_RESOURCE,
                 "A user credential cannot be altered twice in the same request",
             )
     deletions, upserts = [], []
@@ -126,12 +121,12 @@ async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any
         if name in errors:
             continue
         if not name:
-            errors[name] = (UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+            errors[name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
         elif mech is None:
-            errors[name] = (UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+            errors[name] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
         elif store.get(name, mech) is None:
             errors[name] = (
-                RESOURCE_NOT_FOUND,
+                ErrorCode.RESOURCE_NOT_FOUND,
                 "Attempt to delete a user credential that does not exist",
             )
         else:
@@ -142,19 +137,22 @@ async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any
         if name in errors:
             continue
         if not name:
-            errors[name] = (UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+            errors[name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
             continue
         if mech is None:
-            errors[name] = (UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+            errors[name] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
             continue
         try:
             check_iterations(int(upsertion.iterations))
         except ScramError as exc:
-            errors[name] = (UNACCEPTABLE_CREDENTIAL, str(exc))
+            errors[name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, str(exc))
             continue
         salt, salted = bytes(upsertion.salt), bytes(upsertion.salted_password)
         if not salt or not salted:
-            errors[name] = (UNACCEPTABLE_CREDENTIAL, "salt and salted password must be given")
+            errors[name] = (
+                ErrorCode.UNACCEPTABLE_CREDENTIAL,
+                "salt and salted password must be given",
+            )
             continue
         credential = ScramCredential.from_salted_password(
             mech, salt, salted, int(upsertion.iterations)
@@ -164,11 +162,8 @@ async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any
     deletions = [d for d in deletions if d[0] not in errors]
     upserts = [u for u in upserts if u[0] not in errors]
     if deletions or upserts:
-        cluster = ctx.broker.cluster
-        if cluster is not None:  # cluster-wide: into etcd, and every broker takes them
-            await cluster.change_security("scram", lambda s: s.apply(upserts, deletions))
-        else:
-            await store.change(lambda s: s.apply(upserts, deletions))
+        # Through the control plane: a cluster's go to etcd, and every broker takes them.
+        await ctx.broker.control.change_security("scram", lambda s: s.apply(upserts, deletions))
         for name, mech in deletions:
             log.info("%s removed the %s credential of %s", ctx.principal, mech.name, name)
         for name, mech, _ in upserts:

@@ -22,11 +22,9 @@ from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.broker.topics import NewTopic, Topic, TopicError
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 
 ZERO_UUID = uuid.UUID(int=0)
-UNKNOWN_TOPIC_ID = 100
-INVALID_REPLICA_ASSIGNMENT = 39
-TOPIC_AUTHORIZATION_FAILED = 29
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
@@ -42,7 +40,7 @@ def _on_cluster(ctx: RequestContext, operation: AclOperation) -> bool:
 
 
 def _refused() -> TopicError:
-    return TopicError(TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+    return TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
 
 
 def _result(name: str) -> dict[str, Any]:
@@ -66,18 +64,13 @@ def _new_topic(ctx: RequestContext, wanted: Any, cluster_create: bool) -> NewTop
     assignments = None
     if wanted.assignments:
         if num_partitions != -1 or int(wanted.replication_factor) != -1:
-            return TopicError(42, "give either assignments or partitions/replication factor")
+            return TopicError(
+                ErrorCode.INVALID_REQUEST,
+                "give either assignments or partitions/replication factor",
+            )
         assignments = {
             int(a.partition_index): tuple(int(b) for b in a.broker_ids) for a in wanted.assignments
         }
-        if ctx.broker.cluster is None and any(
-            r != (ctx.broker.node_id,) for r in assignments.values()
-        ):
-            # One node: every replica list must be exactly [this node].
-            return TopicError(
-                INVALID_REPLICA_ASSIGNMENT,
-                f"replicas must be [{ctx.broker.node_id}] on a single node",
-            )
         num_partitions = len(assignments)
     return NewTopic(
         wanted.name,
@@ -101,13 +94,10 @@ def _config_source(ctx: RequestContext, name: str, is_default: bool) -> int:
 def _fill(ctx: RequestContext, result: dict[str, Any], topic: Topic, partitions: int) -> None:
     result["topic_id"] = topic.topic_id
     if not _on_topic(ctx, AclOperation.DESCRIBE_CONFIGS, topic.name):
-        result["topic_config_error_code"] = TOPIC_AUTHORIZATION_FAILED
+        result["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         return
     result["num_partitions"] = partitions
-    cluster = ctx.broker.cluster
-    result["replication_factor"] = (
-        len(cluster.replicas_of(topic.name, 0)) or 1 if cluster is not None else 1
-    )
+    result["replication_factor"] = len(ctx.broker.control.replicas_of(topic.name, 0)) or 1
     result["configs"] = [
         {
             "name": name,
@@ -132,15 +122,7 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
     if request.validate_only:
         for _, new in creatable:
             try:
-                outcomes.append(
-                    manager.create(
-                        new.name,
-                        new.num_partitions,
-                        new.replication_factor,
-                        new.configs,
-                        validate_only=True,
-                    )
-                )
+                outcomes.append(manager.prepare(new)[0])  # every check, nothing written
             except TopicError as exc:
                 outcomes.append(exc)
     else:
@@ -204,7 +186,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
         if by_id:
             found = manager.topics_by_id.get(topic_id)
             if found is None:
-                entry["error_code"] = UNKNOWN_TOPIC_ID
+                entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_ID
                 entry["error_message"] = f"no topic with id {topic_id}"
                 continue
             name = entry["name"] = found.name
@@ -212,7 +194,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
         if not (describable and (cluster_delete or _on_topic(ctx, AclOperation.DELETE, name))):
             # As Kafka: a name the principal may not describe is never revealed.
             entry["name"] = name if describable or not by_id else None
-            entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
+            entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             entry["error_message"] = "Authorization failed."
             continue
         if not by_id:

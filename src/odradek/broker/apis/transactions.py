@@ -19,23 +19,16 @@ from collections import defaultdict
 from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
-from odradek.broker.group_runtime import OFFSETS_TOPIC
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.coordinator import partition_for
 from odradek.coordinator import types as group_core
 from odradek.coordinator.txn_offsets import TxnOffsetCommitRequest
 from odradek.protocol.apikeys import ApiKey
-from odradek.transaction import TxnError
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.internal_topics import OFFSETS_TOPIC
 from odradek.transaction import types as core
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-TOPIC_AUTHORIZATION_FAILED = 29
-GROUP_AUTHORIZATION_FAILED = 30
-CLUSTER_AUTHORIZATION_FAILED = 31
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-OPERATION_NOT_ATTEMPTED = 55
-COORDINATOR_NOT_AVAILABLE = 15
 VERIFY_ONLY_FROM = 4  # AddPartitionsToTxn v4+: batched, from brokers
 TXN_ABORTABLE_FROM = 4  # TxnOffsetCommit v4+ clients know TRANSACTION_ABORTABLE
 
@@ -69,15 +62,15 @@ async def _add_partitions(
     """One client transaction (v0-3): Kafka's per-partition checks, then the coordinator."""
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
     if not _may_write_txn(ctx, transactional_id):
-        return dict.fromkeys(wanted, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     refused: dict[tuple[str, int], int] = {}
     for topic, partition in wanted:
         if not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, topic):
-            refused[(topic, partition)] = TOPIC_AUTHORIZATION_FAILED
+            refused[(topic, partition)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         elif ctx.broker.topics.partition(topic, partition) is None:
-            refused[(topic, partition)] = UNKNOWN_TOPIC_OR_PARTITION
+            refused[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if refused:
-        return {tp: refused.get(tp, OPERATION_NOT_ATTEMPTED) for tp in wanted}
+        return {tp: refused.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
     request = core.AddPartitionsRequest(transactional_id, producer_id, epoch, tuple(wanted))
     response = await ctx.broker.txns.call(transactional_id, request)
     assert isinstance(response, core.AddPartitionsResponse)
@@ -106,7 +99,7 @@ async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
             ctx,
             {
                 "throttle_time": NO_THROTTLE,
-                "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 "results_by_transaction": [],
             },
         )
@@ -139,9 +132,9 @@ async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
 @handles(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
 async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     if not _may_write_txn(ctx, request.transactional_id):
-        error = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
-        error = GROUP_AUTHORIZATION_FAILED
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
     else:
         offsets = (OFFSETS_TOPIC, partition_for(request.group_id, ctx.broker.groups.num_partitions))
         added = core.AddPartitionsRequest(
@@ -162,7 +155,7 @@ async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
 @handles(ApiKey.END_TXN, 0, 5)
 async def end_txn(ctx: RequestContext, request: Any) -> Any:
     if not _may_write_txn(ctx, request.transactional_id):
-        response = core.EndTxnResponse(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        response = core.EndTxnResponse(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     else:
         ended = core.EndTxnRequest(
             request.transactional_id,
@@ -193,26 +186,25 @@ def _verified(ctx: RequestContext, request: Any, offsets_partition: int) -> int:
     Kafka's partition writer does; the coordinator's errors map as Kafka maps them.
     """
     pid, epoch = int(request.producer_id), int(request.producer_epoch)
-    runners = ctx.broker.groups.runners
-    if not 0 <= offsets_partition < len(runners):
-        return int(TxnError.COORDINATOR_NOT_AVAILABLE)  # a cluster broker not holding it yet
-    plog = runners[offsets_partition].plog
+    plog = ctx.broker.topics.partition(OFFSETS_TOPIC, offsets_partition)
+    if plog is None:
+        return int(ErrorCode.COORDINATOR_NOT_AVAILABLE)  # a cluster broker not holding it yet
     if plog.producer_state.ongoing.get(pid) is not None:
         return 0
     error = ctx.broker.txns.verify(
         request.transactional_id, pid, epoch, (OFFSETS_TOPIC, offsets_partition)
     )
-    if error == TxnError.TRANSACTION_ABORTABLE and ctx.version < TXN_ABORTABLE_FROM:
-        return int(TxnError.INVALID_TXN_STATE)
-    if error == TxnError.PRODUCER_FENCED:
-        return int(TxnError.INVALID_PRODUCER_EPOCH)
+    if error == ErrorCode.TRANSACTION_ABORTABLE and ctx.version < TXN_ABORTABLE_FROM:
+        return int(ErrorCode.INVALID_TXN_STATE)
+    if error == ErrorCode.PRODUCER_FENCED:
+        return int(ErrorCode.INVALID_PRODUCER_EPOCH)
     if error in (
-        TxnError.CONCURRENT_TRANSACTIONS,
-        TxnError.COORDINATOR_LOAD_IN_PROGRESS,
-        TxnError.COORDINATOR_NOT_AVAILABLE,
-        TxnError.NOT_COORDINATOR,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
     ):
-        return COORDINATOR_NOT_AVAILABLE  # retriable for every client version
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE  # retriable for every client version
     return int(error)
 
 
@@ -228,9 +220,9 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
         return respond(ctx, {"throttle_time": NO_THROTTLE, "topics": topics})
 
     if not _may_write_txn(ctx, request.transactional_id):
-        return answer(dict.fromkeys(wanted, TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        return answer(dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return answer(dict.fromkeys(wanted, GROUP_AUTHORIZATION_FAILED))
+        return answer(dict.fromkeys(wanted, ErrorCode.GROUP_AUTHORIZATION_FAILED))
     errors: dict[tuple[str, int], int] = {}
     known: list[group_core.OffsetCommitTopic] = []
     for t in request.topics:
@@ -239,9 +231,9 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
         for p in t.partitions:
             index = int(p.partition_index)
             if not readable:
-                errors[(t.name, index)] = TOPIC_AUTHORIZATION_FAILED
+                errors[(t.name, index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif ctx.broker.topics.partition(t.name, index) is None:
-                errors[(t.name, index)] = UNKNOWN_TOPIC_OR_PARTITION
+                errors[(t.name, index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 partitions.append(
                     group_core.OffsetCommitPartition(
@@ -293,7 +285,7 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> Any:
             by_runner[txns.partition_of(txn_id)].append(txn_id)
         else:
             described[txn_id] = core.DescribedTransaction(
-                txn_id, TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                txn_id, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             )
     for ids in by_runner.values():
         response = await txns.call(ids[0], core.DescribeTransactionsRequest(tuple(ids)))
@@ -333,10 +325,9 @@ async def list_transactions(ctx: RequestContext, request: Any) -> Any:
     error = 0
     unknown: tuple[str, ...] = ()
     found: list[core.ListedTransaction] = []
-    for runner in ctx.broker.txns.runners:
-        if not runner.leading:  # in a cluster, a broker lists what it coordinates
-            continue
-        response = await runner.call(listed)
+    # Each partition led here answers for its own ids (a cluster broker lists what it
+    # coordinates).
+    for response in await ctx.broker.txns.call_all(lambda: listed):
         assert isinstance(response, core.ListTransactionsResponse)
         if response.error_code:
             error = error or response.error_code

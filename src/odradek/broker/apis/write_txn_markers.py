@@ -1,7 +1,7 @@
 """WriteTxnMarkers: a transaction coordinator asks a partition's leader to write markers.
 
-Inter-broker (cluster mode): the coordinator of a transaction sends each partition
-leader the COMMIT or ABORT marker of its partitions (``transaction_result`` true
+Inter-broker: the coordinator of a transaction sends each partition leader it is not
+itself the COMMIT or ABORT marker of its partitions (``transaction_result`` true
 is COMMIT). The leader appends it as a control batch and answers once the ISR
 holds it; a ``__consumer_offsets`` partition applies it through its group
 coordinator (pending transactional offsets become visible or are dropped). Needs
@@ -16,18 +16,14 @@ from odradek.broker.context import RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.protocol.apikeys import ApiKey
-
-NOT_LEADER_OR_FOLLOWER = 6
-CLUSTER_AUTHORIZATION_FAILED = 31
-KAFKA_STORAGE_ERROR = 56
+from odradek.protocol.errors import ErrorCode
 
 
 async def _write(ctx: RequestContext, marker: Any, topic: str, partition: int) -> int:
     if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
-        return CLUSTER_AUTHORIZATION_FAILED
-    cluster = ctx.broker.cluster
-    if cluster is not None and not cluster.leads_here(topic, partition):
-        return NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    if not ctx.broker.replicas.leads(topic, partition):
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
     try:
         await ctx.broker.txns.write_local_marker(
             (topic, partition),
@@ -37,8 +33,8 @@ async def _write(ctx: RequestContext, marker: Any, topic: str, partition: int) -
         )
     except Exception as exc:
         code = getattr(exc, "error_code", None)
-        return int(code) if isinstance(code, int) and code > 0 else KAFKA_STORAGE_ERROR
-    return 0
+        return int(code) if isinstance(code, int) and code > 0 else ErrorCode.KAFKA_STORAGE_ERROR
+    return ErrorCode.NONE
 
 
 @handles(ApiKey.WRITE_TXN_MARKERS, 1, 1)

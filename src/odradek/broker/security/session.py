@@ -26,6 +26,7 @@ from odradek.broker.closing import CloseConnection
 from odradek.broker.security.principal import KafkaPrincipal
 from odradek.broker.security.sasl import SaslFailure, SaslServer
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.errors import ErrorCode
 from odradek.protocol.framing import frame
 
 if TYPE_CHECKING:
@@ -34,9 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("odradek.security")
 
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
-SASL_AUTHENTICATION_FAILED = 58
 MIN_REAUTH_INTERVAL_S = 1.0  # Kafka's KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS
 
 
@@ -103,18 +101,21 @@ class Session:
     def handshake(self, version: int, mechanism: str) -> tuple[int, list[str]]:
         """(error code, enabled mechanisms) for a SaslHandshake."""
         if not self.listener.uses_sasl:
-            return ILLEGAL_SASL_STATE, []
+            return ErrorCode.ILLEGAL_SASL_STATE, []
         enabled = self.security.mechanisms[self.listener.name]
         if self.state is AuthState.AUTHENTICATED:
             now = self.clock()
             if self.expires_at is None or now - self._reauth_started < MIN_REAUTH_INTERVAL_S:
-                return ILLEGAL_SASL_STATE, []  # no re-authentication without a session limit
+                return (
+                    ErrorCode.ILLEGAL_SASL_STATE,
+                    [],
+                )  # no re-authentication without a session limit
             self._reauth_started = now
             self.reauthenticating = True
             self._bad_reauth_mechanism = mechanism != self.mechanism
         if mechanism not in enabled:
             self.close_reason = f"client asked for SASL mechanism {mechanism!r}, not enabled"
-            return UNSUPPORTED_SASL_MECHANISM, enabled
+            return ErrorCode.UNSUPPORTED_SASL_MECHANISM, enabled
         self.state = AuthState.AUTHENTICATING
         self.raw_tokens = version == 0
         if not self.reauthenticating:
@@ -129,7 +130,7 @@ class Session:
         SaslAuthenticate request."""
         if self.state is not AuthState.AUTHENTICATING or self._sasl is None:
             return (
-                ILLEGAL_SASL_STATE,
+                ErrorCode.ILLEGAL_SASL_STATE,
                 "SaslAuthenticate request received after successful authentication",
                 b"",
                 0,
@@ -145,7 +146,7 @@ class Session:
                 f"with SASL mechanism {self._sasl.mechanism}"
             )
             self.close_reason = f"{self._what()} failed: {exc}"
-            return SASL_AUTHENTICATION_FAILED, message, b"", 0
+            return ErrorCode.SASL_AUTHENTICATION_FAILED, message, b"", 0
         lifetime_ms = self._finish() if self._sasl.complete else 0
         return 0, None, challenge, lifetime_ms
 

@@ -35,7 +35,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from odradek.cluster.model import PartitionState, TopicAssignment
+from odradek.replication.model import PartitionState, TopicAssignment
 
 NO_LEADER = -1
 

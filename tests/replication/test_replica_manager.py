@@ -3,32 +3,26 @@
 High watermark = the smallest log end among the ISR; followers leave the ISR after
 replica.lag.time.max.ms without catching up and come back once they reach the
 high watermark; acks=all waits for the high watermark and answers the ISR's
-state; roles follow the partition state; leader epochs are checked.
+state; roles follow the partition state; leader epochs are checked. A lone node's
+partitions lead alone (their high watermark is the log end after each append);
+only a leader appends; a follower's truncation runs off the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from odradek.cluster.model import PartitionState, VersionedPartitionState
-from odradek.cluster.replication import (
-    FENCED_LEADER_EPOCH,
-    NOT_ENOUGH_REPLICAS,
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    NOT_LEADER_OR_FOLLOWER,
-    REQUEST_TIMED_OUT,
-    UNKNOWN_LEADER_EPOCH,
-    Replica,
-    ReplicaManager,
-    Role,
-)
 from odradek.log import LogConfig, PartitionLog
+from odradek.protocol.errors import ErrorCode
 from odradek.protocol.records import build_batch
+from odradek.replication.model import PartitionState, VersionedPartitionState
+from odradek.replication.replica import NotLeaderError, Replica, ReplicaManager, Role
 
 ME = 1
 LAG_S = 10.0
@@ -73,7 +67,7 @@ def manager(clock: Clock, recorder: Recorder, min_insync: int = 2) -> ReplicaMan
         min_insync=lambda topic: min_insync,
         lag_time_max_s=LAG_S,
         propose_isr=propose,
-        on_high_watermark=moved,
+        wake=moved,
         clock=clock,
     )
 
@@ -90,6 +84,13 @@ def append(plog: PartitionLog, count: int) -> int:
     return plog.end_offset
 
 
+def lead_append(mgr: ReplicaManager, replica: Replica, count: int) -> int:
+    """Append `count` records as the leader (the high watermark moves as the ISR allows)."""
+    batch = build_batch([(None, b"v", ())] * count, timestamp_ms=0)
+    mgr.append(replica, batch, from_client=False)
+    return replica.plog.end_offset
+
+
 def leading(
     plog: PartitionLog, clock: Clock, recorder: Recorder, **kw: int
 ) -> tuple[ReplicaManager, Replica]:
@@ -102,8 +103,7 @@ def leading(
 def test_high_watermark_is_the_smallest_log_end_in_the_isr(plog: PartitionLog) -> None:
     clock, recorder = Clock(), Recorder()
     mgr, replica = leading(plog, clock, recorder)
-    end = append(plog, 10)
-    mgr.leader_appended(replica)
+    end = lead_append(mgr, replica, 10)
     assert replica.high_watermark == 0  # followers have nothing yet
     mgr.record_follower_fetch(replica, 2, 10)
     assert replica.high_watermark == 0  # broker 3 is in the ISR and has nothing
@@ -164,8 +164,7 @@ async def _acks_all_waits_for_the_isr(plog: PartitionLog) -> None:
     clock, recorder = Clock(), Recorder()
     mgr, replica = leading(plog, clock, recorder)
     assert mgr.check_acks_all(replica) == 0
-    append(plog, 3)
-    mgr.leader_appended(replica)
+    lead_append(mgr, replica, 3)
     waiting = asyncio.ensure_future(mgr.wait_replicated(replica, 2, 5.0))
     await asyncio.sleep(0)
     assert not waiting.done()
@@ -188,8 +187,8 @@ async def _acks_all_after_the_isr_shrank_below_the_minimum(plog: PartitionLog) -
     await asyncio.sleep(0)
     # The ISR drops to the leader alone: the high watermark jumps to the log end.
     mgr.apply_state(replica, (1, 2, 3), state(ME, 5, (1,), revision=2))
-    assert await waiting == NOT_ENOUGH_REPLICAS_AFTER_APPEND
-    assert mgr.check_acks_all(replica) == NOT_ENOUGH_REPLICAS
+    assert await waiting == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    assert mgr.check_acks_all(replica) == ErrorCode.NOT_ENOUGH_REPLICAS
 
 
 def test_acks_all_times_out_and_fails_when_leadership_moves(plog: PartitionLog) -> None:
@@ -200,11 +199,11 @@ async def _acks_all_times_out_and_fails_when_leadership_moves(plog: PartitionLog
     clock, recorder = Clock(), Recorder()
     mgr, replica = leading(plog, clock, recorder)
     append(plog, 1)
-    assert await mgr.wait_replicated(replica, 0, 0.05) == REQUEST_TIMED_OUT
+    assert await mgr.wait_replicated(replica, 0, 0.05) == ErrorCode.REQUEST_TIMED_OUT
     waiting = asyncio.ensure_future(mgr.wait_replicated(replica, 0, 5.0))
     await asyncio.sleep(0)
     assert mgr.apply_state(replica, (1, 2, 3), state(2, 6, (2, 3), revision=2)) is Role.FOLLOWER
-    assert await waiting == NOT_LEADER_OR_FOLLOWER
+    assert await waiting == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 def test_roles_and_leader_epochs(plog: PartitionLog) -> None:
@@ -219,8 +218,8 @@ def test_roles_and_leader_epochs(plog: PartitionLog) -> None:
     assert plog.latest_epoch == 3  # recorded before any data (OffsetForLeaderEpoch)
     assert replica.check_epoch(-1) == 0
     assert replica.check_epoch(3) == 0
-    assert replica.check_epoch(2) == FENCED_LEADER_EPOCH
-    assert replica.check_epoch(4) == UNKNOWN_LEADER_EPOCH
+    assert replica.check_epoch(2) == ErrorCode.FENCED_LEADER_EPOCH
+    assert replica.check_epoch(4) == ErrorCode.UNKNOWN_LEADER_EPOCH
 
 
 def test_resign_all_gives_up_leadership_until_the_state_comes_back(plog: PartitionLog) -> None:
@@ -234,3 +233,72 @@ def test_resign_all_gives_up_leadership_until_the_state_comes_back(plog: Partiti
     mgr.apply_state(replica, (1, 2, 3), state(ME, 5, (1, 2, 3), revision=3))
     assert replica.role is Role.LEADER
     assert seen == [(Role.LEADER, Role.NONE), (Role.NONE, Role.LEADER)]
+
+
+# --- every node: a lone node's replicas, leader appends, truncation off the loop ----------
+
+
+def test_a_partition_led_alone_moves_its_high_watermark_with_each_append(
+    plog: PartitionLog,
+) -> None:
+    """A lone node: leader in the log's own epoch (nothing written to the epoch file),
+    alone in its ISR, so the high watermark is the log end after every append, and each
+    move is told to the broker and to the partition's listeners."""
+    clock, recorder = Clock(), Recorder()
+    mgr = manager(clock, recorder, min_insync=1)
+    heard: list[int] = []
+    mgr.add_listener("t", 0, heard.append)
+    replica = mgr.lead_alone("t", 0, plog)
+    assert (replica.role, replica.isr, replica.leader_epoch) == (Role.LEADER, (ME,), 0)
+    assert not (plog.directory / "leader-epoch-checkpoint").exists()
+    assert mgr.leader_for("t", 0, 0) == (replica, 0)
+    assert lead_append(mgr, replica, 4) == replica.high_watermark == 4
+    assert lead_append(mgr, replica, 2) == replica.high_watermark == 6
+    assert heard == [4, 6] and recorder.moves == [0, 0]
+    assert mgr.acked(replica, 5) == 0  # acks=all: answered at once
+    assert mgr.lead_alone("t", 0, plog) is replica  # idempotent
+
+
+def test_a_leader_append_is_refused_where_this_broker_does_not_lead(plog: PartitionLog) -> None:
+    clock, recorder = Clock(), Recorder()
+    mgr = manager(clock, recorder)
+    replica = mgr.host("t", 0, plog)
+    mgr.apply_state(replica, (1, 2), state(2, 1, (1, 2)))
+    batch = build_batch([(None, b"v", ())], timestamp_ms=0)
+    with pytest.raises(NotLeaderError):
+        mgr.append(replica, batch, from_client=False)
+    assert plog.end_offset == 0
+    assert mgr.leader_for("t", 0) == (None, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+
+def test_truncation_runs_off_the_event_loop_and_holds_leader_appends(plog: PartitionLog) -> None:
+    run(_truncation_runs_off_the_event_loop, plog)
+
+
+async def _truncation_runs_off_the_event_loop(plog: PartitionLog) -> None:
+    clock, recorder = Clock(), Recorder()
+    mgr, replica = leading(plog, clock, recorder)
+    lead_append(mgr, replica, 10)
+    started = threading.Event()
+    release = threading.Event()
+    cut = plog.truncate_to
+
+    def slow_cut(offset: int) -> int:
+        assert threading.current_thread() is not threading.main_thread()
+        started.set()
+        release.wait(5)
+        return cut(offset)
+
+    plog.truncate_to = slow_cut  # type: ignore[method-assign]
+    truncating = asyncio.ensure_future(mgr.truncate(replica, 4))
+    while not started.is_set():
+        await asyncio.sleep(0.01)
+    # The loop runs meanwhile; the replica takes no leader append until the cut is done.
+    assert mgr.leader_for("t", 0) == (None, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    with pytest.raises(NotLeaderError):
+        mgr.append(replica, build_batch([(None, b"v", ())], timestamp_ms=0), from_client=False)
+    release.set()
+    await truncating
+    assert plog.end_offset == 0  # one batch of ten: cut whole at its base offset
+    assert replica.high_watermark <= plog.end_offset
+    assert mgr.leader_for("t", 0) == (replica, 0)

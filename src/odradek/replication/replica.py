@@ -1,15 +1,23 @@
-"""Partition replicas in cluster mode: leader and follower roles, the high watermark,
-the ISR, and acks=all (issue 15, Kafka's Partition / ReplicaManager).
+"""Partition replicas on every node: leader and follower roles, leader epochs, the high
+watermark, the ISR, and acks=all (Kafka's Partition / ReplicaManager).
 
 Each partition this broker hosts has a `Replica`. Its role follows the partition
-state in etcd (`apply_state`): the broker named leader appends client writes,
-stamped with the leader epoch, and serves followers; every other replica in the
-assignment fetches from the leader (`odradek.cluster.fetcher`).
+state the broker's control plane gives it (`apply_state`): a lone node leads every
+partition it holds, alone in its ISR (`odradek.broker.lone_node`); a cluster
+member takes the role its partition state in etcd says (`odradek.cluster.node`).
+The leader appends client writes (`append`), stamped with its leader epoch, and
+serves followers; every other replica in the assignment fetches from the leader
+(`odradek.cluster.fetcher`). Every request for a partition's data asks the same
+questions here, whatever the control plane: `leader_for` (leads it, in the epoch
+the request names?) and the replica's `high_watermark` (how far a consumer reads).
 
 High watermark: on the leader, the smallest log end offset among the ISR members
-(the leader's own included); a follower learns it from its fetch responses and
-keeps ``min(leader's HW, its own log end)``. Consumers read only below it, so a
-record they see survives any election from the ISR.
+(the leader's own included: alone in its ISR, its log end, moved by its own
+appends); a follower learns it from its fetch responses and keeps ``min(leader's
+HW, its own log end)``. Consumers read only below it, so a record they see
+survives any election from the ISR. Each move is told to the broker (its Fetch
+long polls wake) and to the listeners registered for that partition (a
+coordinator's runner, through its `odradek.replication.writer.ReplicaWriter`).
 
 ISR: the leader, not the controller, changes it (Kafka's AlterPartition), by a
 compare-and-swap on the partition state in etcd: a follower whose fetches have
@@ -24,6 +32,11 @@ with NOT_ENOUGH_REPLICAS before the append when the ISR is smaller than
 batch, with NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum
 meanwhile, NOT_LEADER_OR_FOLLOWER if leadership moved, REQUEST_TIMED_OUT after
 the request's timeout.
+
+Truncation: a follower whose log diverged from its new leader's cuts it back
+(`truncate`); the fsyncs run in a worker thread, and the replica takes no leader
+append meanwhile (NOT_LEADER_OR_FOLLOWER, retriable), so the cut and the
+partition's other writes never interleave. Where to cut is `truncation.py`'s.
 """
 
 from __future__ import annotations
@@ -34,21 +47,23 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
-from odradek.cluster.model import PartitionState, VersionedPartitionState
-
-if TYPE_CHECKING:
-    from odradek.log import PartitionLog
+from odradek.log import AppendInfo, PartitionLog
+from odradek.log.errors import LogError
+from odradek.protocol.errors import ErrorCode
+from odradek.replication.model import PartitionState, VersionedPartitionState
 
 log = logging.getLogger("odradek.replication")
 
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-NOT_ENOUGH_REPLICAS = 19
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 76
+NONE = int(ErrorCode.NONE)
+HighWatermarkListener = Callable[[int], None]
+
+
+class NotLeaderError(LogError):
+    """NOT_LEADER_OR_FOLLOWER: this broker does not lead the partition (nothing written)."""
+
+    error_code = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
 
 class Role(enum.Enum):
@@ -87,6 +102,7 @@ class Replica:
     followers: dict[int, FollowerProgress] = field(default_factory=dict)
     waiters: list[_AckWaiter] = field(default_factory=list)
     isr_change_pending: bool = False
+    truncating: bool = False  # a truncation runs in a worker thread: no leader appends
     # Followers: whether the log was checked against the leader's for this leader
     # epoch (OffsetForLeaderEpoch, truncating what diverged) before fetching.
     truncation_checked_epoch: int = -1
@@ -106,12 +122,12 @@ class Replica:
     def check_epoch(self, current_leader_epoch: int) -> int:
         """Kafka's leader-epoch check of a request (-1: the client did not say)."""
         if current_leader_epoch < 0:
-            return 0
+            return NONE
         if current_leader_epoch < self.leader_epoch:
-            return FENCED_LEADER_EPOCH
+            return int(ErrorCode.FENCED_LEADER_EPOCH)
         if current_leader_epoch > self.leader_epoch:
-            return UNKNOWN_LEADER_EPOCH
-        return 0
+            return int(ErrorCode.UNKNOWN_LEADER_EPOCH)
+        return NONE
 
 
 class ReplicaManager:
@@ -124,14 +140,16 @@ class ReplicaManager:
         min_insync: Callable[[str], int],
         lag_time_max_s: float,
         propose_isr: Callable[[Replica, tuple[int, ...]], None],
-        on_high_watermark: Callable[[str, int], None],
+        wake: Callable[[str, int], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.broker_id = broker_id
         self.min_insync = min_insync
         self.lag_time_max_s = lag_time_max_s
         self._propose_isr = propose_isr
-        self._on_high_watermark = on_high_watermark
+        # Told (topic, partition) whenever a partition's log or high watermark moved:
+        # whoever waits to read it (Fetch long polls) looks again.
+        self._wake = wake
         self.clock = clock
         self.replicas: dict[tuple[str, int], Replica] = {}
         # Counters, exported as metrics.
@@ -140,6 +158,17 @@ class ReplicaManager:
         self.became_leader = 0
         # Called with (replica, previous role) after every role change (coordinators).
         self.role_listeners: list[Callable[[Replica, Role], None]] = []
+        # Told each new high watermark of one partition (a coordinator's runner), kept
+        # by partition so they outlive a replica replaced or forgotten meanwhile.
+        self._hw_listeners: dict[tuple[str, int], list[HighWatermarkListener]] = {}
+
+    def add_listener(self, topic: str, partition: int, listener: HighWatermarkListener) -> None:
+        self._hw_listeners.setdefault((topic, partition), []).append(listener)
+
+    def remove_listener(self, topic: str, partition: int, listener: HighWatermarkListener) -> None:
+        listeners = self._hw_listeners.get((topic, partition), [])
+        if listener in listeners:
+            listeners.remove(listener)
 
     # --- roles ---------------------------------------------------------------------------
 
@@ -155,6 +184,16 @@ class ReplicaManager:
             self.replicas[key] = replica
         return replica
 
+    def lead_alone(self, topic: str, partition: int, plog: PartitionLog) -> Replica:
+        """Host the partition and lead it alone in its ISR, in its log's own leader epoch
+        (every partition of a lone node): its high watermark is its log end."""
+        replica = self.host(topic, partition, plog)
+        if replica.state is None:
+            alone = PartitionState(self.broker_id, plog.leader_epoch, (self.broker_id,))
+            state = VersionedPartitionState(topic, partition, alone, 0)
+            self.apply_state(replica, (self.broker_id,), state)
+        return replica
+
     def leader_for(
         self, topic: str, partition: int, current_leader_epoch: int = -1
     ) -> tuple[Replica | None, int]:
@@ -162,15 +201,19 @@ class ReplicaManager:
         names (-1: any), else (None, NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH /
         UNKNOWN_LEADER_EPOCH): the check every partition request makes in a cluster."""
         replica = self.replicas.get((topic, partition))
-        if replica is None or replica.role is not Role.LEADER:
-            return None, NOT_LEADER_OR_FOLLOWER
+        if replica is None or replica.role is not Role.LEADER or replica.truncating:
+            return None, int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         error = replica.check_epoch(current_leader_epoch)
-        return (None, error) if error else (replica, 0)
+        return (None, error) if error else (replica, NONE)
+
+    def leads(self, topic: str, partition: int) -> bool:
+        replica = self.replicas.get((topic, partition))
+        return replica is not None and replica.role is Role.LEADER
 
     def forget(self, topic: str) -> None:
         for key in [k for k in self.replicas if k[0] == topic]:
             replica = self.replicas.pop(key)
-            self._fail_waiters(replica, NOT_LEADER_OR_FOLLOWER)
+            self._fail_waiters(replica, int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
 
     def apply_state(
         self, replica: Replica, assigned: tuple[int, ...], state: VersionedPartitionState
@@ -197,10 +240,12 @@ class ReplicaManager:
                 self._maybe_advance_high_watermark(replica)  # the ISR may have shrunk
         else:
             replica.plog.leader_epoch = max(replica.plog.leader_epoch, state.state.leader_epoch)
-            self._fail_waiters(replica, NOT_LEADER_OR_FOLLOWER)
+            self._fail_waiters(replica, int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
             replica.followers.clear()
         if before is not role:
-            log.info(
+            # A partition's first role is news only in a log of thousands (start-up).
+            log.log(
+                logging.DEBUG if previous is None else logging.INFO,
                 "%s-%d: %s -> %s (leader %d, epoch %d, isr %s)",
                 replica.topic,
                 replica.partition,
@@ -222,7 +267,10 @@ class ReplicaManager:
 
     def _become_leader(self, replica: Replica) -> None:
         self.became_leader += 1
-        replica.plog.start_leader_epoch(replica.leader_epoch)
+        if replica.plog.leader_epoch != replica.leader_epoch:
+            # Recorded (durably) before any data of the epoch. A lone node leads in its
+            # log's own epoch every time: nothing to record, no file to touch at start-up.
+            replica.plog.start_leader_epoch(replica.leader_epoch)
         now = self.clock()
         # Followers start as caught up now: a leader must not drop a replica from
         # the ISR before it had a chance to fetch (Kafka resets these the same way).
@@ -312,9 +360,10 @@ class ReplicaManager:
 
     # --- high watermark and acks=all ------------------------------------------------------
 
-    def _maybe_advance_high_watermark(self, replica: Replica) -> None:
+    def _maybe_advance_high_watermark(self, replica: Replica) -> bool:
+        """Move the leader's high watermark as far as the ISR holds; whether it moved."""
         if replica.role is not Role.LEADER:
-            return
+            return False
         end = replica.plog.end_offset
         candidate = end
         for broker in replica.isr:
@@ -324,6 +373,8 @@ class ReplicaManager:
             candidate = min(candidate, progress.log_end_offset if progress is not None else -1)
         if candidate > replica.high_watermark:
             self.set_high_watermark(replica, candidate)
+            return True
+        return False
 
     def set_high_watermark(self, replica: Replica, offset: int) -> None:
         replica.high_watermark = offset
@@ -336,29 +387,69 @@ class ReplicaManager:
                 else:
                     still.append(waiter)
             replica.waiters = still
-        self._on_high_watermark(replica.topic, replica.partition)
+        self._wake(replica.topic, replica.partition)
+        for listener in list(self._hw_listeners.get((replica.topic, replica.partition), ())):
+            listener(offset)
 
-    def leader_appended(self, replica: Replica) -> None:
-        """The leader's log grew: with an ISR of one, the high watermark follows at once."""
-        self._maybe_advance_high_watermark(replica)
+    def append(self, replica: Replica, records: Any, **options: Any) -> AppendInfo:
+        """Append to a partition this broker leads (client batches, a coordinator's
+        records, transaction markers; ``options`` go to ``PartitionLog.append``), move
+        the high watermark as far as the ISR allows (alone in it: to the new end), and
+        wake whoever waits to read the partition. NotLeaderError, with nothing written,
+        when this broker does not lead it now."""
+        if replica.role is not Role.LEADER or replica.truncating:
+            raise NotLeaderError(f"{replica.topic}-{replica.partition} is not led here")
+        info = replica.plog.append(records, **options)
+        if not info.duplicate and not self._maybe_advance_high_watermark(replica):
+            self._wake(replica.topic, replica.partition)  # followers fetch the new end
+        return info
+
+    # --- a follower's truncation ------------------------------------------------------------
+
+    async def truncate(self, replica: Replica, offset: int) -> None:
+        """Cut a follower's log back to ``offset`` (a batch boundary at or below it); the
+        fsyncs run in a worker thread, and the replica takes no leader append meanwhile."""
+        await self._off_loop(replica, replica.plog.truncate_to, offset)
+
+    async def start_over_at(self, replica: Replica, offset: int) -> None:
+        """Drop a follower's whole log and start it empty at ``offset`` (it fell behind the
+        leader's log start), in a worker thread as ``truncate``."""
+        await self._off_loop(replica, replica.plog.truncate_fully_and_start_at, offset)
+
+    async def _off_loop(self, replica: Replica, cut: Callable[[int], Any], offset: int) -> None:
+        replica.truncating = True
+        try:
+            await asyncio.to_thread(cut, offset)
+        finally:
+            replica.truncating = False
+        replica.high_watermark = min(replica.high_watermark, replica.plog.end_offset)
 
     def check_acks_all(self, replica: Replica) -> int:
         """Before an acks=all append: NOT_ENOUGH_REPLICAS if the ISR is too small."""
         if len(replica.isr) < self.min_insync(replica.topic):
-            return NOT_ENOUGH_REPLICAS
-        return 0
+            return int(ErrorCode.NOT_ENOUGH_REPLICAS)
+        return NONE
 
     def _acked_error(self, replica: Replica) -> int:
         if replica.role is not Role.LEADER:
-            return NOT_LEADER_OR_FOLLOWER
+            return int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if len(replica.isr) < self.min_insync(replica.topic):
-            return NOT_ENOUGH_REPLICAS_AFTER_APPEND
-        return 0
+            return int(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+        return NONE
+
+    def acked(self, replica: Replica, last_offset: int) -> int | None:
+        """acks=all: the answer now when the high watermark already passes ``last_offset``
+        (always, alone in the ISR), None when it must wait for the followers."""
+        if replica.role is not Role.LEADER:
+            return int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if replica.high_watermark > last_offset:
+            return self._acked_error(replica)
+        return None
 
     async def wait_replicated(self, replica: Replica, last_offset: int, timeout_s: float) -> int:
         """Wait until the high watermark passes `last_offset`; the error code to answer."""
         if replica.role is not Role.LEADER:
-            return NOT_LEADER_OR_FOLLOWER
+            return int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if replica.high_watermark > last_offset:
             return self._acked_error(replica)
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -367,7 +458,7 @@ class ReplicaManager:
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout_s)
         except TimeoutError:
-            return REQUEST_TIMED_OUT
+            return int(ErrorCode.REQUEST_TIMED_OUT)
         finally:
             if waiter in replica.waiters:
                 replica.waiters.remove(waiter)

@@ -26,10 +26,6 @@ class ClusterJoinError(MetadataError):
     """A broker could not join its cluster at start-up (etcd unreachable, id taken)."""
 
 
-class ProducerIdsUnavailable(MetadataError):
-    """No producer-id block is reserved from etcd at the moment (the next is on its way)."""
-
-
 class BrokerIdInUseError(MetadataError):
     """Another live broker holds the registration for this broker id."""
 

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Literal, Self, TypeVar
 
 from odradek.childproc import log_tail, spawn_logged
-from odradek.cluster.etcd_server import EtcdServer, EtcdStartError, find_etcd_binary
+from odradek.devcluster.etcd_server import EtcdServer, EtcdStartError, find_etcd_binary
 
 ETCD: Literal["etcd"] = "etcd"
 Member = int | Literal["etcd"]

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.cluster.decisions import (
+from odradek.replication.decisions import (
     NO_LEADER,
     FencedLeaderEpoch,
     IncompleteRackInformation,
@@ -38,7 +38,7 @@ from odradek.cluster.decisions import (
     reassignment_progress,
     start_reassignment,
 )
-from odradek.cluster.model import PartitionState
+from odradek.replication.model import PartitionState
 
 PROPERTY_SETTINGS = settings(max_examples=200, deadline=None)
 

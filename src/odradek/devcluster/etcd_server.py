@@ -1,7 +1,7 @@
 """Start and stop one local etcd server (single member) in a child process.
 
 Used by the cluster tests (``tests/cluster/conftest.py``) and by
-``odradek cluster up`` (`odradek.cluster.launcher`, which starts it ``detached`` so
+``odradek cluster up`` (`odradek.devcluster.launcher`, which starts it ``detached`` so
 it outlives the command): development clusters on loopback, not production etcd
 (run a real three- or five-member etcd cluster for that and point brokers at it).
 

@@ -1,5 +1,12 @@
-"""No import circle in ``src/odradek``, except the ones listed in ``ALLOWED`` (which only
-shrinks: an entry whose import is gone fails the test until it is removed).
+"""The floors of the house (docs/architecture.md, "The floors"), held by the imports.
+
+* No import circle in ``src/odradek``, except the ones listed in ``ALLOWED`` (which
+  only shrinks: an entry whose import is gone fails the test until it is removed).
+* The broker never imports the etcd shell (`odradek.cluster`), the development
+  launcher (`odradek.devcluster`) or the wiring that picks a control plane; and it
+  does not ask which control plane it has: no mode test in its modules.
+* The replica layer (`odradek.replication`) stands on the log and the protocol only.
+* Only the commands use the development launcher.
 
 Every ``import`` counts, wherever it is: at module level, inside a function, under
 ``if TYPE_CHECKING`` (a type-only import still ties the two modules' designs together).
@@ -11,6 +18,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import io
+import re
+import tokenize
 from pathlib import Path
 
 import odradek
@@ -24,14 +34,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "odradek.broker.server",
         "odradek.broker.apis",
     ): "the handler registry: importing the package registers every handler",
-    (
-        "odradek.broker.*",
-        "odradek.cluster.*",
-    ): "broker <-> cluster: going, as the broker stops importing the etcd shell",
-    (
-        "odradek.cluster.controller",
-        "odradek.cluster.node",
-    ): "the etcd shell's controller and node: redone with the broker <-> cluster floors",
     (
         "odradek.broker.context",
         "odradek.broker.server",
@@ -146,3 +148,65 @@ def test_the_graph_sees_function_level_and_type_only_imports() -> None:
     assert "odradek.broker.apis" in graph["odradek.broker.server"]  # from ... import apis
     # A cycle is found when there is one.
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# --- the floors -------------------------------------------------------------------------
+
+
+def _imported_by(package: str) -> dict[str, set[str]]:
+    """Each module of ``odradek.<package>`` -> the odradek modules it imports."""
+    prefix = f"odradek.{package}"
+    return {m: ts for m, ts in import_graph().items() if m == prefix or m.startswith(prefix + ".")}
+
+
+def _offenders(package: str, bad: tuple[str, ...]) -> dict[str, list[str]]:
+    found = {
+        m: sorted(t for t in ts if t.startswith(bad)) for m, ts in _imported_by(package).items()
+    }
+    return {m: ts for m, ts in found.items() if ts}
+
+
+def test_the_broker_imports_neither_the_etcd_shell_nor_its_wiring() -> None:
+    assert _offenders("broker", ("odradek.cluster", "odradek.devcluster", "odradek.wiring")) == {}
+
+
+def test_the_replica_layer_stands_on_the_log_and_the_protocol_only() -> None:
+    allowed = ("odradek.log", "odradek.protocol", "odradek.replication")
+    found = {
+        m: sorted(t for t in ts if not t.startswith(allowed))
+        for m, ts in _imported_by("replication").items()
+    }
+    assert {m: ts for m, ts in found.items() if ts} == {}
+
+
+def _code_lines(path: Path) -> dict[int, str]:
+    """The file's code, line by line, without its strings and comments."""
+    lines: dict[int, str] = {}
+    for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        if token.type in (tokenize.STRING, tokenize.COMMENT):
+            continue
+        line = token.start[0]
+        lines[line] = lines.get(line, "") + token.string + " "
+    return lines
+
+
+def test_no_broker_module_asks_which_control_plane_it_has() -> None:
+    """No ``cluster is not None``, no cluster-mode flag, no look at etcd.endpoints (the
+    setting's one cross-check stays with the other settings' checks, in config.py)."""
+    mode_test = re.compile(r"\. cluster\b|cluster_mode|etcd\.endpoints|ClusterNode")
+    offenders = {}
+    for path in sorted((ROOT / "broker").rglob("*.py")):
+        name = str(path.relative_to(ROOT))
+        if name == "broker/config.py":
+            continue
+        lines = [f"{n}: {code}" for n, code in _code_lines(path).items() if mode_test.search(code)]
+        if lines:
+            offenders[name] = lines
+    assert offenders == {}
+
+
+def test_only_the_commands_use_the_development_launcher() -> None:
+    users = {
+        m for m, ts in import_graph().items() if any(t.startswith("odradek.devcluster") for t in ts)
+    }
+    assert {u for u in users if not u.startswith(("odradek.cli.", "odradek.devcluster"))} == set()
