@@ -34,14 +34,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "odradek.broker.server",
         "odradek.broker.apis",
     ): "the handler registry: importing the package registers every handler",
-    (
-        "odradek.broker.context",
-        "odradek.broker.server",
-    ): "type-only: handlers see the Broker through RequestContext.broker",
-    (
-        "odradek.broker.metrics",
-        "odradek.broker.server",
-    ): "type-only: the metrics read the Broker they describe",
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from odradek.broker.closing import CloseConnection as CloseConnection  # server.py's import
 from odradek.broker.security.acl import SUPPORTED_OPERATIONS, AclOperation, ResourceType
@@ -12,13 +12,42 @@ from odradek.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from odradek.protocol.codec import RequestHeader, build, response_type
 
 if TYPE_CHECKING:
+    from odradek.broker.config import BrokerConfig
+    from odradek.broker.control_plane import ControlPlane
+    from odradek.broker.fetch_sessions import FetchSessionCache
+    from odradek.broker.group_runtime import GroupCoordinatorRuntime
+    from odradek.broker.security.listeners import Listener
+    from odradek.broker.security.manager import BrokerSecurity
     from odradek.broker.security.session import Session
-    from odradek.broker.server import Broker
+    from odradek.broker.topics import TopicManager
+    from odradek.broker.txn_runtime import TransactionCoordinatorRuntime
+    from odradek.broker.waiters import AppendWaiters
+    from odradek.replication.replica import ReplicaManager
+
+
+class BrokerParts(Protocol):
+    """What request handlers reach of their broker (``server.Broker`` is one): its
+    parts, not its connections, so handlers do not depend on the server module."""
+
+    config: BrokerConfig
+    node_id: int
+    listeners: list[Listener]
+    topics: TopicManager
+    replicas: ReplicaManager
+    control: ControlPlane
+    groups: GroupCoordinatorRuntime
+    txns: TransactionCoordinatorRuntime
+    security: BrokerSecurity
+    waiters: AppendWaiters
+    fetch_sessions: FetchSessionCache
+
+    @property
+    def cluster_id(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    broker: Broker
+    broker: BrokerParts
     header: RequestHeader
     client_host: str
     connection_id: int

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -24,7 +24,26 @@ from odradek.coordinator.events import REBALANCE_COMPLETED
 from odradek.coordinator.types import CoordinatorEvent
 
 if TYPE_CHECKING:
-    from odradek.broker.server import Broker
+    from odradek.broker.budget import ByteBudget
+    from odradek.broker.connection_quotas import ConnectionQuotas
+    from odradek.broker.control_plane import ControlPlane
+    from odradek.broker.group_runtime import GroupCoordinatorRuntime
+    from odradek.broker.security.listeners import Listener
+    from odradek.broker.topics import TopicManager
+    from odradek.replication.replica import ReplicaManager
+
+
+class MeasuredBroker(Protocol):
+    """What the metrics read of their broker (``server.Broker`` is one)."""
+
+    listeners: list[Listener]
+    connection_quotas: ConnectionQuotas
+    budget: ByteBudget
+    topics: TopicManager
+    replicas: ReplicaManager
+    control: ControlPlane
+    groups: GroupCoordinatorRuntime
+
 
 log = logging.getLogger("odradek.metrics")
 
@@ -81,7 +100,7 @@ class ReplicationFigures:
     unclean_elections: int
 
 
-def _replication_figures(broker: Broker) -> ReplicationFigures:
+def _replication_figures(broker: MeasuredBroker) -> ReplicationFigures:
     replicas = broker.replicas
     control = broker.control.figures()
     return ReplicationFigures(
@@ -96,7 +115,7 @@ def _replication_figures(broker: Broker) -> ReplicationFigures:
     )
 
 
-def take_snapshot(broker: Broker) -> Snapshot:
+def take_snapshot(broker: MeasuredBroker) -> Snapshot:
     snap = Snapshot()
     snap.replication = _replication_figures(broker)
     quotas = broker.connection_quotas
@@ -138,7 +157,7 @@ def take_snapshot(broker: Broker) -> Snapshot:
 class StateCollector(Collector):
     """Gauges computed from a snapshot taken on the broker's event loop."""
 
-    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, broker: MeasuredBroker, loop: asyncio.AbstractEventLoop) -> None:
         self.broker = broker
         self.loop = loop
 
@@ -373,7 +392,7 @@ class BrokerMetrics:
                 if isinstance(duration_ms, int | float):
                     self.rebalance_seconds.observe(duration_ms / 1000)
 
-    def serve(self, broker: Broker, host: str, port: int, token: str | None = None) -> None:
+    def serve(self, broker: MeasuredBroker, host: str, port: int, token: str | None = None) -> None:
         """Start the HTTP endpoint (a daemon thread) for this broker's loop; with a
         token, scrapes must send it as a bearer token."""
         self.registry.register(StateCollector(broker, asyncio.get_running_loop()))
