@@ -125,7 +125,7 @@ from odradek.log.files import FileCache, FileRegion, shared_file_cache
 from odradek.log.index import fsync_dir, write_file_atomic
 from odradek.log.leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache
 from odradek.log.producer_state import CompletedTxn, ProducerStateManager
-from odradek.log.segment import Segment, segment_name
+from odradek.log.segment import Damage, Segment, segment_name
 from odradek.log.txn_index import AbortedTxn
 from odradek.protocol.records import (
     BATCH_OVERHEAD,
@@ -357,6 +357,7 @@ class PartitionLog:
         names = os.listdir(directory)
         bases = _segment_bases(names)
         live = {segment_name(b) for b in bases}
+        quarantined = {n[:20] for n in names if n.endswith(".corrupt")}
         for name in names:
             stem, _, suffix = name.partition(".")
             if suffix in ("index", "timeindex", "txnindex", "corrupt") and stem not in live:
@@ -365,6 +366,8 @@ class PartitionLog:
         segments: list[Segment] = []
         try:
             segments = [Segment.existing(directory, b, interval, files) for b in bases]
+            for seg in segments:
+                seg.marker_on_disk = segment_name(seg.base_offset) in quarantined
             if not segments:
                 segments.append(Segment.create(directory, 0, interval, files))
             _link(segments)
@@ -467,12 +470,19 @@ class PartitionLog:
 
     @property
     def quarantined(self) -> list[tuple[int, int, int]]:
-        """(segment base, first offset, end offset) of every quarantined range."""
+        """(segment base, first offset, end offset) of every quarantined range known so
+        far (offsets that answer CORRUPT_MESSAGE; never empty)."""
         return [
             (s.base_offset, h.first_offset, h.end_offset)
             for s in list(self._segments)
             for h in s.holes
+            if h.lost
         ]
+
+    def damage(self) -> list[Damage]:
+        """Every range set aside so far, quarantined or skipped, without loading a
+        segment (one not used yet answers from its ``.corrupt`` record)."""
+        return [Damage(s.base_offset, *h) for s in list(self._segments) for h in s.recorded_holes()]
 
     # ------------------------------------------------------------------ append
 
@@ -1077,9 +1087,32 @@ class PartitionLog:
                 return b""
             loc = self._locate(offset)
             if loc is None:
-                return b""
+                if offset >= self.end_offset:  # the end moved back as a segment was loaded
+                    return b""
+                raise self._nothing_at(offset, "no batch holds it or follows it")
             seg, pos, base = loc
-            return seg.read_from(pos, max_bytes, base, max_offset, region_from=region_from)
+            data = seg.read_from(pos, max_bytes, base, max_offset, region_from=region_from)
+            if (len(data) if not isinstance(data, FileRegion) else data.length) or (
+                max_offset is not None and base >= max_offset
+            ):
+                return data
+            # Records exist after ``offset`` but the read returned none: never answer
+            # that as "no error, no records", or consumers wait there for good.
+            raise self._nothing_at(
+                offset, f"the batch at byte {pos} of segment {seg.base_offset} could not be read"
+            )
+
+    def _nothing_at(self, offset: int, why: str) -> CorruptSegmentError:
+        log.error(
+            "%s: offset %d is below the log end %d but %s; answering CORRUPT_MESSAGE",
+            self.directory,
+            offset,
+            self.end_offset,
+            why,
+        )
+        return CorruptSegmentError(
+            f"offset {offset} cannot be read ({why})", resume_offset=offset + 1
+        )
 
     def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions with data in [fetch_offset, upper_bound) (read_committed).

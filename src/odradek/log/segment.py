@@ -6,13 +6,23 @@ shared ``FileCache`` for each operation, so idle partitions hold no files.
 
 Every walk over the batch chain checks each header against what must hold for
 a chain of batches written by this log (length, magic, offsets increasing and
-inside the segment). A walk that breaks has found corruption: the segment
-*quarantines* the broken range in place (``Hole``): it searches for the next
-CRC-valid batch, records the range and the offsets it held in ``<base>.corrupt``
-(kept until an operator acts), logs an error, and from then on reads skip the
-range and answer for offsets inside it with ``CorruptSegmentError``. Nothing is
-truncated or deleted here, except a torn tail by ``recover(truncate_torn_tail=True)``
-and a replica's diverged tail by ``truncate_to``.
+inside the segment). A walk that breaks has found damage and sets the broken
+range aside in place (``Hole``), recorded with its reason in ``<base>.corrupt``
+(kept until an operator acts) and logged; reads jump it from then on:
+
+- a range that held offsets is *quarantined*: reads answer for those offsets
+  with ``CorruptSegmentError`` (CORRUPT_MESSAGE), never with nothing;
+- a range that holds no offset the log is missing is *skipped* silently for
+  readers: a byte-identical copy of a batch the log holds (a doubled or replayed
+  write), or unreadable bytes between two batches whose offsets follow on;
+- a CRC-valid batch whose offsets go back but that is not such a copy is a
+  second writer's: set aside too (logged as an error), the log's own batches at
+  those offsets stay what readers get, and its offsets past the log's, which
+  nothing else holds, are quarantined (``_overlap``).
+
+A quarantined range is never empty, so no offset below the end answers "no
+error, no records". Nothing is truncated or deleted here, except a torn tail by
+``recover(truncate_torn_tail=True)`` and a replica's diverged tail by ``truncate_to``.
 
 Not thread-safe on its own: the partition log serializes access; the fields a
 worker thread reads without that lock (a sealed segment's size, indexes, holes)
@@ -44,7 +54,7 @@ from odradek.protocol.records import (
     unpack_header,
 )
 
-__all__ = ["Hole", "Segment", "segment_name"]
+__all__ = ["Damage", "Hole", "Segment", "segment_name"]
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +71,42 @@ def segment_name(base_offset: int) -> str:
 
 
 class Hole(NamedTuple):
-    """A quarantined byte range and the offsets it held: [first_offset, end_offset)."""
+    """A byte range reads jump over, and the offsets it held: [first_offset, end_offset).
+
+    With offsets (``lost``) it is *quarantined*: those offsets answer
+    CORRUPT_MESSAGE. Without any (first_offset == end_offset) it is only
+    *skipped*: bytes that hold no offset the log is missing (a copy of a batch
+    the log already holds, or unreadable bytes between two batches whose offsets
+    follow on), so reads pass it and nothing answers with an error.
+    """
 
     position: int
     end_position: int
     first_offset: int
     end_offset: int
+    reason: str = ""
+
+    @property
+    def lost(self) -> bool:
+        """Does the range hold offsets that cannot be read (a quarantine, not a skip)?"""
+        return self.end_offset > self.first_offset
+
+
+class Damage(NamedTuple):
+    """A range set aside in a partition's log (``PartitionLog.damage``): a ``Hole`` and
+    the base offset of the segment holding it."""
+
+    segment: int
+    position: int
+    end_position: int
+    first_offset: int
+    end_offset: int
+    reason: str = ""
+
+    @property
+    def lost(self) -> bool:
+        """Quarantined (offsets answer CORRUPT_MESSAGE), not only skipped."""
+        return self.end_offset > self.first_offset
 
 
 class Segment:
@@ -76,6 +116,7 @@ class Segment:
         "_hint_offset",
         "_hint_pos",
         "_hole_lock",
+        "_recorded_end",
         "_truncate_torn_tail",
         "assumed",
         "base_offset",
@@ -121,6 +162,7 @@ class Segment:
         self.time_index = TimeIndex()
         self.holes: tuple[Hole, ...] = ()
         self._hole_lock = threading.RLock()
+        self._recorded_end: int | None = None  # while a clean shutdown's end is being checked
         self._truncate_torn_tail = False  # only while recover(truncate_torn_tail=True) runs
         self.truncated = 0
         self._hint_offset = -1
@@ -220,6 +262,7 @@ class Segment:
         if self.loaded:
             return
         assumed_end = self.next_offset if self.assumed else None
+        self._recorded_end = assumed_end  # what damage at the tail held (``_quarantine``)
         self.size = os.stat(self.log_path).st_size
         if self.marker_on_disk is not False:
             self.holes = self._read_corrupt_marker()
@@ -235,6 +278,7 @@ class Segment:
                 assumed_end,
             )
         self.loaded = True
+        self._recorded_end = None
 
     def note_batch(
         self, pos: int, base_offset: int, next_offset: int, max_ts: int, size: int
@@ -399,13 +443,18 @@ class Segment:
                     )
                     # The next base falls inside what the pending batch claims, and the
                     # pending batch itself jumped ahead of the chain: its base is damaged.
+                    # Unless the next batch is the odd one: the same batch again, or one
+                    # after which the chain goes on from the pending batch's end (another
+                    # writer's batch behind a gap, see ``_overlap``).
                     goes_back_into_it = (
                         not lined_up
                         and t is not None
                         and t0[0] > expected0
+                        and not _same_header(t, t0)
                         and expected0 <= t[0] < expected
                         and _broken(t, pos, t[1] + LOG_OVERHEAD, size_now, expected0, upper, base)
                         is None
+                        and not _resumes_at(fd, pos + t[1] + LOG_OVERHEAD, size_now, expected)
                     )
                     if goes_back_into_it or (
                         (verify_crc or not lined_up) and not _crc_ok(fd, p0, t0)
@@ -446,6 +495,13 @@ class Segment:
                 return hole
         return None
 
+    def recorded_holes(self) -> tuple[Hole, ...]:
+        """The ranges set aside in this segment, without loading it: one not used yet
+        answers from its ``.corrupt`` record, if the directory listing showed one."""
+        if self.loaded or self.holes or not self.marker_on_disk:
+            return self.holes
+        return self._read_corrupt_marker()
+
     def hole_for_offset(self, offset: int) -> Hole | None:
         for hole in self.holes:
             if hole.first_offset <= offset < hole.end_offset:
@@ -456,76 +512,165 @@ class Segment:
         """Raise CorruptSegmentError when ``offset`` lies in a quarantined range."""
         hole = self.hole_for_offset(offset)
         if hole is not None:
-            raise CorruptSegmentError(
-                f"offset {offset} is in a corrupt part of segment {self.base_offset} "
-                f"({self.log_path}, bytes {hole.position}-{hole.end_position}, offsets "
-                f"{hole.first_offset}-{hole.end_offset - 1}), quarantined: see {self.corrupt_path}",
-                resume_offset=hole.end_offset,
-            )
+            raise self._corrupt_error(offset, hole)
+
+    def _corrupt_error(self, offset: int, hole: Hole) -> CorruptSegmentError:
+        where = "in" if hole.first_offset <= offset else "just before"
+        return CorruptSegmentError(
+            f"offset {offset} is {where} a corrupt part of segment {self.base_offset} "
+            f"({self.log_path}, bytes {hole.position}-{hole.end_position}, offsets "
+            f"{hole.first_offset}-{hole.end_offset - 1}: {hole.reason or 'damaged'}), "
+            f"quarantined: see {self.corrupt_path}",
+            resume_offset=hole.end_offset,
+        )
 
     def _quarantine(
         self, pos: int, expected: int, reason: str, header: RawHeader | None
     ) -> Hole | None:
-        """Record the damaged range starting at ``pos`` (idempotent, thread-safe).
+        """Record the broken range starting at ``pos`` (idempotent, thread-safe).
 
-        The range ends at the next CRC-valid batch, or at the end of the file;
-        its offsets run from ``expected`` to that batch's base (or, at the end,
-        past whatever the damaged header plausibly claims). During a recovery
-        that may truncate, a torn tail is cut off instead (returns None).
+        A CRC-valid batch whose offsets go back is a copy or a second writer's
+        batch (``_overlap``). Anything else ends at the next CRC-valid batch, or
+        at the end of the file; its offsets run from ``expected`` to that batch's
+        base (or, at the end, past whatever the damaged header plausibly claims),
+        and none at all when that batch's base is ``expected`` (a skip). During a
+        recovery that may truncate, a torn tail is cut off instead (returns None).
         """
         with self._hole_lock:
             existing = self._hole_at(pos)
             if existing is not None:
                 return existing
             upper = self._offset_bound() if self.loaded else self.next_segment_base
-            found = self._find_next_batch(pos + 1, expected, upper)
-            if found is None and self._truncate_torn_tail and self._torn_from(pos, header):
-                log.warning(
-                    "%s: truncating %d bytes of a torn write from segment %d",
-                    self.directory,
-                    self.size - pos,
-                    self.base_offset,
-                )
-                with self.files.use(self.file) as fd:
-                    os.ftruncate(fd, pos)
-                self.truncated += self.size - pos
-                self.size = pos
-                return None
-            if found is not None:
-                end_pos, end_offset = found
-            else:
-                end_pos = self.size
-                end_offset = max(expected, _claimed_end(header, expected, upper))
-                if self.loaded:
-                    end_offset = max(end_offset, self.next_offset)
-                if self.next_segment_base is not None:
-                    end_offset = max(end_offset, self.next_segment_base)
-            hole = self._add_hole(Hole(pos, end_pos, expected, end_offset))
-        log.error(
-            "%s: segment %d is corrupt at byte %d (%s): bytes %d-%d, offsets %d-%d quarantined "
-            "in place, nothing deleted; reading those offsets fails with CORRUPT_MESSAGE until "
-            "an operator acts (docs/operations.md, Recovery)",
-            self.directory,
-            self.base_offset,
-            pos,
-            reason,
-            hole.position,
-            hole.end_position,
-            hole.first_offset,
-            hole.end_offset - 1,
-        )
+            hole = None
+            if header is not None and header[0] < expected:
+                hole = self._overlap(pos, expected, header, upper)
+            if hole is None:
+                found = self._find_next_batch(pos + 1, expected, upper)
+                if found is None and self._truncate_torn_tail and self._torn_from(pos, header):
+                    log.warning(
+                        "%s: truncating %d bytes of a torn write from segment %d",
+                        self.directory,
+                        self.size - pos,
+                        self.base_offset,
+                    )
+                    with self.files.use(self.file) as fd:
+                        os.ftruncate(fd, pos)
+                    self.truncated += self.size - pos
+                    self.size = pos
+                    return None
+                if found is not None:
+                    end_pos, end_offset = found
+                else:
+                    end_pos = self.size
+                    end_offset = max(expected, _claimed_end(header, expected, upper))
+                    if self.loaded:
+                        end_offset = max(end_offset, self.next_offset)
+                    elif self._recorded_end is not None:  # acknowledged up to there
+                        end_offset = max(end_offset, self._recorded_end)
+                    if self.next_segment_base is not None:
+                        end_offset = max(end_offset, self.next_segment_base)
+                hole = Hole(pos, end_pos, expected, end_offset, reason)
+            hole = self._add_hole(hole)
+        self._report(hole)
         return hole
+
+    def _overlap(self, pos: int, expected: int, t: RawHeader, upper: int | None) -> Hole | None:
+        """The range to set aside for a well-formed, CRC-valid batch at ``pos`` whose
+        offsets go back (below ``expected``), or None if it is no such batch.
+
+        A single writer never goes back, so this is a copy or another writer's
+        batch. A copy (same base offset, length, CRC32C and bytes, the leader
+        epoch aside, as the log's own batch at that base) holds nothing new: its
+        bytes are skipped. Another writer's batch for offsets the log already
+        holds is set aside the same way, but logged as an error: the log's own
+        batches at those offsets (written first) stay what readers get, and its
+        records are left in place for the operator. Its offsets past the log's
+        (from ``expected`` on), which nothing else holds, are quarantined.
+        """
+        size = t[1] + LOG_OVERHEAD
+        first, last = t[0], t[0] + t[6]
+        if _broken(t, pos, size, self.size, first, upper, self.base_offset) is not None:
+            return None
+        with self.files.use(self.file) as fd:
+            data = os.pread(fd, size, pos)
+            if len(data) != size or crc32c(memoryview(data)[_CRC_START:]) != t[4]:
+                return None
+            original = self._batch_based_at(fd, first, pos)
+            if original is not None:
+                held = os.pread(fd, size, original)
+                if held[:12] == data[:12] and held[_MAGIC_POS:] == data[_MAGIC_POS:]:
+                    return Hole(
+                        pos,
+                        pos + size,
+                        expected,
+                        expected,
+                        f"a copy of the batch at byte {original} (offsets {first}-{last})",
+                    )
+        return Hole(
+            pos,
+            pos + size,
+            expected,
+            max(expected, last + 1),
+            f"a batch of offsets {first}-{last} written after the log reached offset "
+            f"{expected - 1} (a second writer?); the log's own records at offsets up to "
+            f"{expected - 1} are served, this batch's are not",
+        )
+
+    def _batch_based_at(self, fd: int, offset: int, before: int) -> int | None:
+        """Position of the chain's batch based at ``offset`` before byte ``before``, or None
+        (a walk of headers from the offset index's entry, jumping set-aside ranges)."""
+        _, p = self.offset_index.lookup(max(offset - self.base_offset, 0))
+        while p < before:
+            hole = self._hole_at(p)
+            if hole is not None:
+                p = hole.end_position
+                continue
+            raw = os.pread(fd, BATCH_OVERHEAD, p)
+            if len(raw) < BATCH_OVERHEAD:
+                return None
+            h = unpack_header(raw)
+            if h[0] >= offset or h[1] < MIN_BATCH_LENGTH or h[3] != 2:
+                return p if h[0] == offset else None
+            p += h[1] + LOG_OVERHEAD
+        return None
+
+    def _report(self, hole: Hole) -> None:
+        """One log line per range set aside, with what it costs readers."""
+        where = (
+            f"{self.directory}: segment {self.base_offset}, bytes "
+            f"{hole.position}-{hole.end_position}"
+        )
+        if hole.lost:
+            log.error(
+                "%s (%s): offsets %d-%d quarantined in place, nothing deleted; reading them "
+                "fails with CORRUPT_MESSAGE until an operator acts (docs/operations.md, Recovery)",
+                where,
+                hole.reason,
+                hole.first_offset,
+                hole.end_offset - 1,
+            )
+        elif hole.reason.startswith("a copy of"):
+            log.warning("%s (%s): skipped, the log already holds those records", where, hole.reason)
+        else:
+            log.error(
+                "%s (%s): skipped; no offset is missing (the batches around them follow on), "
+                "kept in place for the operator (docs/operations.md, Recovery)",
+                where,
+                hole.reason,
+            )
 
     def _add_hole(self, hole: Hole) -> Hole:
         before = [h for h in self.holes if h.end_position <= hole.position]
         after = [h for h in self.holes if h.position >= hole.end_position]
         for h in self.holes:
             if h not in before and h not in after:  # overlapping: merge
+                reasons = dict.fromkeys(r for r in (h.reason, hole.reason) if r)
                 hole = Hole(
                     min(h.position, hole.position),
                     max(h.end_position, hole.end_position),
                     min(h.first_offset, hole.first_offset),
                     max(h.end_offset, hole.end_offset),
+                    "; ".join(reasons),
                 )
         self.holes = (*before, hole, *after)
         self.next_offset = max(self.next_offset, hole.end_offset)
@@ -736,6 +881,8 @@ class Segment:
         its CRC32C) and answers a ``FileRegion``: the checked bytes, left in the
         file for ``sendfile``, the descriptor pinned until the region is released.
         """
+        if self.holes:  # a read never starts on bytes that hold nothing (a skipped copy)
+            pos = self._past_skips(pos)
         limit = pos + max(max_bytes, 0)
         if region_from is not None and limit - pos > region_from:
             return self._read_region(pos, limit, expected, region_from, stop_offset)
@@ -845,12 +992,34 @@ class Segment:
             end = p + t[1] + LOG_OVERHEAD
             next_off = t[0] + t[6] + 1
         if end == pos:
-            if stop_offset is None or expected < stop_offset:
-                self.check_readable(expected)  # the batch at ``pos`` was just quarantined
+            self._raise_if_quarantined(pos, expected, stop_offset)
             return pos
         self._hint_offset = next_off
-        self._hint_pos = end
+        self._hint_pos = self._past_skips(end) if self.holes else end
         return end
+
+    def _raise_if_quarantined(self, pos: int, expected: int, stop_offset: int | None) -> None:
+        """A read from ``pos`` found nothing to return: if a quarantined range is what
+        comes first (just found, or after a gap), answer with its error, never with
+        nothing. Offsets at or past ``stop_offset`` are not this read's to answer for."""
+        if stop_offset is not None and expected >= stop_offset:
+            return
+        self.check_readable(expected)
+        hole = self._hole_at(pos)
+        if (
+            hole is not None
+            and hole.lost
+            and (stop_offset is None or hole.first_offset < stop_offset)
+        ):
+            raise self._corrupt_error(expected, hole)
+
+    def _past_skips(self, pos: int) -> int:
+        """``pos``, or where the skipped ranges (no offsets of their own) starting there end."""
+        hole = self._hole_at(pos)
+        while hole is not None and not hole.lost:
+            pos = hole.end_position
+            hole = self._hole_at(pos)
+        return pos
 
     def read_batch_at(self, pos: int, size: int) -> bytes:
         return self.pread(size, pos)
@@ -923,6 +1092,19 @@ def _broken(
     if upper is not None and t[0] + t[6] >= upper:
         return f"offsets reach {t[0] + t[6]}, past the segment's end {upper}"
     return None
+
+
+def _resumes_at(fd: int, pos: int, file_size: int, offset: int) -> bool:
+    """Does a batch based at ``offset`` start at ``pos``?"""
+    if pos + BATCH_OVERHEAD > file_size:
+        return False
+    raw = os.pread(fd, BATCH_OVERHEAD, pos)
+    return len(raw) == BATCH_OVERHEAD and unpack_header(raw)[0] == offset
+
+
+def _same_header(a: RawHeader, b: RawHeader) -> bool:
+    """Same base offset, length and CRC32C: the same batch, if the bytes agree too."""
+    return a[0] == b[0] and a[1] == b[1] and a[4] == b[4]
 
 
 def _crc_ok(fd: int, pos: int, t: RawHeader) -> bool:
