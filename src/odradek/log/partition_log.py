@@ -480,9 +480,16 @@ class PartitionLog:
         ]
 
     def damage(self) -> list[Damage]:
-        """Every range set aside so far, quarantined or skipped, without loading a
-        segment (one not used yet answers from its ``.corrupt`` record)."""
-        return [Damage(s.base_offset, *h) for s in list(self._segments) for h in s.recorded_holes()]
+        """Every range set aside so far at or after the log start, quarantined or skipped,
+        without loading a segment (one not used yet answers from its ``.corrupt``
+        record). Ranges below the log start (DeleteRecords past them) no longer count."""
+        start = self._start_offset
+        return [
+            Damage(s.base_offset, *h)
+            for s in list(self._segments)
+            for h in s.recorded_holes()
+            if h.end_offset > start or (not h.lost and h.end_offset == start)
+        ]
 
     # ------------------------------------------------------------------ append
 

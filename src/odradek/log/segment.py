@@ -611,9 +611,8 @@ class Segment:
             pos + size,
             expected,
             max(expected, last + 1),
-            f"a batch of offsets {first}-{last} written after the log reached offset "
-            f"{expected - 1} (a second writer?); the log's own records at offsets up to "
-            f"{expected - 1} are served, this batch's are not",
+            f"another writer's batch? offsets {first}-{last}, written when the log had "
+            f"reached {expected - 1}; its records are not served",
         )
 
     def _batch_based_at(self, fd: int, offset: int, before: int) -> int | None:
@@ -653,8 +652,8 @@ class Segment:
             log.warning("%s (%s): skipped, the log already holds those records", where, hole.reason)
         else:
             log.error(
-                "%s (%s): skipped; no offset is missing (the batches around them follow on), "
-                "kept in place for the operator (docs/operations.md, Recovery)",
+                "%s (%s): set aside in place, readers pass it; no offset is missing (the "
+                "offsets around it follow on); see docs/operations.md, Recovery",
                 where,
                 hole.reason,
             )

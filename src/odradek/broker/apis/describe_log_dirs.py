@@ -3,8 +3,10 @@
 One Odradek node has one log directory (`--data-dir`). Sizes are the bytes of
 each partition's segment files; offset lag is 0 (there is no future replica),
 and v4 adds the file system's total and usable bytes. Topics asked for that do
-not exist are left out, as Kafka leaves them out. With an authorizer, DESCRIBE on
-the cluster is needed.
+not exist are left out, as Kafka leaves them out. A request that asks for it
+(Odradek's tagged field, ``protocol/log_dirs.py``) also gets each partition's
+damaged ranges: quarantined offsets and skipped bytes (``PartitionLog.damage``).
+With an authorizer, DESCRIBE on the cluster is needed.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
             },
         )
     manager = ctx.broker.topics
+    with_damage = bool(getattr(request, "include_damage", False))
     topics = []
     for topic, indexes in _wanted(ctx, request):
         plogs = topic.partitions
@@ -61,6 +64,7 @@ def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
                         "partition_size": plogs[i].size_bytes,
                         "offset_lag": 0,
                         "is_future_key": False,
+                        "damage": [d._asdict() for d in plogs[i].damage()] if with_damage else (),
                     }
                     for i in indexes
                 ],

@@ -14,12 +14,15 @@ Batches are stored as sent unless the topic's compression.type names a codec
 recompressed to it (with the topic's compression.<codec>.level) after their
 CRC is checked. This is the one case where Produce reads inside a batch.
 
-Transactional batches need WRITE on the request's transactional id. A
-transaction's first write to a partition (its producer has no transaction open
-there yet) is checked with the transaction coordinator first (KIP-890 part 1):
-a partition that is not in the producer's transaction, e.g. a late request of a
-transaction that already ended, would otherwise open a transaction nobody ever
-closes and hold the partition's last stable offset back for good.
+Transactional batches need WRITE on the request's transactional id; a request
+with a batch that sets the transactional attribute (whatever its producer id)
+and no transactional id is refused whole with TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+as Kafka 4.1's KafkaApis.handleProduceRequest does. A transaction's first write
+to a partition (its producer has no transaction open there yet) is checked with
+the transaction coordinator first (KIP-890 part 1): a partition that is not in
+the producer's transaction, e.g. a late request of a transaction that already
+ended, would otherwise open a transaction nobody ever closes and hold the
+partition's last stable offset back for good.
 """
 
 from __future__ import annotations
