@@ -1501,11 +1501,15 @@ def _link(segments: list[Segment]) -> None:
 
 
 def _headers_from(seg: Segment, offset: int) -> Iterator[tuple[int, BatchHeader]]:
-    """Headers of ``seg`` from the batch holding ``offset``; quarantined ranges skipped."""
-    try:
-        found = seg.find_batch(offset)
-    except CorruptSegmentError as exc:
-        found = seg.find_batch(exc.resume_offset) if exc.resume_offset < seg.next_offset else None
+    """Headers of ``seg`` from the batch holding ``offset``; quarantined ranges skipped
+    (several may follow one another)."""
+    found = None
+    while offset < seg.next_offset:
+        try:
+            found = seg.find_batch(offset)
+            break
+        except CorruptSegmentError as exc:
+            offset = exc.resume_offset
     if found is not None:
         yield from seg.iter_headers(*found)
 

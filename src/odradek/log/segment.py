@@ -443,14 +443,15 @@ class Segment:
                     )
                     # The next base falls inside what the pending batch claims, and the
                     # pending batch itself jumped ahead of the chain: its base is damaged.
-                    # Unless the next batch is the odd one: the same batch again, or one
-                    # after which the chain goes on from the pending batch's end (another
-                    # writer's batch behind a gap, see ``_overlap``).
+                    # Unless the next batch is the odd one (another writer's, or a copy:
+                    # see ``_overlap``): one claiming the same base offset (damage would
+                    # have to turn the base into exactly the next batch's), or one after
+                    # which the chain goes on from the pending batch's end.
                     goes_back_into_it = (
                         not lined_up
                         and t is not None
                         and t0[0] > expected0
-                        and not _same_header(t, t0)
+                        and t[0] != t0[0]
                         and expected0 <= t[0] < expected
                         and _broken(t, pos, t[1] + LOG_OVERHEAD, size_now, expected0, upper, base)
                         is None
@@ -484,10 +485,11 @@ class Segment:
                 pos += size
 
     def _offset_bound(self) -> int | None:
-        """Offsets in this segment stay below this (next segment, or the known end)."""
+        """Offsets in this segment stay below this (next segment, or the known end: while
+        a cleanly closed segment is loaded, the end its clean shutdown recorded)."""
         if self.next_segment_base is not None:
             return self.next_segment_base
-        return self.next_offset if self.loaded else None
+        return self.next_offset if self.loaded else self._recorded_end
 
     def _hole_at(self, pos: int) -> Hole | None:
         for hole in self.holes:
@@ -540,10 +542,12 @@ class Segment:
             existing = self._hole_at(pos)
             if existing is not None:
                 return existing
-            upper = self._offset_bound() if self.loaded else self.next_segment_base
+            upper = self._offset_bound()
             hole = None
             if header is not None and header[0] < expected:
                 hole = self._overlap(pos, expected, header, upper)
+            if hole is None and header is not None:
+                hole = self._misplaced(pos, expected, reason, header, upper)
             if hole is None:
                 found = self._find_next_batch(pos + 1, expected, upper)
                 if found is None and self._truncate_torn_tail and self._torn_from(pos, header):
@@ -606,6 +610,16 @@ class Segment:
                         expected,
                         f"a copy of the batch at byte {original} (offsets {first}-{last})",
                     )
+            # The chain's own batch with a damaged base offset (outside the CRC) looks
+            # the same, but what follows it goes on from where it would end had it
+            # started at ``expected``: that is damage, its offsets quarantined.
+            own_end = expected + t[6] + 1
+            if pos + size == self.size:
+                known = self.next_offset if self.loaded else self._recorded_end
+                if own_end in (known, self.next_segment_base):
+                    return None
+            elif _resumes_at(fd, pos + size, self.size, own_end):
+                return None
         return Hole(
             pos,
             pos + size,
@@ -613,6 +627,31 @@ class Segment:
             max(expected, last + 1),
             f"another writer's batch? offsets {first}-{last}, written when the log had "
             f"reached {expected - 1}; its records are not served",
+        )
+
+    def _misplaced(
+        self, pos: int, expected: int, reason: str, t: RawHeader, upper: int | None
+    ) -> Hole | None:
+        """A whole batch that passes its CRC32C but whose base offset (outside the CRC)
+        does not fit the chain is the chain's next batch with a damaged base offset:
+        the offsets it held, from ``expected``, are quarantined (its own bytes only).
+        None when the header is not such a batch."""
+        size = t[1] + LOG_OVERHEAD
+        held = t[6] + 1
+        if (
+            t[1] < MIN_BATCH_LENGTH
+            or t[3] != 2
+            or t[6] < 0
+            or pos + size > self.size
+            or (upper is not None and expected + held > upper)
+            or expected + held - self.base_offset > _MAX_REL_OFFSET
+        ):
+            return None
+        with self.files.use(self.file) as fd:
+            if not _crc_ok(fd, pos, t):
+                return None
+        return Hole(
+            pos, pos + size, expected, expected + held, f"{reason}: its base offset is damaged"
         )
 
     def _batch_based_at(self, fd: int, offset: int, before: int) -> int | None:
@@ -880,8 +919,23 @@ class Segment:
         its CRC32C) and answers a ``FileRegion``: the checked bytes, left in the
         file for ``sendfile``, the descriptor pinned until the region is released.
         """
-        if self.holes:  # a read never starts on bytes that hold nothing (a skipped copy)
-            pos = self._past_skips(pos)
+        while True:
+            if self.holes:  # a read never starts on bytes that hold nothing (a skipped copy)
+                pos = self._past_skips(pos)
+            data = self._read_at(pos, max_bytes, expected, stop_offset, region_from)
+            empty = not (data.length if isinstance(data, FileRegion) else len(data))
+            if not (empty and self.holes and self._past_skips(pos) != pos):
+                return data
+            # This read found a skipped range right where it started: again, after it.
+
+    def _read_at(
+        self,
+        pos: int,
+        max_bytes: int,
+        expected: int,
+        stop_offset: int | None,
+        region_from: int | None,
+    ) -> bytearray | FileRegion:
         limit = pos + max(max_bytes, 0)
         if region_from is not None and limit - pos > region_from:
             return self._read_region(pos, limit, expected, region_from, stop_offset)
@@ -1099,11 +1153,6 @@ def _resumes_at(fd: int, pos: int, file_size: int, offset: int) -> bool:
         return False
     raw = os.pread(fd, BATCH_OVERHEAD, pos)
     return len(raw) == BATCH_OVERHEAD and unpack_header(raw)[0] == offset
-
-
-def _same_header(a: RawHeader, b: RawHeader) -> bool:
-    """Same base offset, length and CRC32C: the same batch, if the bytes agree too."""
-    return a[0] == b[0] and a[1] == b[1] and a[4] == b[4]
 
 
 def _crc_ok(fd: int, pos: int, t: RawHeader) -> bool:
