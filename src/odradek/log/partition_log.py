@@ -1504,6 +1504,7 @@ def _headers_from(seg: Segment, offset: int) -> Iterator[tuple[int, BatchHeader]
     """Headers of ``seg`` from the batch holding ``offset``; quarantined ranges skipped
     (several may follow one another)."""
     found = None
+    seg.ensure_loaded()  # its end is known only then
     while offset < seg.next_offset:
         try:
             found = seg.find_batch(offset)
