@@ -204,6 +204,9 @@ def _finish(done: list[str], failures: list[str]) -> int:
     return Failed.exit_code
 
 
+DAMAGE_TIMEOUT_MS = 5_000  # describe's own look at damaged ranges never holds it up long
+
+
 def _records(start: int, end: int) -> int | None:
     return end - start if start >= 0 and end >= 0 else None
 
@@ -335,10 +338,10 @@ def run_describe(args: argparse.Namespace) -> int:
         if described:
             if args.log_dirs:
                 with failures_as_messages("cannot read log directories"):
-                    replicas = _leader_replicas(admin, list(described))
-            else:  # damaged ranges are worth a request, not a failure (not authorized...)
+                    replicas = _leader_replicas(admin, described)
+            else:  # damaged ranges are worth a short request, not a failure (not authorized)
                 try:
-                    replicas = _leader_replicas(admin, list(described))
+                    replicas = _leader_replicas(admin, described, timeout_ms=DAMAGE_TIMEOUT_MS)
                 except KafkaError:
                     replicas = None
     topics = []
@@ -409,15 +412,18 @@ def _partition_state(partition: dict[str, Any]) -> str:
     return "quarantined" if partition["quarantined"] else ""
 
 
-def _leader_replicas(admin: Any, names: list[str]) -> dict[tuple[str, int], tuple[str, Any]]:
-    """(topic, partition) -> (log dir, ReplicaLogDirInfo) of the leader's replica."""
-    leaders = {
-        (name, p.partition): p.leader
-        for name, d in admin.describe_topics(names, include_offsets=False).items()
-        for p in d.partitions
-    }
+def _leader_replicas(
+    admin: Any, described: dict[str, Any], *, timeout_ms: int | None = None
+) -> dict[tuple[str, int], tuple[str, Any]]:
+    """(topic, partition) -> (log dir, ReplicaLogDirInfo) of the leader's replica, asked
+    of the leaders only (a broker that is down leads nothing)."""
+    leaders = {(name, p.partition): p.leader for name, d in described.items() for p in d.partitions}
+    brokers = sorted({node for node in leaders.values() if node >= 0})
+    if not brokers:
+        return {}
     out: dict[tuple[str, int], tuple[str, Any]] = {}
-    for node, dirs in admin.describe_log_dirs(names).items():
+    answers = admin.describe_log_dirs(list(described), brokers=brokers, timeout_ms=timeout_ms)
+    for node, dirs in answers.items():
         for path, description in dirs.items():
             for tp, info in description.replicas.items():
                 if leaders.get((tp.topic, tp.partition)) == node and not info.is_future:
