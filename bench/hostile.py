@@ -8,6 +8,7 @@ the broker's peak RSS (VmHWM), next to the same figures with no attack.
     python bench/hostile.py                       # every attack
     python bench/hostile.py --attack slowloris --attack "mass topic creation"
     python bench/hostile.py --topics 2000         # a smaller mass creation
+    python bench/hostile.py --attack "stalled frames" --attack "3 x 100 MB frames"
 
 Adding an attack is one function decorated with ``@attack("name")``: it gets an
 ``AttackRun`` (the broker's address and pid, a deadline) and returns a short
@@ -30,6 +31,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -252,6 +254,72 @@ def slowloris(run: AttackRun) -> str:
     for sock in socks:
         sock.close()
     return f"300 connections, {closed} closed by the broker"
+
+
+LARGE_FRAME_BYTES = 100_000_000  # under socket.request.max.bytes (100 MiB)
+
+
+def _large_produce_frame(run: AttackRun, size: int = LARGE_FRAME_BYTES) -> bytes:
+    """A Produce request of `size` bytes whose records are zeros (CORRUPT_MESSAGE)."""
+    wire = Wire(run.bootstrap)
+    body = _produce_body(BIG_TOPIC, b"")
+    overhead = len(wire.frame(ApiKey.PRODUCE, 8, body))
+    frame = wire.frame(ApiKey.PRODUCE, 8, _produce_body(BIG_TOPIC, bytes(size - overhead)))
+    wire.close()
+    return frame
+
+
+@attack("stalled frames")
+def stalled_frames(run: AttackRun) -> str:
+    """5 connections each send 90 MB of a 100 MB Produce frame, then nothing (issue 24).
+
+    Together they hold more than `queued.max.request.bytes` (256 MiB): three
+    frames get their memory, two wait for it. Held until the attack's end,
+    within `socket.receive.timeout.ms` (30 s).
+    """
+    frame = _large_produce_frame(run)
+    part = memoryview(frame)[: len(frame) * 9 // 10]
+    socks = [socket.create_connection(run.address) for _ in range(5)]
+    senders = [threading.Thread(target=_send_quietly, args=(s, part)) for s in socks]
+    for sender in senders:
+        sender.start()
+    time.sleep(run.duration_s)
+    sent = sum(1 for sender in senders if not sender.is_alive())
+    for sock in socks:
+        sock.close()
+    for sender in senders:
+        sender.join(10)
+    return f"5 x 90 of 100 MB: {sent} sent it all, {5 - sent} held back (muted)"
+
+
+def _send_quietly(sock: socket.socket, data: memoryview) -> None:
+    with contextlib.suppress(OSError):  # the attack's end closes it
+        sock.sendall(data)
+
+
+@attack("3 x 100 MB frames")
+def three_large_frames(run: AttackRun) -> str:
+    """3 connections each send a whole 100 MB Produce frame at once, together over
+    `queued.max.request.bytes`, and again after each answer (issue 19 item 7)."""
+    frame = _large_produce_frame(run)
+    deadline = time.monotonic() + run.duration_s
+    answered = [0, 0, 0]
+
+    def produce(i: int) -> None:
+        wire = Wire(run.bootstrap)
+        while time.monotonic() < deadline:
+            wire.sock.sendall(frame)
+            size = struct.unpack(">i", wire._read(4))[0]
+            wire._read(size)
+            answered[i] += 1
+        wire.close()
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return f"{sum(answered)} frames of 100 MB answered ({min(answered)}-{max(answered)} each)"
 
 
 @attack("2,000-unknown-topic Metadata")

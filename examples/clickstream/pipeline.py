@@ -27,10 +27,16 @@ import time
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
+from odradek.extras import MissingExtra, imports_of
 
-from odradek.spark import register
+try:
+    with imports_of("spark", "the clickstream pipeline"):
+        from pyspark.sql import SparkSession
+        from pyspark.sql import functions as F
+
+        from odradek.spark import register
+except MissingExtra as exc:  # installed without the spark extra: one line that says so
+    raise SystemExit(str(exc)) from None
 
 EVENT_SCHEMA = "user string, page string, ts long"
 

@@ -1,4 +1,5 @@
-"""Read the job's results topic as a consumer group (any Kafka client would do).
+"""Read the job's results topic as a consumer group, with Odradek's own client (any Kafka
+client would do; this one comes with every install of Odradek).
 
 python examples/clickstream/read_results.py                # prints, stops when idle
 """
@@ -9,7 +10,9 @@ import argparse
 import json
 import time
 
-from confluent_kafka import Consumer
+from odradek.client import Consumer
+
+ASSIGN_TIMEOUT_S = 60.0
 
 
 def main() -> None:
@@ -20,42 +23,31 @@ def main() -> None:
     ap.add_argument("--idle-seconds", type=float, default=5)
     args = ap.parse_args()
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "group.id": args.group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": True,
-        }
-    )
-    assigned = False
-
-    def on_assign(_consumer: Consumer, partitions: list) -> None:
-        nonlocal assigned, last
-        assigned, last = True, time.monotonic()
-
-    consumer.subscribe([args.topic], on_assign=on_assign)
     totals: dict[str, int] = {}
     seen = 0
-    last = time.monotonic()
-    try:
+    with Consumer(
+        bootstrap_servers=args.bootstrap,
+        group_id=args.group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=True,  # closing the consumer commits what was printed
+    ) as consumer:
+        consumer.subscribe([args.topic])
+        started = last = time.monotonic()
         # Joining the group takes a few seconds; the idle clock starts once assigned.
-        while not assigned or time.monotonic() - last < args.idle_seconds:
-            if not assigned and time.monotonic() - last > 60:
-                raise SystemExit("no partitions assigned within 60 s")
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            last = time.monotonic()
-            row = json.loads(msg.value())
-            seen += 1
-            totals[row["page"]] = totals.get(row["page"], 0) + row["clicks"]
-            print(
-                f"{row['window_start']}  {row['page']:<10} clicks={row['clicks']:<5} "
-                f"users={row['users']}"
-            )
-    finally:
-        consumer.close()
+        while not consumer.assignment() or time.monotonic() - last < args.idle_seconds:
+            if not consumer.assignment():
+                if time.monotonic() - started > ASSIGN_TIMEOUT_S:
+                    raise SystemExit(f"no partitions assigned within {ASSIGN_TIMEOUT_S:g} s")
+                last = time.monotonic()
+            for record in consumer.poll(timeout=0.5):
+                last = time.monotonic()
+                row = json.loads(record.value or b"{}")
+                seen += 1
+                totals[row["page"]] = totals.get(row["page"], 0) + row["clicks"]
+                print(
+                    f"{row['window_start']}  {row['page']:<10} clicks={row['clicks']:<5} "
+                    f"users={row['users']}"
+                )
     print(f"{seen} window results; clicks per page: {dict(sorted(totals.items()))}")
 
 

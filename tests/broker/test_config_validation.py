@@ -35,7 +35,7 @@ INVALID = [
     ("max.compaction.lag.ms", "0"),
     ("local.retention.ms", "-3"),
     ("cleanup.policy", "forever"),
-    ("cleanup.policy", ""),
+    ("cleanup.policy", ","),  # empty is allowed (Kafka 4.1), empty items are not
     ("message.timestamp.type", "createtime"),
     ("compression.type", "brotli"),
     ("compression.gzip.level", "0"),

@@ -56,8 +56,16 @@ def test_sigterm_stops_cleanly_and_leaves_clean_logs(tmp_path: Path) -> None:
             "log.cleaner.min.cleanable.ratio: Value must be between 0 and 1",
         ),
         (["serve", "--set", "justakey"], "--set expects key=value"),
-        (["serve", "--log-level", "LOUD"], "--log-level expects"),
+        (["serve", "--log-level", "LOUD"], "argument --log-level: invalid choice: 'LOUD'"),
         (["serve", "--advertise", "0.0.0.0:9092"], "--advertise needs an address clients can"),
+        (
+            ["serve", "--set", "max.connections.per.ip.overrides=127.0.0.1=5"],
+            "Invalid value 127.0.0.1=5 for configuration max.connections.per.ip.overrides:",
+        ),
+        (
+            ["serve", "--set", "queued.max.request.bytes=1048576"],
+            "queued.max.request.bytes (1048576) must be at least socket.request.max.bytes",
+        ),
     ],
 )
 def test_bad_arguments_get_one_line_and_exit_2(args: list[str], message: str) -> None:

@@ -3,6 +3,7 @@ unreachable broker (as a separate process, so nothing is hidden by pytest)."""
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import pytest
@@ -48,7 +49,7 @@ def test_every_command_explains_itself(cli, command: list[str]) -> None:
 
 def test_describe_help_says_where_the_generation_comes_from(cli) -> None:
     result = cli("groups", "describe", "--help", connect=False)
-    assert "__odradek_group_events" in result.out and "unknown" in result.out
+    assert "__consumer_offsets" in result.out and "unknown" in result.out
 
 
 @pytest.mark.parametrize(
@@ -65,6 +66,9 @@ def test_describe_help_says_where_the_generation_comes_from(cli) -> None:
         (["produce", "t", "--acks", "2"], "invalid choice: '2'"),
         (["produce", "t", "--key-separator", ""], "--key-separator must not be empty"),
         (["consume", "t", "--group", "g", "--partition", "0"], "not allowed with argument"),
+        (["consume", "t", "-p", "0"], "-p is the partition count ('topics create -p 6'); to pi"),
+        (["produce", "t", "-p", "1"], "to pick one partition give --partition N"),
+        (["produce", "t", "-p"], "to pick one partition give --partition N"),
         (["consume", "t", "--format", "xml"], "invalid choice: 'xml'"),
         (["consume", "t", "--timeout", "-1"], "expected a positive number"),
         (["groups", "reset-offsets", "g"], "one of the arguments --to-earliest"),
@@ -115,6 +119,54 @@ def test_unreachable_broker_is_one_line_exit_1_within_seconds(run_process, args)
     assert "connection refused" in lines[0]
 
 
+@pytest.fixture
+def silent_broker():
+    """A listening socket that never accepts: a connect succeeds (the kernel queues it)
+    and no request is ever answered, like a hung broker."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["topics", "list"],
+        ["groups", "describe", "g"],
+        ["groups", "history", "g"],
+        ["groups", "list"],
+        ["transactions", "list"],
+    ],
+    ids=" ".join,
+)
+def test_timeout_bounds_a_command_whatever_the_connect_timeout(
+    run_process, silent_broker, args
+) -> None:
+    started = time.monotonic()
+    result = run_process(
+        *args, "--bootstrap", silent_broker, "--connect-timeout", "30", "--timeout", "2"
+    )
+    took = time.monotonic() - started
+    assert took < 12, took  # 2 s, and the interpreter's start on shared cores
+    assert result.code == 1, result
+    [line] = result.err.strip().splitlines()
+    assert line == (
+        f"odradek: cannot reach a broker at {silent_broker} within 2s (--timeout): no answer"
+    )
+
+
+def test_every_broker_command_has_a_timeout(cli) -> None:
+    for command in COMMANDS:
+        help_text = cli(*command, "--help", connect=False).out
+        assert "--timeout SECONDS" in help_text, command
+
+
 def test_unknown_host_is_one_line(run_process) -> None:
     result = run_process(
         "topics", "list", "--bootstrap", "no-such-host.invalid:9092", "--connect-timeout", "2"
@@ -131,6 +183,47 @@ def test_bootstrap_from_the_environment(cli, monkeypatch, bootstrap) -> None:
     result = cli("topics", "list", "--internal", connect=False)
     assert result.code == 0, result.err
     assert "__consumer_offsets" in result.out
+
+
+def every_parser() -> list[argparse.ArgumentParser]:
+    from odradek.cli.main import build_parser
+
+    found, todo = [], [build_parser()]
+    while todo:
+        parser = todo.pop()
+        found.append(parser)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo += action.choices.values()
+    return found
+
+
+def test_each_short_option_means_one_thing_everywhere() -> None:
+    """-p is a partition count wherever it is given (kafka-topics' --partitions), -o the
+    output format, and so on: a short option never stands for two different options."""
+    meanings: dict[str, set[str]] = {}
+    for parser in every_parser():
+        for action in parser._actions:
+            if action.help == argparse.SUPPRESS:
+                continue  # a short option refused with a message (produce -p)
+            shorts = [o for o in action.option_strings if not o.startswith("--")]
+            longs = [o for o in action.option_strings if o.startswith("--")]
+            for short in shorts:
+                meanings.setdefault(short, set()).update(longs)
+    assert {short: longs for short, longs in meanings.items() if len(longs) != 1} == {}
+    assert meanings["-p"] == {"--partitions"} and meanings["-o"] == {"--format"}
+
+
+def test_options_with_a_fixed_set_of_values_list_them() -> None:
+    from odradek.cli.main import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["serve", "--log-level", "debug"]).log_level == "DEBUG"
+    assert "--log-level {DEBUG,INFO,WARNING,ERROR}" in " ".join(
+        p.format_help() for p in every_parser() if p.prog == "odradek serve"
+    ).replace("\n", " ")
+    up = parser.parse_args(["cluster", "up", "--data-dir", "d"])
+    assert up.format == "table"  # as every other command's --format
 
 
 def test_docs_list_every_command() -> None:

@@ -104,6 +104,9 @@ def test_describe_json_reports_committed_log_end_and_lag(cli, bootstrap, name, t
     assert any(line.split() == [topic, "0", "4", "10", "6", "-"] for line in table.lines)
     assert any(line.split() == ["TOTAL", "24", "30", "6"] for line in table.lines)
     assert "simple (offsets only" in table.out
+    # A group that never had members says so (it has no generation, it is not unknown).
+    assert report["generation"] is None and report["generation_source"] == "no members ever"
+    assert "none (no member has ever joined this group)" in table.out
 
 
 def test_describe_a_live_group(cli, bootstrap, name, topic, member) -> None:
@@ -290,10 +293,15 @@ def test_history_of_a_member_that_came_and_went(cli, bootstrap, name, topic, mem
     assert joined["states"] == ["Empty", "PreparingRebalance", "CompletingRebalance", "Stable"]
     assert emptied["state"] == "Empty" and emptied["left"] == joined["joined"]
     assert history["summary"]["state"] == "Empty"
-    table = cli("groups", "history", group)
+    table = cli("groups", "history", group, "--wide")
     assert "Empty → PreparingRebalance" in table.out
     assert "✔ rebalance #1 done → Stable" in table.out
     assert "2 rebalances completed (1 ended with no members)" in table.out
+    # Every line is prose: the leaving member by its id, no Python list syntax.
+    [left] = emptied["left"]
+    reasons = [e.get("reason", "") for e in history["events"]]
+    assert any(r.startswith(f"member {left} left the group") for r in reasons), reasons
+    assert "[" not in table.out
 
 
 def test_a_consumer_protocol_group(cli, bootstrap, name, topic, member) -> None:

@@ -62,7 +62,7 @@ def test_produce_to_a_partition_and_consume_formats(cli, topic) -> None:
     kv_sep = cli(
         "consume",
         topic,
-        "-p",
+        "--partition",
         "1",
         "--from-beginning",
         "-n",
@@ -104,7 +104,9 @@ def test_timeout_ends_an_idle_consume(cli, topic) -> None:
 
 def test_binary_values_are_base64_in_json(cli, topic) -> None:
     assert cli("produce", topic, "--partition", "0", stdin=b"\xff\xfe\n").code == 0
-    [record] = cli("consume", topic, "-p", "0", "--from-beginning", "-n", "1", "-o", "json").lines
+    [record] = cli(
+        "consume", topic, "--partition", "0", "--from-beginning", "-n", "1", "-o", "json"
+    ).lines
     decoded = json.loads(record)
     assert decoded["value_encoding"] == "base64"
     assert base64.b64decode(decoded["value"]) == b"\xff\xfe"

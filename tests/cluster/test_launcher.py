@@ -26,6 +26,7 @@ from odradek.cluster.launcher import (
     NotServingError,
     answers_api_versions,
     process_is_ours,
+    registered_brokers,
 )
 
 START_TIMEOUT_S = 60.0
@@ -99,6 +100,10 @@ def test_start_all_again_starts_only_the_killed_broker_on_its_old_port(
     assert not answers_api_versions("127.0.0.1", before[1].port, timeout_s=1.0)
     after = {p.member: p for p in LocalCluster.open(cluster.layout.root).start_all(START_TIMEOUT_S)}
     assert after[1].started and after[1].pid != killed_pid and after[1].port == before[1].port
+    # serving means registered by the new process, not by its killed predecessor, whose
+    # registration holds until its lease ends
+    registered = registered_brokers(cluster.etcd_endpoint(), cluster.cluster_name)
+    assert registered == {1: after[1].pid, 2: before[2].pid}
     for member in (ETCD, 2):
         assert not after[member].started and after[member].pid == before[member].pid
     cluster.state = LocalCluster.open(cluster.layout.root).state  # what the other object wrote
@@ -235,3 +240,25 @@ def test_a_broker_that_cannot_start_is_named_and_the_rest_keeps_running(
     assert failure.value.log_path == local.layout.log_path(1)
     assert local.is_serving(ETCD)  # left running for 'cluster down'
     assert [s.process.member for s in local.stop_all()] == [ETCD]
+
+
+def test_up_removes_a_new_cluster_that_does_not_come_up_and_keeps_an_existing_one(
+    tmp_path: Path, fresh: list[LocalCluster]
+) -> None:
+    refused = {"no.such.setting": "1"}  # every broker exits at start
+    with pytest.raises(NotServingError, match="broker 1 exited during start") as failure:
+        LocalCluster.up(tmp_path / "new", brokers=1, settings=refused, timeout_s=START_TIMEOUT_S)
+    assert failure.value.removed and not (tmp_path / "new").exists()
+    assert "no.such.setting" in failure.value.log_tail()  # kept from before the removal
+
+    (tmp_path / "empty").mkdir()  # a directory given empty stays, emptied again
+    with pytest.raises(NotServingError):
+        LocalCluster.up(tmp_path / "empty", brokers=1, settings=refused)
+    assert list((tmp_path / "empty").iterdir()) == []
+
+    existing = LocalCluster.prepare(tmp_path / "old", brokers=1, settings=refused)
+    fresh.append(existing)
+    with pytest.raises(NotServingError) as kept:
+        LocalCluster.up(tmp_path / "old", timeout_s=START_TIMEOUT_S)
+    assert not kept.value.removed and existing.layout.state_file.exists()
+    assert LocalCluster.open(tmp_path / "old").is_serving(ETCD)  # left for 'cluster down'

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,41 @@ def test_a_broker_id_held_by_a_live_broker_is_refused(
     finally:
         first.kill()
         first.wait(TIMEOUT_S)
+
+
+def test_the_etcd_endpoints_are_tried_in_order_and_the_first_that_answers_is_used(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    from odradek.cluster.launcher import registered_brokers
+
+    host, port = etcd_server.endpoint
+    down = pick_free_port("127.0.0.1")  # nothing listens there
+    log = tmp_path / "broker.log"
+    with open(log, "wb") as out:
+        broker = subprocess.Popen(
+            [
+                sys.executable, "-m", "odradek", "serve", "--data-dir", str(tmp_path / "b"),
+                "--listen", f"127.0.0.1:{pick_free_port('127.0.0.1')}",
+                "--etcd", f"127.0.0.1:{down},{host}:{port}", "--node-id", "3",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        joined = "joined cluster 'odradek'"  # logged once registered and loaded
+        while broker.poll() is None and time.monotonic() < deadline:
+            if joined in log.read_text():
+                break
+            time.sleep(0.2)
+        text = log.read_text()
+        assert registered_brokers((host, port), "odradek") == {3: broker.pid}, text
+        assert f"etcd at 127.0.0.1:{down} does not answer" in text
+        assert "trying the next endpoint" in text
+        assert f"joined cluster 'odradek' (etcd {host}:{port}," in text
+    finally:
+        broker.kill()
+        broker.wait(TIMEOUT_S)
 
 
 def deadline_probe(port: int) -> None:

@@ -18,6 +18,7 @@ from odradek.coordinator.consumer_group import ConsumerGroup
 from odradek.coordinator.consumer_protocol import Subscription, encode_subscription
 from odradek.coordinator.events import OFFSETS_EXPIRED, STATE_TRANSITION
 from odradek.coordinator.group import ClassicGroup, membership_view
+from odradek.coordinator.history import batch_bytes, is_event_key
 from odradek.coordinator.metadata import TopicImage, TopicsImage
 from odradek.coordinator.types import (
     CoordinatorEvent,
@@ -129,6 +130,11 @@ class Ctx:
     # --- driving ----------------------------------------------------------------
 
     def _apply(self, result: Result) -> Result:
+        limit = self.config.max_message_bytes
+        state = [r for r in result.records if not is_event_key(r.key)]
+        if result.atomic and batch_bytes(state) <= limit:
+            # The history never makes a call's batch too large for the runtime to append.
+            assert batch_bytes(result.records) <= limit, "events pushed a call over the limit"
         for record in result.records:
             self.log.append(record)
             self.shard.replay(record)
@@ -320,6 +326,16 @@ class Ctx:
     def state(self, group: str = "g") -> GroupState | None:
         return self.shard.group_state(group)
 
+    @property
+    def state_log(self) -> list[CoordinatorRecord]:
+        """The log without the groups' history records (coordinator/history.py)."""
+        return [r for r in self.log if not is_event_key(r.key)]
+
+    @property
+    def history_log(self) -> list[CoordinatorRecord]:
+        """Only the groups' history records."""
+        return [r for r in self.log if is_event_key(r.key)]
+
     def history(self, group: str = "g") -> list[str]:
         """Group states in order, from the transition events."""
         out: list[str] = []
@@ -348,6 +364,7 @@ class Ctx:
         with its members and no assignment.
         """
         fresh = self.rebuilt()
+        assert fresh.histories == self.shard.histories, "group histories differ after a reload"
         rebuilt_offsets = {
             gid: {tp: o.offset for tp, o in g.offsets.items()}
             for gid, g in fresh.groups.items()
@@ -365,6 +382,7 @@ class Ctx:
                 assert consumer_group_view(again) == consumer_group_view(group), gid
                 continue
             assert isinstance(again, ClassicGroup), f"{gid}: rebuilt as a consumer group"
+            assert group.members_bytes == group.count_members_bytes(), f"{gid}: members_bytes"
             assert again.generation_id == group.generation_id, (
                 f"{gid}: live generation {group.generation_id}, "
                 f"rebuilt from the records {again.generation_id}"

@@ -64,15 +64,15 @@ SEEDS = (
 STEPS = int(os.environ.get("ODRADEK_CG_SIM_STEPS", "250"))
 FAULT_RATE = 0.06
 FAULT_POINTS = (
-    "_record",
-    "_respond",
-    "_event",
-    "_bump_group_epoch",
-    "_compute_target",
-    "_reconcile",
-    "_fence_members",
-    "_refresh_subscription",
-    "_schedule_session",
+    "ctx.record",
+    "ctx.respond",
+    "ctx.event",
+    "consumer._bump_group_epoch",
+    "consumer._compute_target",
+    "consumer._reconcile",
+    "consumer.fence_members",
+    "consumer._refresh_subscription",
+    "consumer.schedule_session",
 )
 TIMER_RETRY_MS = 1000
 REPLAY_EVERY = 5  # steps between replay-equivalence checks
@@ -127,7 +127,11 @@ class FaultyCtx(Ctx):
 
     @contextmanager
     def _broken(self, point: str, nth: int, *, after: bool) -> Iterator[None]:
-        original = getattr(self.shard, point)
+        path, _, method = point.rpartition(".")
+        owner: Any = self.shard
+        for part in path.split("."):
+            owner = getattr(owner, part)  # the manager (or the context) that does the work
+        original = getattr(owner, method)
         calls = 0
 
         def broken(*args: Any, **kwargs: Any) -> Any:
@@ -139,11 +143,11 @@ class FaultyCtx(Ctx):
                 original(*args, **kwargs)
             raise InjectedFault(point)
 
-        setattr(self.shard, point, broken)
+        setattr(owner, method, broken)
         try:
             yield
         finally:
-            delattr(self.shard, point)
+            delattr(owner, method)
 
 
 @dataclass

@@ -146,7 +146,7 @@ def test_invalid_joins_are_refused_and_change_nothing(ctx, change, error) -> Non
     }
     r = ctx.call(ConsumerGroupHeartbeatRequest(**fields))
     assert r.error_code == error and r.error_message
-    assert "g" not in ctx.shard.groups and not ctx.log
+    assert "g" not in ctx.shard.groups and not ctx.state_log
 
 
 def test_v0_member_id_is_generated_by_the_coordinator(ctx) -> None:  # type: ignore[no-untyped-def]

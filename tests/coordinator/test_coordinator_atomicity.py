@@ -28,15 +28,16 @@ class InjectedFault(RuntimeError):
 
 
 def break_after(ctx: Ctx, monkeypatch: pytest.MonkeyPatch, method: str) -> None:
-    """Make ``shard.<method>`` do its work and then raise, once."""
-    original = getattr(ctx.shard, method)
+    """Make the classic groups' ``<method>`` do its work and then raise, once."""
+    manager = ctx.shard.classic
+    original = getattr(manager, method)
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         original(*args, **kwargs)
-        monkeypatch.setattr(ctx.shard, method, original)
+        monkeypatch.setattr(manager, method, original)
         raise InjectedFault(method)
 
-    monkeypatch.setattr(ctx.shard, method, broken)
+    monkeypatch.setattr(manager, method, broken)
 
 
 def in_completing_rebalance(ctx: Ctx) -> tuple[str, str, int, int]:
@@ -68,7 +69,7 @@ def test_exception_after_the_transition_rolls_the_whole_call_back(
     ctx = ctx0()
     a, b, gen, parked = in_completing_rebalance(ctx)
     before = shard_fingerprint(ctx)
-    break_after(ctx, monkeypatch, "_transition")  # the leader's sync dies going Stable
+    break_after(ctx, monkeypatch, "transition")  # the leader's sync dies going Stable
     with pytest.raises(InjectedFault):
         ctx.send(SyncGroupRequest("g", gen, a, assignments=((a, b"A"), (b, b"B"))))
     assert shard_fingerprint(ctx) == before
@@ -118,7 +119,7 @@ def test_failed_timer_keeps_its_state_and_its_timer(monkeypatch: pytest.MonkeyPa
     assert deadline is not None
     ctx.time = deadline
     before = shard_fingerprint(ctx)
-    break_after(ctx, monkeypatch, "_prepare_rebalance")  # a expires, then the rebalance dies
+    break_after(ctx, monkeypatch, "prepare_rebalance")  # a expires, then the rebalance dies
     due = ctx.timer.pop_due(ctx.time)
     assert due == (key, deadline)
     with pytest.raises(InjectedFault):

@@ -450,7 +450,7 @@ def test_38_metadata_too_large_partial() -> None:
     )
     parts = ctx.call(req).topics[0].partitions
     assert [p.error_code for p in parts] == [E.OFFSET_METADATA_TOO_LARGE, E.NONE]
-    assert len(ctx.log) == 1
+    assert len(ctx.state_log) == 1
 
 
 def test_39_fetch_unknown() -> None:
@@ -575,9 +575,9 @@ def test_47_delete_groups() -> None:
     ctx.call(commit("s", "t", 0, 1))
     r = ctx.call(DeleteGroupsRequest(("g", "s", "nope")))
     assert [x.error_code for x in r.results] == [E.NON_EMPTY_GROUP, E.NONE, E.GROUP_ID_NOT_FOUND]
-    tail = [decode_key(rec.key) for rec in ctx.log[-2:]]
+    tail = [decode_key(rec.key) for rec in ctx.state_log[-2:]]
     assert tail == [OffsetCommitKey("s", "t", 0), GroupMetadataKey("s")]
-    assert all(rec.value is None for rec in ctx.log[-2:])
+    assert all(rec.value is None for rec in ctx.state_log[-2:])
 
 
 def test_48_offset_delete() -> None:
@@ -652,13 +652,16 @@ def test_53_record_versions_written() -> None:
     (a,), gen = stable(ctx, 1)
     ctx.call(commit("g", "t", 0, 5, gen, a))
     ctx.call(commit("g", "t", 1, 6, gen, a, retention_time_ms=1000))
-    versions = [(decode_key(r.key), r.value[:2] if r.value else None) for r in ctx.log]
+    versions = [(decode_key(r.key), r.value[:2] if r.value else None) for r in ctx.state_log]
     group_versions = {v for k, v in versions if isinstance(k, GroupMetadataKey)}
     assert group_versions == {b"\x00\x03"}
     assert [v for k, v in versions if isinstance(k, OffsetCommitKey)] == [b"\x00\x03", b"\x00\x01"]
-    value = decode_group_metadata_value(ctx.log[-3].value or b"")
+    value = decode_group_metadata_value(ctx.state_log[-3].value or b"")
     assert value.generation == gen and value.members[0].member_id == a
-    assert decode_offset_commit_value(ctx.log[-1].value or b"").expire_timestamp == ctx.time + 1000
+    assert (
+        decode_offset_commit_value(ctx.state_log[-1].value or b"").expire_timestamp
+        == ctx.time + 1000
+    )
 
 
 def test_heartbeat_response_type() -> None:

@@ -82,16 +82,16 @@ STEPS = int(os.environ.get("ODRADEK_SIM_STEPS", "250"))
 FAULT_RATE = 0.06  # share of core calls that fail
 # Where an injected exception may strike: each does part of the call's work first.
 FAULT_POINTS = (
-    "_transition",
-    "_record",
-    "_respond",
-    "_event",
-    "_schedule_heartbeat",
-    "_drop_member",
-    "_write_group",
-    "_answer_join_waiter",
-    "_complete_join",
-    "_prepare_rebalance",
+    "classic.transition",
+    "ctx.record",
+    "ctx.respond",
+    "ctx.event",
+    "classic.schedule_heartbeat",
+    "classic._drop_member",
+    "classic.write_group",
+    "classic._answer_join_waiter",
+    "classic._complete_join",
+    "classic.prepare_rebalance",
 )
 TIMER_RETRY_MS = 1000  # the runtime retries a failed timer call after a backoff
 
@@ -192,7 +192,11 @@ class FaultyCtx(Ctx):
 
     @contextmanager
     def _broken(self, point: str, nth: int, *, after: bool) -> Iterator[None]:
-        original = getattr(self.shard, point)
+        path, _, method = point.rpartition(".")
+        owner: Any = self.shard
+        for part in path.split("."):
+            owner = getattr(owner, part)  # the manager (or the context) that does the work
+        original = getattr(owner, method)
         calls = 0
 
         def broken(*args: Any, **kwargs: Any) -> Any:
@@ -204,11 +208,11 @@ class FaultyCtx(Ctx):
                 original(*args, **kwargs)
             raise InjectedFault(point)
 
-        setattr(self.shard, point, broken)
+        setattr(owner, method, broken)
         try:
             yield
         finally:
-            delattr(self.shard, point)
+            delattr(owner, method)
 
 
 @dataclass

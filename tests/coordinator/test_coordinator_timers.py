@@ -89,7 +89,7 @@ def test_wall_clock_step_moves_no_deadline_but_stamps_records(step_ms: int) -> N
     assert ctx.heartbeat("g", b, gen) == E.NONE  # a last heard of at t=0
     ctx.step_wall(step_ms)
     assert commit_error(ctx, commit("g", "foo", 0, 7, gen, b)) == E.NONE
-    stamped = decode_offset_commit_value(ctx.log[-1].value or b"")
+    stamped = decode_offset_commit_value(ctx.state_log[-1].value or b"")
     assert stamped.commit_timestamp == ctx.wall == ctx.time + step_ms
     ctx.sleep(3999)
     assert ctx.state() is S.STABLE  # a's deadline is 10 s of monotonic time, step or not
@@ -97,5 +97,5 @@ def test_wall_clock_step_moves_no_deadline_but_stamps_records(step_ms: int) -> N
     assert ctx.state() is S.PREPARING_REBALANCE
     assert ctx.heartbeat("g", a, gen) == E.UNKNOWN_MEMBER_ID
     ctx.leave("g", (b, None))  # Empty: the group record carries the wall-clock state time
-    value = decode_group_metadata_value(ctx.log[-1].value or b"")
+    value = decode_group_metadata_value(ctx.state_log[-1].value or b"")
     assert value.current_state_timestamp == ctx.wall

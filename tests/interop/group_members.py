@@ -461,16 +461,17 @@ def rebalance_windows(bootstrap: str, group: str) -> list[tuple[float, float]] |
     """
     import argparse
 
-    from odradek.cli.history import STATE_TRANSITION, NoHistory, history_range, read_events
+    from odradek.cli.history import STATE_TRANSITION, read_events
     from odradek.client import AdminClient
 
-    try:
-        with AdminClient(bootstrap_servers=bootstrap, default_api_timeout_ms=15_000) as admin:
-            low, high = history_range(admin)
-    except NoHistory:
+    args = argparse.Namespace(
+        bootstrap=bootstrap, connect_timeout=5.0, command_timeout=30.0, command_config=None
+    )
+    with AdminClient(bootstrap_servers=bootstrap, default_api_timeout_ms=15_000) as admin:
+        history = read_events(args, admin, group)
+    events = [e for e in history if e.get("kind") == STATE_TRANSITION]
+    if not events:
         return None
-    args = argparse.Namespace(bootstrap=bootstrap, connect_timeout=5.0)
-    events = [e for e in read_events(args, group, low, high) if e.get("kind") == STATE_TRANSITION]
     wall_minus_mono = time.time() - time.monotonic()
     windows: list[tuple[float, float]] = []
     start: float | None = None

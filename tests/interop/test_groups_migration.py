@@ -73,6 +73,14 @@ def _group_type(bootstrap: str, group: str) -> str:
     return "missing"
 
 
+def _wait_for_partitions(member: Member) -> None:
+    """Until a new member holds partitions: the two it joins may hold all of them already
+    (a split, but not yet with it), and a Python client takes a while to start."""
+    member.wait_for(
+        lambda events: any(e.get("current") for e in events), SETTLE_S, "its first partitions"
+    )
+
+
 @pytest.mark.parametrize("middle", ["confluent", "odradek"])
 def test_rolling_migration_to_the_consumer_protocol_and_back(tmp_path, middle: str) -> None:
     with group_broker(tmp_path / "data") as broker:
@@ -103,11 +111,13 @@ def test_rolling_migration_to_the_consumer_protocol_and_back(tmp_path, middle: s
                 for i in range(3):  # classic -> consumer, one member at a time
                     live[i].close()
                     live[i] = start(f"consumer-{i}", "consumer", middle)
+                    _wait_for_partitions(live[i])
                     wait_settled(live, PARTITIONS, SETTLE_S, even=False)
                     assert _group_type(broker.bootstrap, group) == "consumer"
                 for i in range(3):  # and back
                     live[i].close()
                     live[i] = start(f"back-{i}", "classic")
+                    _wait_for_partitions(live[i])
                     wait_settled(live, PARTITIONS, SETTLE_S, even=False)
                 assert _group_type(broker.bootstrap, group) == "classic"
             expected = expected_offsets(producing.per_partition)

@@ -190,6 +190,19 @@ def test_cli_users_acls_and_data_with_command_config(
     )
     assert consumed.returncode == 0, consumed.stderr
     assert consumed.stdout.split() == ["a", "b", "c"]
+    # The group's history is in __consumer_offsets: the admin reads it; the user, with no
+    # READ on that topic, still gets its group described, without the generation.
+    history = cli(secure_broker, admin_config, "groups", "history", group, "--format", "json")
+    assert history.returncode == 0, history.stderr
+    assert json.loads(history.stdout)["summary"]["rebalances"] >= 1
+    described = cli(secure_broker, user_config, "groups", "describe", group, "--format", "json")
+    assert described.returncode == 0, described.stderr
+    report = json.loads(described.stdout)
+    assert report["generation"] is None and "not authorized" in report["history_error"]
+    refused_history = cli(secure_broker, user_config, "groups", "history", group)
+    assert refused_history.returncode == 1
+    assert refused_history.stderr.count("\n") == 1
+    assert "not authorized to read __consumer_offsets" in refused_history.stderr
     topics = cli(secure_broker, user_config, "topics", "list", "--format", "json")
     assert [t["name"] for t in json.loads(topics.stdout)] == [topic]
 

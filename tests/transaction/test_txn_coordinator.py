@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from txn_ctx import AppendFailed, TxnCtx
 
-from odradek.transaction import TxnConfig, TxnError, TxnState
+from odradek.transaction import ErrorCode, TxnConfig, TxnState
 from odradek.transaction.records import (
     TxnLogValue,
     decode_txn_key,
@@ -21,7 +21,7 @@ from odradek.transaction.types import (
     ListTransactionsResponse,
 )
 
-E = TxnError
+E = ErrorCode
 T1 = ("orders", 0)
 T2 = ("orders", 1)
 OFFSETS = ("__consumer_offsets", 7)

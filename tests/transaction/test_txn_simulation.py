@@ -36,10 +36,10 @@ from txn_ctx import AppendFailed, TxnCtx
 from odradek.log.errors import InvalidProducerEpochError
 from odradek.log.producer_state import ProducerStateManager
 from odradek.protocol.records import build_batch, build_end_txn_marker, parse_header
-from odradek.transaction import TxnConfig, TxnError
+from odradek.transaction import ErrorCode, TxnConfig
 from odradek.transaction.shard import TxnMetadata
 
-E = TxnError
+E = ErrorCode
 SEEDS = (
     [int(os.environ["ODRADEK_TXN_SIM_SEED"])]
     if "ODRADEK_TXN_SIM_SEED" in os.environ

@@ -36,6 +36,7 @@ PASSWORD = "password"  # a string never shown: DescribeConfigs reports it as sen
 _TYPE_BOUNDS = {INT: (-(2**31), 2**31 - 1), LONG: (-(2**63), 2**63 - 1)}
 _LONG_MAX = 2**63 - 1
 MIB = 1024 * 1024
+UNLIMITED = 2**31 - 1  # Kafka's Integer.MAX_VALUE default of its connection limits
 
 # --- validators: the range / choice part of Kafka's ConfigDef -----------------------------
 
@@ -93,12 +94,14 @@ class OneOf:
 
 @dataclass(frozen=True, slots=True)
 class ListOf:
-    """Kafka's `ValidList.in`: a non-empty list whose items are all allowed."""
+    """Kafka's `ValidList.in`: a list whose items are all allowed; empty only where
+    `allow_empty` says so (Kafka 4.1 accepts an empty `cleanup.policy`)."""
 
     choices: tuple[str, ...]
+    allow_empty: bool = False
 
     def __call__(self, value: Any) -> str | None:
-        if not value:
+        if not value and not self.allow_empty:
             return "Empty list is not allowed"
         bad = [v for v in value if v not in self.choices]
         if bad:
@@ -184,6 +187,43 @@ class ClusterName:
 
     def __str__(self) -> str:
         return "[A-Za-z0-9._-]{1,64}"
+
+
+_VALID_HOST = re.compile(r"[0-9a-zA-Z\-%._:]*")  # Kafka's Utils.validHostPattern
+
+
+def parse_host_counts(text: str) -> dict[str, int]:
+    """`host:count,host:count` as Kafka's Csv.parseCsvMap reads it: entries split at
+    commas, each at its last ':' (so IPv6 addresses need no brackets); a ValueError
+    says what is wrong. Stricter than Kafka on counts: a whole number, at least 0."""
+    counts: dict[str, int] = {}
+    for item in re.split(r"\s*,\s*", text.strip()):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        host, count = host.strip(), count.strip()
+        if not sep or not host:
+            raise ValueError(f"{item!r} is not host:count")
+        if not _VALID_HOST.fullmatch(host):
+            raise ValueError(f"{host!r} is not a host name or address")
+        if not count.isdigit():
+            raise ValueError(f"{item!r}: the count must be a whole number, at least 0")
+        counts[host] = int(count)
+    return counts
+
+
+class HostCounts:
+    """Kafka's max.connections.per.ip.overrides format: `host:count,host:count`."""
+
+    def __call__(self, value: Any) -> str | None:
+        try:
+            parse_host_counts(str(value))
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def __str__(self) -> str:
+        return "host:count,host:count,..."
 
 
 def _num(n: float) -> str:
@@ -396,9 +436,10 @@ _SETTINGS = (
         "log.cleanup.policy",
         LIST,
         "delete",
-        "delete, compact, or both.",
+        "delete, compact, both, or neither (empty: no retention deletion, no compaction: "
+        "records are kept forever, as in Kafka 4.1).",
         "cleanup.policy",
-        ListOf(CLEANUP_POLICIES),
+        ListOf(CLEANUP_POLICIES, allow_empty=True),
     ),
     Setting(
         "log.cleaner.delete.retention.ms",
@@ -431,6 +472,13 @@ _SETTINGS = (
         "Most time a record may stay uncompacted (stored, not acted on).",
         "max.compaction.lag.ms",
         at_least(1),
+    ),
+    Setting(
+        "log.cleaner.enable",
+        BOOL,
+        True,
+        "Run the log cleaner. false: compacted topics, __consumer_offsets included, are never "
+        "compacted and grow without bound (as Kafka warns).",
     ),
     Setting(
         "log.cleaner.backoff.ms",
@@ -517,7 +565,8 @@ _SETTINGS = (
         "etcd.endpoints",
         LIST,
         "",
-        "etcd client endpoints HOST:PORT holding the cluster's metadata (Odradek; empty: one "
+        "etcd client endpoints HOST:PORT holding the cluster's metadata, tried in order at "
+        "start-up; the first that answers is used while the broker runs (Odradek; empty: one "
         "node, no etcd).",
         None,
         EtcdEndpoints(),
@@ -716,6 +765,15 @@ _SETTINGS = (
         at_least(0),
     ),
     Setting("group.max.size", INT, 2**31 - 1, "Most members in one group.", None, at_least(1)),
+    Setting(
+        "group.history.retention.ms",
+        LONG,
+        7 * 24 * 3_600_000,
+        "Group events (the history `odradek groups history` shows) older than this are "
+        "deleted; each group keeps at most its last 512 anyway (no Kafka equivalent).",
+        None,
+        at_least(1),
+    ),
     # --- consumer groups (KIP-848, group.protocol=consumer; docs/coordinator.md) ---
     Setting(
         "group.consumer.session.timeout.ms",
@@ -778,6 +836,42 @@ _SETTINGS = (
         at_least(0),
     ),
     Setting("connections.max.idle.ms", LONG, 600000, "Close connections idle this long.", None),
+    # --- connection limits: Kafka's ConnectionQuotas (broker/connection_quotas.py) ---
+    Setting(
+        "max.connections",
+        INT,
+        UNLIMITED,
+        "Connections over all listeners (listener.name.<l>.max.connections for one"
+        " listener); at the limit a listener stops accepting until a connection closes.",
+        None,
+        at_least(0),
+    ),
+    Setting(
+        "max.connections.per.ip",
+        INT,
+        UNLIMITED,
+        "Connections from one address; past it a new connection is closed at once"
+        " (0 needs max.connections.per.ip.overrides).",
+        None,
+        at_least(0),
+    ),
+    Setting(
+        "max.connections.per.ip.overrides",
+        STRING,
+        "",
+        "Per-address (or host name) exceptions to max.connections.per.ip: host:count,...",
+        None,
+        HostCounts(),
+    ),
+    Setting(
+        "max.connection.creation.rate",
+        INT,
+        UNLIMITED,
+        "New connections accepted per second over all listeners"
+        " (listener.name.<l>.max.connection.creation.rate for one); faster ones wait.",
+        None,
+        at_least(0),
+    ),
     # --- security: listeners, TLS, SASL, ACLs (docs/security.md) ---
     Setting(
         "listeners",
@@ -891,8 +985,9 @@ _SETTINGS = (
         "queued.max.request.bytes",
         LONG,
         268435456,
-        "Bytes of requests being served and responses not yet sent, over all connections;"
-        " past this, connections wait before reading their next request.",
+        "Bytes of request frames being read or served and of responses being sent, over"
+        " all connections; past it a frame over 256 KiB waits for room before it is read"
+        " (smaller ones never wait). At least socket.request.max.bytes.",
         None,
         at_least(1048576),
     ),
@@ -900,7 +995,9 @@ _SETTINGS = (
         "socket.receive.timeout.ms",
         LONG,
         30000,
-        "A request frame must arrive whole within this long of its first byte.",
+        "A request frame must arrive whole within this long of its first byte, time"
+        " waiting for request memory included (Odradek's own setting: Kafka bounds only"
+        " a connection's idle time).",
         None,
         at_least(1),
     ),
@@ -918,6 +1015,15 @@ _SETTINGS = (
         1000,
         "Topics one Metadata/Produce request may auto-create; the rest answer"
         " LEADER_NOT_AVAILABLE until a retry creates them.",
+        None,
+        at_least(1),
+    ),
+    Setting(
+        "max.request.partition.size.limit",
+        INT,
+        2000,
+        "Most partitions one DescribeTopicPartitions response describes (the request's "
+        "response_partition_limit may ask for fewer; a cursor continues).",
         None,
         at_least(1),
     ),
@@ -1026,8 +1132,11 @@ _UNIT_ALIASES = {
 }
 
 # Kafka's per-listener overrides: listener.name.<listener>.<setting>, for the ssl.* and
-# sasl.* settings, connections.max.reauth.ms, and <mechanism>.sasl.jaas.config.
+# sasl.* settings, those below, and <mechanism>.sasl.jaas.config.
 _LISTENER_PREFIXED = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
+_LISTENER_SETTINGS = frozenset(
+    {"connections.max.reauth.ms", "max.connections", "max.connection.creation.rate"}
+)
 _JAAS = re.compile(r"^(plain|scram-sha-256|scram-sha-512)\.sasl\.jaas\.config$")
 
 
@@ -1040,9 +1149,7 @@ def listener_setting(name: str) -> Setting | None:
     if _JAAS.match(base):
         return Setting(name, PASSWORD, "", "JAAS login module config of one mechanism.")
     setting = SETTINGS.get(base)
-    if setting is None or not (
-        base.startswith(("ssl.", "sasl.")) or base == "connections.max.reauth.ms"
-    ):
+    if setting is None or not (base.startswith(("ssl.", "sasl.")) or base in _LISTENER_SETTINGS):
         return None
     return Setting(name, setting.type, setting.default, setting.doc)
 
@@ -1255,6 +1362,19 @@ class BrokerConfig:
             raise ConfigError(
                 f"group.min.session.timeout.ms ({low}) must not exceed "
                 f"group.max.session.timeout.ms ({high})"
+            )
+        queued, largest = self["queued.max.request.bytes"], self["socket.request.max.bytes"]
+        if queued < largest:
+            # Kafka's check: a frame larger than the memory pool could never be read.
+            raise ConfigError(
+                f"queued.max.request.bytes ({queued}) must be at least "
+                f"socket.request.max.bytes ({largest})"
+            )
+        if self["max.connections.per.ip"] == 0 and not parse_host_counts(
+            self["max.connections.per.ip.overrides"]
+        ):
+            raise ConfigError(
+                "max.connections.per.ip can be 0 only if max.connections.per.ip.overrides is set"
             )
         session = self["group.consumer.session.timeout.ms"]
         interval = self["group.consumer.heartbeat.interval.ms"]

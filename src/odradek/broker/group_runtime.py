@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
+import dataclasses
 import logging
 import time
 import uuid
@@ -53,6 +53,7 @@ from odradek.coordinator import (
 )
 from odradek.coordinator.events import log_events
 from odradek.coordinator.metadata import EMPTY_IMAGE, TopicImage, TopicsImage
+from odradek.coordinator.routing import OFFSETS_TOPIC
 from odradek.coordinator.timer import IdGenerator
 from odradek.coordinator.txn_offsets import TxnOffsetCommitRequest
 from odradek.coordinator.types import (
@@ -74,11 +75,6 @@ from odradek.protocol.records import (
 
 log = logging.getLogger("odradek.coordinator.runtime")
 
-OFFSETS_TOPIC = "__consumer_offsets"
-# Coordinator events (state transitions, rebalances, ...) as JSON records keyed by group
-# id: the rebalance history `odradek groups history` reads, with any Kafka consumer.
-EVENTS_TOPIC = "__odradek_group_events"
-EVENTS_RETENTION_MS = 7 * 24 * 3600 * 1000
 REPLAY_YIELD_EVERY = 2000  # records replayed between yields to the event loop
 QUEUE_BOUND = 10000
 TIMER_RETRY_MS = (1_000, 30_000)  # first and largest backoff for a failed timer call
@@ -204,7 +200,8 @@ class ShardRunner:
     ) -> None:
         self.partition = partition
         self.plog = plog
-        self.config = config
+        # The core sizes what it writes by this partition's own max.message.bytes.
+        self.config = dataclasses.replace(config, max_message_bytes=plog.config.max_message_bytes)
         self.wall_ms = wall_ms
         self.mono_ms = mono_ms
         self.ids = ids or UuidIds()
@@ -657,12 +654,6 @@ def _refused_error(request: Request, refused: AppendRefused) -> ErrorCode | int:
     return ErrorCode.UNKNOWN_SERVER_ERROR  # appendGroupMetadataErrorToResponseError
 
 
-def encode_event(event: CoordinatorEvent) -> bytes:
-    """One event as the JSON value of a history record."""
-    payload = {"kind": event.kind, "group": event.group_id, "at_ms": event.at_ms, **event.fields}
-    return json.dumps(payload, separators=(",", ":"), default=str).encode()
-
-
 class GroupCoordinatorRuntime:
     """Routes group requests to the shard that owns the group, as Kafka does."""
 
@@ -687,13 +678,13 @@ class GroupCoordinatorRuntime:
                 )
             ),
             consumer_group_migration_policy=str(config["group.consumer.migration.policy"]),
+            group_history_retention_ms=int(config["group.history.retention.ms"]),
         )
         self.topics = topics
         self.config = config
         self.cluster_mode = config.cluster_mode
-        self.events_log = topics.create_internal(
-            EVENTS_TOPIC, 1, {"retention.ms": str(EVENTS_RETENTION_MS), "cleanup.policy": "delete"}
-        ).partitions[0]
+        # In-process observers of coordinator events (metrics); the events themselves are
+        # written by the core into each group's partition (coordinator/history.py).
         self.event_listeners: list[Callable[[list[CoordinatorEvent]], None]] = []
         self.runners: list[ShardRunner] = []
         self._started = False
@@ -726,7 +717,7 @@ class GroupCoordinatorRuntime:
             )
             self.num_partitions = len(topic.partitions)
         self.runners = [
-            ShardRunner(index, plog, self.core_config, on_events=self._record_events)
+            ShardRunner(index, plog, self.core_config, on_events=self._tell_listeners)
             for index, plog in enumerate(topic.partitions)
         ]
         for runner in self.runners:
@@ -749,15 +740,8 @@ class GroupCoordinatorRuntime:
         for runner in self.runners:
             runner.update_metadata(image)
 
-    def _record_events(self, events: list[CoordinatorEvent]) -> None:
-        """Append events to the history topic and tell in-process listeners (metrics)."""
-        now = wall_clock_ms()
-        records = [(e.group_id.encode(), encode_event(e), ()) for e in events]
-        try:
-            self.events_log.append(build_batch(records, timestamp_ms=now), from_client=False)
-        except Exception:
-            # History is an observation: losing it must never fail a group operation.
-            log.exception("could not append %d coordinator events", len(events))
+    def _tell_listeners(self, events: list[CoordinatorEvent]) -> None:
+        """Durable events reach the in-process listeners (metrics)."""
         for listener in self.event_listeners:
             listener(events)
 

@@ -57,6 +57,12 @@ class Snapshot:
     coordinator_operation_failures: int = 0
     coordinator_reloads: int = 0
     coordinator_load_failures: int = 0
+    # Connections open and refused (max.connections.per.ip), per listener.
+    connections: dict[str, int] = field(default_factory=dict)
+    connections_refused: dict[str, int] = field(default_factory=dict)
+    # The request memory budget (queued.max.request.bytes).
+    request_memory_used: int = 0
+    request_memory_waiting: int = 0
     # Cluster mode only (None on a single node).
     cluster: ClusterFigures | None = None
 
@@ -98,6 +104,12 @@ def _cluster_figures(broker: Broker) -> ClusterFigures | None:
 def take_snapshot(broker: Broker) -> Snapshot:
     snap = Snapshot()
     snap.cluster = _cluster_figures(broker)
+    quotas = broker.connection_quotas
+    for listener in broker.listeners:
+        snap.connections[listener.name] = quotas.by_listener[listener.name]
+        snap.connections_refused[listener.name] = quotas.refused[listener.name]
+    snap.request_memory_used = broker.budget.used
+    snap.request_memory_waiting = broker.budget.waiting
     for runner in broker.groups.runners:
         snap.coordinator_operation_failures += runner.operation_failures
         snap.coordinator_reloads += runner.reloads
@@ -258,8 +270,36 @@ class StateCollector(Collector):
             "Loads of a __consumer_offsets partition that failed (each is retried)",
             value=snap.coordinator_load_failures,
         )
+        yield from _connection_metrics(snap)
         if snap.cluster is not None:
             yield from _cluster_metrics(snap.cluster)
+
+
+def _connection_metrics(snap: Snapshot) -> Iterator[Metric]:
+    connections = GaugeMetricFamily(
+        "odradek_connections", "Connections open, per listener", labels=["listener"]
+    )
+    refused = CounterMetricFamily(
+        "odradek_connections_refused",
+        "Connections closed on arrival because their address had max.connections.per.ip"
+        " (or its override), per listener",
+        labels=["listener"],
+    )
+    for listener, count in snap.connections.items():
+        connections.add_metric([listener], count)
+        refused.add_metric([listener], snap.connections_refused[listener])
+    yield from (connections, refused)
+    yield GaugeMetricFamily(
+        "odradek_request_memory_used_bytes",
+        "Bytes of request frames and responses held against queued.max.request.bytes"
+        " (Kafka's MemoryPoolUsed)",
+        value=snap.request_memory_used,
+    )
+    yield GaugeMetricFamily(
+        "odradek_request_memory_waiting_frames",
+        "Request frames waiting for room in queued.max.request.bytes before they are read",
+        value=snap.request_memory_waiting,
+    )
 
 
 def _cluster_metrics(figures: ClusterFigures) -> Iterator[Metric]:

@@ -7,11 +7,16 @@ socket. Anything malformed closes that one connection; nothing a peer sends
 can stop the broker.
 
 What one peer can hold is bounded (docs/operations.md, "Limits"): one request
-frame and one response at a time; a broker-wide byte budget that a request's
-frame must fit before it is read; a frame must arrive whole within
-`socket.receive.timeout.ms` of its first byte, a response must be taken within
-`socket.send.timeout.ms`, and a connection yields to the others after every
-request, so a pipelined burst cannot starve them.
+frame and one response at a time; a broker-wide byte budget (Kafka's
+`queued.max.request.bytes` memory pool, `broker/budget.py`) that reserves a
+large frame's whole size before its payload is read, so frames waiting for
+memory hold none and never deadlock, while small frames never wait; a frame
+must arrive whole, waiting for memory included, within
+`socket.receive.timeout.ms` of its first byte; a response must be taken within
+`socket.send.timeout.ms`; and a connection yields to the others after every
+request, so a pipelined burst cannot starve them. How many connections a
+listener takes is bounded by Kafka's connection limits
+(`broker/connection_quotas.py`).
 """
 
 from __future__ import annotations
@@ -21,15 +26,18 @@ import contextlib
 import functools
 import itertools
 import logging
+import math
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from odradek.broker import apis  # noqa: F401  (registers every handler)
-from odradek.broker.acceptor import READ_AHEAD_BYTES, Acceptor, start_acceptor
+from odradek.broker.acceptor import READ_AHEAD_BYTES, Acceptor, FrameReader, start_acceptor
 from odradek.broker.budget import ByteBudget
 from odradek.broker.config import BrokerConfig, ConfigError
+from odradek.broker.connection_quotas import ConnectionQuotas
 from odradek.broker.context import CloseConnection, RequestContext
 from odradek.broker.fetch_sessions import FetchSessionCache
 from odradek.broker.group_runtime import GroupCoordinatorRuntime
@@ -65,6 +73,15 @@ LISTEN_BACKLOG = 512
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
 # Responses with more top-level entries than this are encoded off the event loop.
 LARGE_RESPONSE_ENTRIES = 100
+# A frame no larger than a connection's read-ahead buffer never waits for request
+# memory (it is counted, but admitted at once): every connection buffers this much
+# whatever the budget says, and making small requests wait would let a few peers
+# holding large unfinished frames stop every client (as they can in Kafka, whose
+# exhausted pool mutes every connection until those frames finish).
+SMALL_FRAME_BYTES = READ_AHEAD_BYTES
+# A payload read in parts is joined off the event loop from this size on (CPython
+# releases the GIL for joins of 1 MiB or more).
+JOIN_OFF_LOOP_BYTES = 1 << 20
 
 
 def _entries(response: Any) -> int:
@@ -107,7 +124,7 @@ class Broker:
 
     def __init__(
         self,
-        data_dir: Path,
+        data_dir: Path | Sequence[Path],  # several: the log directories, metadata in the first
         config: BrokerConfig | None = None,
         *,
         host: str = "127.0.0.1",
@@ -129,8 +146,24 @@ class Broker:
         first = self.listeners[0]
         self.host, self.port = first.host, first.port
         self.advertised_host, self.advertised_port = first.advertised_host, first.advertised_port
+        # Resolves the per-ip override host names: a bad one fails before any file opens.
+        self.connection_quotas = ConnectionQuotas(self.config, [lst.name for lst in self.listeners])
         self.node_id = int(self.config["node.id"])
-        self.topics = TopicManager(Path(data_dir), self.config)
+        # Locks the data directory first (DirectoryInUseError if another broker has it).
+        self.topics = TopicManager(data_dir, self.config)
+        try:
+            self._assemble(self.topics.data_dir, node_class, metrics_address, metrics_token)
+        except BaseException:
+            self.topics.close()  # gives the directory back
+            raise
+
+    def _assemble(
+        self,
+        data_dir: Path,
+        node_class: type[ClusterNode] | None,
+        metrics_address: tuple[str, int] | None,
+        metrics_token: str | None,
+    ) -> None:
         self.security = BrokerSecurity(Path(data_dir), self.config, self.listeners)
         self._sessions: dict[int, Session] = {}
         self.waiters = AppendWaiters()
@@ -160,6 +193,7 @@ class Broker:
         self.failures = RateLimitedLog(log)
         self._ids = itertools.count(1)
         self._housekeeping: asyncio.Task[None] | None = None
+        self._started = False
         self.started_at = time.time()
 
     @property
@@ -186,6 +220,7 @@ class Broker:
                 ssl=tls,
                 ssl_handshake_timeout=handshake_s if tls is not None else None,
                 failures=self.failures,
+                quota=self.connection_quotas.listener(listener.name),
             )
             self._servers.append(server)
             sockets = server.sockets
@@ -209,6 +244,7 @@ class Broker:
                 listener.advertised_port,
                 self.cluster_id,
             )
+        self._started = True
 
     async def stop(self) -> None:
         if self.cluster is not None:
@@ -226,7 +262,10 @@ class Broker:
         await self.txns.stop()
         await self.groups.stop()
         self.topics.close()
-        log.info("odradek broker stopped")
+        if self._started:
+            log.info("odradek broker stopped")
+        else:
+            log.info("odradek broker did not start; its data directory is closed")
 
     async def _run_housekeeping(self) -> None:
         """Retention and compaction, each on its own interval, in a worker thread.
@@ -240,6 +279,8 @@ class Broker:
         cleaner_every = int(self.config["log.cleaner.backoff.ms"]) / 1000
         next_retention = loop.time() + retention_every
         next_cleaning = loop.time() + cleaner_every
+        if not self.config["log.cleaner.enable"]:
+            next_cleaning = math.inf  # no compaction pass ever comes due
         while True:
             await asyncio.sleep(max(min(next_retention, next_cleaning) - loop.time(), 0))
             now = loop.time()
@@ -333,6 +374,7 @@ class Broker:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
+        loop = asyncio.get_running_loop()
         idle_s = int(self.config["connections.max.idle.ms"]) / 1000
         receive_s = int(self.config["socket.receive.timeout.ms"]) / 1000
         send_s = int(self.config["socket.send.timeout.ms"]) / 1000
@@ -343,42 +385,84 @@ class Broker:
             except TimeoutError:
                 log.debug("connection %d idle for %.0fs, closing", connection_id, idle_s)
                 return
+            frame = await self._read_frame(
+                connection_id, client_host, first, reader, loop.time() + receive_s
+            )
+            if frame is None:
+                return
+            payload, held = frame
             try:
-                async with asyncio.timeout(receive_s):
-                    prefix = first + await reader.readexactly(3)
-                size = frame_size(prefix, self._max_frame(connection_id))
-            except TimeoutError:
-                self._close_slow(connection_id, client_host, "a frame's size")
-                return
-            except FrameError as exc:
-                log.warning("closing connection %d from %s: %s", connection_id, client_host, exc)
-                return
-            if not await self._serve_request(
-                connection_id, client_host, size, reader, writer, receive_s, send_s
-            ):
-                return
+                if not await self._answer(connection_id, client_host, payload, writer, send_s):
+                    return
+            finally:
+                del payload  # not kept alive while the connection waits for its next request
+                self.budget.release(held)
             # Let other connections run between two requests of a pipelined burst.
             await asyncio.sleep(0)
 
-    async def _serve_request(
+    async def _read_frame(
         self,
         connection_id: int,
         client_host: str,
-        size: int,
+        first: bytes,
         reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        receive_s: float,
-        send_s: float,
-    ) -> bool:
-        """Read one frame of `size` bytes, answer it; False when the connection must close."""
-        payload = await self._read_payload(reader, size, receive_s)
-        if payload is None:
-            self._close_slow(connection_id, client_host, f"a {size}-byte frame")
-            return False
+        deadline: float,
+    ) -> tuple[bytes, int] | None:
+        """The rest of a frame whose first byte has arrived, and the budget bytes it holds.
+
+        Everything up to the frame's last byte (its size, waiting for request
+        memory, its payload) happens before `deadline` (socket.receive.timeout.ms
+        after the first byte). None when the connection must close; then the
+        frame holds nothing.
+        """
+        loop = asyncio.get_running_loop()
+        held = 0
+        size = -1
+        waited = 0.0
         try:
-            return await self._answer(connection_id, client_host, payload, writer, send_s)
-        finally:
-            self.budget.release(size)
+            async with asyncio.timeout_at(deadline):
+                prefix = first + await reader.readexactly(3)
+                size = frame_size(prefix, self._max_frame(connection_id))
+                if size <= SMALL_FRAME_BYTES:
+                    self.budget.charge(size)  # never waits: see SMALL_FRAME_BYTES
+                elif not self.budget.try_acquire(size):
+                    # Muted, as Kafka mutes a channel whose frame its memory pool cannot
+                    # take yet: nothing more is read from this connection meanwhile.
+                    started = loop.time()
+                    try:
+                        await self.budget.acquire(size)
+                    finally:
+                        waited = loop.time() - started
+                held = size
+                payload = await self._read_payload(reader, size)
+        except TimeoutError:
+            self.budget.release(held)
+            what = "a frame's size" if size < 0 else f"a {size}-byte frame"
+            if waited:
+                what += f" ({waited:.1f}s of it waiting for request memory)"
+            self._close_slow(connection_id, client_host, what)
+            return None
+        except FrameError as exc:
+            log.warning("closing connection %d from %s: %s", connection_id, client_host, exc)
+            return None
+        except BaseException:
+            self.budget.release(held)
+            raise
+        return payload, held
+
+    async def _read_payload(self, reader: asyncio.StreamReader, size: int) -> bytes:
+        """A frame's payload. A large one is taken as the chunks the connection delivers
+        (`FrameReader.read_chunks`: other connections run between them, and nothing is
+        copied on the way) and joined in a worker thread: CPython copies a join of a
+        megabyte or more without holding the GIL, so the loop goes on serving
+        meanwhile (a 100 MB copy takes 100-300 ms on a small machine).
+        """
+        if size <= READ_AHEAD_BYTES or not isinstance(reader, FrameReader):
+            return await reader.readexactly(size)
+        parts = await reader.read_chunks(size)
+        if size < JOIN_OFF_LOOP_BYTES:
+            return b"".join(parts)
+        return await asyncio.to_thread(b"".join, parts)
 
     async def _answer(
         self,
@@ -424,34 +508,6 @@ class Broker:
         if self.metrics is not None:
             self.metrics.bytes_out.inc(size)
         return True
-
-    async def _read_payload(
-        self, reader: asyncio.StreamReader, size: int, receive_s: float
-    ) -> bytes | None:
-        """A frame's payload, each part's budget acquired before it is read; None on timeout.
-
-        Holds `size` bytes of the budget when it returns the payload, none otherwise.
-        Time spent waiting for the budget does not count against the peer.
-        """
-        loop = asyncio.get_running_loop()
-        parts: list[bytes] = []
-        held = 0
-        left_s = receive_s
-        try:
-            while held < size:
-                part = min(size - held, READ_AHEAD_BYTES)
-                await self.budget.acquire(part)
-                held += part
-                started = loop.time()
-                async with asyncio.timeout(left_s):
-                    parts.append(await reader.readexactly(part))
-                left_s -= loop.time() - started
-        except BaseException as exc:
-            self.budget.release(held)
-            if isinstance(exc, TimeoutError):
-                return None
-            raise
-        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _close_slow(self, connection_id: int, client_host: str, what: str) -> None:
         log.warning(

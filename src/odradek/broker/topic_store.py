@@ -107,6 +107,11 @@ class TopicStore:
         if created:
             fsync_dir(data_dir)
 
+    @property
+    def seq(self) -> int:
+        """The sequence number of the last change recorded (0 before any)."""
+        return self._seq
+
     # --- loading ----------------------------------------------------------------------
 
     def _load(self) -> None:

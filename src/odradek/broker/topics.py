@@ -3,9 +3,19 @@ single node keeps (cluster id, topic ids, producer id blocks).
 
 Topic metadata is a journal plus snapshot (`topic_store.py`): a request that
 creates or deletes many topics costs one fsync. `meta.json` (cluster id,
-producer-id block) is replaced atomically. Partition data lives in
-`<topic>-<partition>/` directories, as in Kafka: a legal name (at most 249
-characters) and partition index (below 100,000) always fit a 255-byte file name.
+producer-id block, metadata leader epoch, the log directories seen) is replaced
+atomically. Partition data lives in `<topic>-<partition>/` directories, as in
+Kafka: a legal name (at most 249 characters) and partition index (below 100,000)
+always fit a 255-byte file name.
+
+Log directories (`log_dirs.py`): there may be several (`log.dirs`, Kafka's JBOD),
+all locked before anything is read; the metadata above lives in the first. A new
+partition goes to the one holding the fewest; `move_replica` moves one to another
+while it serves (`odradek.log.dir_move`, AlterReplicaLogDirs). At start-up every
+directory is scanned once: the copy of each partition to open is picked there
+(an interrupted move is completed or undone), and a partition the journal names
+but no directory holds, while a directory seen before is missing from the list,
+stops the start (its data is in that directory: it must be listed again).
 
 Creating and deleting topics from requests (`create_topics`, `delete_topics`,
 `add_partitions`) runs its file work in one worker thread, so the event loop
@@ -20,6 +30,7 @@ in its place, and empty leftovers are removed at start-up.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import json
 import logging
@@ -28,7 +39,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,8 +54,17 @@ from odradek.broker.config import (
     usable_stored_topic_configs,
     validate_topic_configs,
 )
+from odradek.broker.log_dirs import LogDir, LogDirError, LogDirs, format_kafka_uuid
 from odradek.broker.topic_store import TopicStore, write_json_atomically
 from odradek.log import LogConfig, PartitionLog, set_max_open_files
+from odradek.log.dir_move import (
+    DELETE_SUFFIX,
+    FUTURE_SUFFIX,
+    DirMove,
+    DuplicatePartitionError,
+    MoveCancelled,
+    pick_copies,
+)
 from odradek.ratelog import RateLimitedLog
 
 log = logging.getLogger("odradek.topics")
@@ -52,7 +72,13 @@ storage_failures = RateLimitedLog(log)
 
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__odradek_group_events", "__transaction_state"})
+# Where group events went before they became records of the group's own
+# __consumer_offsets partition (coordinator/history.py): no longer written; a data
+# directory that has it keeps it, as an internal topic, until an operator deletes it.
+LEGACY_GROUP_EVENTS_TOPIC = "__odradek_group_events"
+INTERNAL_TOPICS = frozenset(
+    {"__consumer_offsets", LEGACY_GROUP_EVENTS_TOPIC, "__transaction_state"}
+)
 INVALID_CONFIG = 40
 POLICY_VIOLATION = 44
 # Configs of internal topics a client may change: housekeeping that changes neither what
@@ -78,15 +104,20 @@ INTERNAL_TOPIC_ALTERABLE_CONFIGS = frozenset(
 )
 # The rebalance history is observational: its retention is the operator's choice.
 INTERNAL_TOPIC_EXTRA_ALTERABLE = {
-    "__odradek_group_events": frozenset({"retention.ms", "retention.bytes"})
+    LEGACY_GROUP_EVENTS_TOPIC: frozenset({"retention.ms", "retention.bytes"})
 }
 PRODUCER_ID_BLOCK = 1000
 MAX_PARTITIONS = 100_000  # keeps `<249-char name>-<index>` within a 255-byte file name
 MAX_FILE_NAME = 255
 CLOSE_THREADS = 8
 UNKNOWN_TOPIC_OR_PARTITION = 3
+REPLICA_NOT_AVAILABLE = 9
 TOPIC_ALREADY_EXISTS = 36
 KAFKA_STORAGE_ERROR = 56
+LOG_DIR_NOT_FOUND = 57
+# I/O errors that say a log directory itself is broken (not a full disk, not the
+# process out of descriptors): the directory is marked failed (odradek.broker.log_dirs).
+DIR_FAILURE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.ENODEV, errno.ENXIO})
 
 
 def _close_quietly(plog: PartitionLog) -> tuple[PartitionLog, Exception] | None:
@@ -163,17 +194,39 @@ def _remove_dir(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@dataclass
+class ReplicaMove:
+    """A partition moving to another log directory (AlterReplicaLogDirs)."""
+
+    topic: str
+    partition: int
+    target: LogDir
+    mover: DirMove
+    finished: asyncio.Future[BaseException | None]
+
+
 class TopicManager:
     """Owns every partition log of this node and the metadata that names them."""
 
     def __init__(
         self,
-        data_dir: Path,
+        data_dir: Path | Sequence[Path],
         config: BrokerConfig,
         *,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
-        self.data_dir = Path(data_dir)
+        dirs = [data_dir] if isinstance(data_dir, str | os.PathLike) else list(data_dir)
+        # Every log directory is locked before anything in any of them is read or
+        # written: a second broker stops here (DirectoryInUseError).
+        self.log_dirs = LogDirs.lock(dirs)
+        self.data_dir = self.log_dirs.metadata_dir  # meta.json, topic metadata, security
+        try:
+            self._open(config, now_ms)
+        except BaseException:
+            self.log_dirs.release()
+            raise
+
+    def _open(self, config: BrokerConfig, now_ms: Callable[[], int]) -> None:
         self.config = config
         self.now_ms = now_ms
         self.topics: dict[str, Topic] = {}
@@ -186,16 +239,27 @@ class TopicManager:
         # consumer groups assign partitions themselves and must hear of it).
         self.change_listeners: list[Callable[[], None]] = []
         self._meta_path = self.data_dir / "meta.json"
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         self._meta = self._load_meta()
+        self.log_dirs.identify(self.cluster_id)
         self._next_producer_id = self._meta["producer_id_block"]
-        self._reserve_producer_ids()
+        # Each start is a new term of this node as the metadata's only leader (the epoch
+        # DescribeQuorum reports on a single node, as KRaft bumps it on every election).
+        self._meta["leader_epoch"] = int(self._meta.get("leader_epoch", 0)) + 1
         self.store = TopicStore(self.data_dir)
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="odradek-topics")
+        # Moves between log directories, one at a time in their own thread (a copy may
+        # take minutes and must not hold up topic creation).
+        self._mover = ThreadPoolExecutor(max_workers=1, thread_name_prefix="odradek-dir-move")
+        self.moves: dict[tuple[str, int], ReplicaMove] = {}
         # Cluster mode: topics are created and deleted in etcd (odradek.cluster.node), and
         # every broker mirrors them here (`adopt`, `forget`); None on a single node.
         self.cluster: ClusterTopics | None = None
         self._load_topics()
+        # Written once the directories are known good: the ones seen, for the next start.
+        self._meta["log_dirs"] = {
+            format_kafka_uuid(d.directory_id): str(d.path) for d in self.log_dirs
+        }
+        self._reserve_producer_ids()
 
     # --- cluster metadata ---------------------------------------------------------------
 
@@ -204,6 +268,10 @@ class TopicManager:
             meta = json.loads(self._meta_path.read_text())
         else:
             meta = {"producer_id_block": 0}
+            # A start cut short after the directories got their identity, before this.
+            stored = self.log_dirs.stored_cluster_id()
+            if stored is not None:
+                meta["cluster_id"] = stored
         configured = self.config["cluster.id"]
         if configured:
             meta["cluster_id"] = configured
@@ -213,6 +281,16 @@ class TopicManager:
     @property
     def cluster_id(self) -> str:
         return str(self._meta["cluster_id"])
+
+    @property
+    def leader_epoch(self) -> int:
+        """This node's term as its metadata's leader: one more at every start."""
+        return int(self._meta["leader_epoch"])
+
+    @property
+    def metadata_offset(self) -> int:
+        """How many metadata changes this node has recorded (its metadata log's end)."""
+        return self.store.seq
 
     def _reserve_producer_ids(self) -> None:
         # Producer ids are handed out from blocks persisted ahead of use, so a
@@ -232,47 +310,78 @@ class TopicManager:
     # --- topics ------------------------------------------------------------------------
 
     def _load_topics(self) -> None:
+        found = self._scan_log_dirs()
+        wanted = [(n, i) for n, e in self.store.topics.items() for i in range(e.partitions)]
+        missing = [f"{n}-{i}" for n, i in wanted if f"{n}-{i}" not in found]
+        if missing:
+            self._check_missing(missing)
         for name, entry in self.store.topics.items():
             topic = Topic(
                 name, uuid.UUID(entry.topic_id), self._stored_configs(name, entry.configs)
             )
             log_config = self.log_config(topic)
             for index in range(entry.partitions):
-                topic.partitions.append(
-                    PartitionLog.open(
-                        self._partition_dir(name, index), log_config, now_ms=self.now_ms
-                    )
-                )
+                path = found.pop(f"{name}-{index}", None)
+                if path is None:  # reported by _check_missing: starts empty, as before
+                    path = self.log_dirs.place().path / f"{name}-{index}"
+                else:
+                    self.log_dirs.count(path.parent, +1)
+                topic.partitions.append(PartitionLog.open(path, log_config, now_ms=self.now_ms))
             self._register(topic)
-        self._clean_leftovers()
+        self._clean_leftovers(found)
 
-    def _clean_leftovers(self) -> None:
-        """Remove what interrupted deletions and creations left; keep and report the rest.
+    def _scan_log_dirs(self) -> dict[str, Path]:
+        """Every partition directory in the log directories, one place each.
 
-        `*-delete` directories are deleted topics. A partition directory no live
-        topic owns comes from a creation or deletion cut short by a crash: an
-        empty one is removed; one holding records is kept (it is never served,
-        and creating that topic again wipes it) and reported.
+        What interrupted deletions (`*-delete`) and moves (`*-future`, unfinished
+        copies) left is removed; a partition found in two directories is an interrupted
+        move, resolved by `pick_copies` (any other duplicate stops the start).
+        """
+        places: dict[str, list[Path]] = {}
+        for log_dir in self.log_dirs:
+            with os.scandir(log_dir.path) as entries:
+                for entry in entries:
+                    if not entry.is_dir(follow_symlinks=False):
+                        continue
+                    if entry.name.endswith((DELETE_SUFFIX, FUTURE_SUFFIX)):
+                        _remove_dir(Path(entry.path))
+                    elif PARTITION_DIR.match(entry.name):
+                        places.setdefault(entry.name, []).append(Path(entry.path))
+        try:
+            return pick_copies(places)
+        except DuplicatePartitionError as exc:
+            raise LogDirError(str(exc)) from None
+
+    def _check_missing(self, missing: list[str]) -> None:
+        """Partitions the metadata names and no log directory holds: if a directory this
+        broker used before is not listed now, they are there: refuse to start."""
+        present = {format_kafka_uuid(d.directory_id) for d in self.log_dirs}
+        absent = {i: p for i, p in dict(self._meta.get("log_dirs", {})).items() if i not in present}
+        names = ", ".join(sorted(missing)[:5]) + (" ..." if len(missing) > 5 else "")
+        if absent:
+            ident, path = sorted(absent.items())[0]
+            raise LogDirError(
+                f"{len(missing)} partitions ({names}) are in none of the log directories, and "
+                f"{path} (directory.id {ident}), which held partitions before, is not one of "
+                "them: list it in log.dirs again"
+            )
+        log.warning(
+            "%d partitions are in no log directory and start empty: %s", len(missing), names
+        )
+
+    def _clean_leftovers(self, unowned: dict[str, Path]) -> None:
+        """Remove the partition directories no live topic owns, unless they hold records.
+
+        They come from a creation or deletion cut short by a crash: an empty one is
+        removed; one holding records is kept (it is never served, and creating that
+        topic again wipes it) and reported.
         """
         kept = []
-        with os.scandir(self.data_dir) as entries:
-            for entry in entries:
-                if not entry.is_dir(follow_symlinks=False):
-                    continue
-                if entry.name.endswith("-delete"):
-                    _remove_dir(Path(entry.path))
-                    continue
-                match = PARTITION_DIR.match(entry.name)
-                if match is None:
-                    continue
-                topic = self.topics.get(match.group(1))
-                if topic is not None and int(match.group(2)) < len(topic.partitions):
-                    continue
-                path = Path(entry.path)
-                if any(p.stat().st_size for p in path.glob("*.log")):
-                    kept.append(entry.name)
-                else:
-                    _remove_dir(path)
+        for name, path in unowned.items():
+            if any(p.stat().st_size for p in path.glob("*.log")):
+                kept.append(name)
+            else:
+                _remove_dir(path)
         if kept:
             log.warning(
                 "%d partition directories belong to no topic and are not served: %s%s",
@@ -284,9 +393,6 @@ class TopicManager:
     def _register(self, topic: Topic) -> None:
         self.topics[topic.name] = topic
         self.topics_by_id[topic.topic_id] = topic
-
-    def _partition_dir(self, topic: str, partition: int) -> Path:
-        return self.data_dir / f"{topic}-{partition}"
 
     def _stored_configs(self, name: str, stored: dict[str, str]) -> dict[str, str]:
         """A topic's stored overrides; any that fails today's checks is reported and ignored,
@@ -393,23 +499,32 @@ class TopicManager:
         return Topic(wanted.name, uuid.uuid4(), clean), num_partitions
 
     def _open_partitions(self, topic: Topic, first: int, end: int) -> list[PartitionLog]:
-        """Open fresh logs for partitions first..end-1 (blocking file work).
+        """Open fresh logs for partitions first..end-1 (blocking file work), each in the
+        log directory holding the fewest partitions.
 
-        A directory already in a new partition's place is a leftover no topic owns
-        (see `_clean_leftovers`) and is wiped, so old records never come back. On
-        failure every log opened here is closed and its directory removed.
+        A directory already in a new partition's place, in any log directory, is a
+        leftover no topic owns (see `_clean_leftovers`) and is wiped, so old records
+        never come back. On failure every log opened here is closed and its directory
+        removed.
         """
         log_config = self.log_config(topic)
         opened: list[PartitionLog] = []
+        path: Path | None = None
         try:
             for index in range(first, end):
-                path = self._partition_dir(topic.name, index)
-                if path.exists():
-                    log.warning("wiping leftover directory %s for new partition", path)
-                    shutil.rmtree(path)
+                name = f"{topic.name}-{index}"
+                for log_dir in self.log_dirs:
+                    leftover = log_dir.path / name
+                    if leftover.exists():
+                        log.warning("wiping leftover directory %s for new partition", leftover)
+                        shutil.rmtree(leftover)
+                path = self.log_dirs.place().path / name
                 opened.append(PartitionLog.open(path, log_config, now_ms=self.now_ms))
+                path = None
         except Exception as exc:
-            self._discard(topic, opened, first, end)
+            if isinstance(exc, OSError):
+                self._note_dir_failure(exc)
+            self._discard(opened, failed=path)
             storage_failures.log(
                 "create", logging.ERROR, "cannot create partitions of %s: %s", topic.name, exc
             )
@@ -418,13 +533,27 @@ class TopicManager:
             ) from exc
         return opened
 
-    def _discard(self, topic: Topic, logs: list[PartitionLog], first: int, end: int) -> None:
+    def _discard(self, logs: list[PartitionLog], *, failed: Path | None = None) -> None:
         """Undo `_open_partitions`: close every log first (out of descriptors, removing
-        a directory needs some), then remove partitions first..end-1's directories."""
+        a directory needs some), then remove their directories (and `failed`, the one
+        that could not be opened)."""
+        paths = [plog.directory for plog in logs] + ([failed] if failed is not None else [])
         for plog in logs:
             plog.delete()
-        for index in range(first, end):
-            _remove_dir(self._partition_dir(topic.name, index))
+        for path in paths:
+            _remove_dir(path)
+            self.log_dirs.count(path.parent, -1)
+
+    def _note_dir_failure(self, exc: OSError) -> None:
+        """Mark the log directory an I/O error happened in as failed, if it is one that
+        says the directory (not the request, not the process) is broken."""
+        if exc.errno not in DIR_FAILURE_ERRNOS or exc.filename is None:
+            return
+        where = os.path.abspath(os.fsdecode(exc.filename))
+        for log_dir in self.log_dirs:
+            if where == str(log_dir.path) or where.startswith(str(log_dir.path) + os.sep):
+                self.log_dirs.mark_failed(log_dir, f"{exc.strerror} ({where})")
+                log.error("log directory %s failed: %s", log_dir.path, exc)
 
     def _materialize(
         self, batch: list[tuple[Topic, int]]
@@ -451,8 +580,8 @@ class TopicManager:
             self.store.commit(changes)
         except OSError as exc:
             storage_failures.log("create", logging.ERROR, "cannot record new topics: %s", exc)
-            for topic, logs in created:
-                self._discard(topic, logs, 0, len(logs))
+            for _, logs in created:
+                self._discard(logs)
             failure = TopicError(KAFKA_STORAGE_ERROR, f"cannot record the new topic: {exc}")
             return [r if isinstance(r, TopicError) else failure for r in results]
         return results
@@ -593,6 +722,9 @@ class TopicManager:
                 self._deleting.add(name)
         if not doomed:
             return outcome
+        for (moving, _), move in self.moves.items():  # a deleted partition stops moving
+            if moving in self._deleting:
+                move.mover.cancel()
         loop = asyncio.get_running_loop()
         changes = [{"op": "delete", "name": t.name} for t in doomed]
         work = loop.run_in_executor(self._worker, self.store.commit, changes)
@@ -633,6 +765,7 @@ class TopicManager:
             for plog in topic.partitions:
                 path = plog.directory
                 plog.delete(move_to=path.with_name(deletion_dir_name(path.name, topic.topic_id)))
+                self.log_dirs.count(path.parent, -1)
 
     # --- cluster mode: mirroring what etcd says ------------------------------------------
 
@@ -752,7 +885,7 @@ class TopicManager:
         try:
             self.store.commit([{"op": "partitions", "name": topic.name, "partitions": total}])
         except OSError as exc:
-            self._discard(topic, logs, current, total)
+            self._discard(logs)
             raise TopicError(KAFKA_STORAGE_ERROR, f"cannot record new partitions: {exc}") from exc
         return logs
 
@@ -832,8 +965,75 @@ class TopicManager:
                     done += 1
         return done
 
+    # --- moving between log directories ---------------------------------------------------
+
+    async def move_replica(self, topic: str, index: int, path: str) -> int:
+        """Start moving a partition to the log directory `path` (AlterReplicaLogDirs).
+
+        Returns Kafka's error code for it, as ReplicaManager.alterReplicaLogDirs answers:
+        0 once the move has started (it continues in the background, and
+        DescribeLogDirs shows the copy as the future replica) or when the partition is
+        there already; LOG_DIR_NOT_FOUND for a path that is no log directory,
+        KAFKA_STORAGE_ERROR for a failed one, REPLICA_NOT_AVAILABLE for a partition
+        this broker does not hold. A move to another directory replaces one in progress.
+        """
+        target = self.log_dirs.find(path)
+        if target is None:
+            return LOG_DIR_NOT_FOUND
+        if not target.online:
+            return KAFKA_STORAGE_ERROR
+        plog = self.partition(topic, index)
+        if plog is None or topic in self._deleting:
+            return REPLICA_NOT_AVAILABLE
+        key = (topic, index)
+        current = self.moves.get(key)
+        if current is not None:
+            if current.target is target:
+                return 0
+            current.mover.cancel()
+            await asyncio.shield(current.finished)
+            if self.partition(topic, index) is not plog:
+                return REPLICA_NOT_AVAILABLE
+        if plog.directory.parent == target.path:
+            return 0
+        loop = asyncio.get_running_loop()
+        mover = DirMove(plog, target.path)
+        move = ReplicaMove(topic, index, target, mover, loop.create_future())
+        self.moves[key] = move
+        self.log_dirs.count(target.path, +1)  # as Kafka counts a future replica
+        log.info("moving %s-%d from %s to %s", topic, index, mover.source.parent, target.path)
+        work = loop.run_in_executor(self._mover, mover.run)
+        work.add_done_callback(functools.partial(self._finish_move, move))
+        return 0
+
+    def _finish_move(self, move: ReplicaMove, work: asyncio.Future[None]) -> None:
+        key = (move.topic, move.partition)
+        if self.moves.get(key) is move:
+            del self.moves[key]
+        failure = asyncio.CancelledError() if work.cancelled() else work.exception()
+        source = move.mover.source
+        if failure is None:
+            self.log_dirs.count(source.parent, -1)
+            log.info("moved %s-%d from %s to %s", *key, source.parent, move.target.path)
+        else:
+            self.log_dirs.count(move.target.path, -1)
+            if move.mover.cancelled or isinstance(failure, MoveCancelled | asyncio.CancelledError):
+                log.info("moving %s-%d to %s stopped: %s", *key, move.target.path, failure)
+            else:
+                if isinstance(failure, OSError):
+                    self._note_dir_failure(failure)
+                log.error("moving %s-%d to %s failed: %s", *key, move.target.path, failure)
+        move.finished.set_result(failure)
+
+    def log_dir_of(self, plog: PartitionLog) -> LogDir:
+        """The log directory a partition's log is in."""
+        return self.log_dirs.holding(plog.directory)
+
     def close(self) -> None:
         """Close every log, in parallel: closing is fsync-bound and fsync releases the GIL."""
+        for move in list(self.moves.values()):  # a move cut short leaves its source whole
+            move.mover.cancel()
+        self._mover.shutdown(wait=True, cancel_futures=True)
         logs = [plog for topic in self for plog in topic.partitions]
         with ThreadPoolExecutor(max_workers=CLOSE_THREADS) as pool:
             for failure in pool.map(_close_quietly, logs):
@@ -841,3 +1041,4 @@ class TopicManager:
                     log.error("closing %s failed: %s", failure[0], failure[1])
         self._worker.shutdown(wait=True)
         self.store.close()
+        self.log_dirs.release()  # last: every file of every directory is closed

@@ -15,13 +15,14 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from odradek import extras
 from odradek.cli import render
 from odradek.cli.common import Failed, _reason, add_format_option, key_value, positive_float
 from odradek.cli.errors import CliError
 
 if TYPE_CHECKING:
     from odradek.cluster.launcher import LocalCluster
-    from odradek.cluster.model import ClusterMetadata
+    from odradek.cluster.model import ClusterMetadata, RegistrationLease
 
 DEFAULT_STATUS_TIMEOUT_S = 10.0
 
@@ -76,9 +77,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument(
         "--format",
         "-o",
-        choices=("text", "json"),
-        default="text",
-        help="text: 'etcd HOST:PORT pid PID' and 'broker ID HOST:PORT pid PID' lines "
+        choices=("table", "json"),
+        default="table",
+        help="table: 'etcd HOST:PORT pid PID' and 'broker ID HOST:PORT pid PID' lines "
         "(default); json: a list of {kind, id, host, port, pid}",
     )
     up.add_argument(
@@ -110,9 +111,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     status = actions.add_parser(
         "status",
         help="brokers, controller and partitions as etcd holds them",
-        description="Show a cluster's brokers (address, rack, alive), its controller and "
-        "epoch, and each partition's leader, replicas and ISR, flagging under-replicated "
-        "and offline partitions. Reads etcd directly.",
+        description="Show a cluster's brokers (address, rack, process id, alive, and the "
+        "etcd lease their registration hangs on), its controller and epoch, and each "
+        "partition's leader, replicas and ISR, flagging under-replicated and offline "
+        "partitions. Internal topics are left out unless asked for. Reads etcd directly. "
+        "A broker that stops without leaving (kill -9, a hung host) stays registered "
+        "until its lease ends (broker.session.timeout.ms): status says so.",
     )
     where = status.add_mutually_exclusive_group(required=True)
     where.add_argument("--etcd", metavar="HOST:PORT", help="the etcd holding the metadata")
@@ -123,6 +127,23 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--cluster-name",
         metavar="NAME",
         help="the etcd.cluster.name setting of the brokers (default: the data dir's, else odradek)",
+    )
+    status.add_argument(
+        "--topic",
+        action="append",
+        metavar="TOPIC",
+        help="only this topic's partitions (repeatable; internal topics too when named)",
+    )
+    status.add_argument(
+        "--under-replicated",
+        action="store_true",
+        help="only partitions whose ISR is smaller than their replicas, or without a live "
+        "leader (kafka-topics' --under-replicated-partitions and --unavailable-partitions)",
+    )
+    status.add_argument(
+        "--internal",
+        action="store_true",
+        help="include internal topics (__consumer_offsets, __transaction_state, ...)",
     )
     status.add_argument(
         "--timeout",
@@ -172,18 +193,32 @@ def _rack_count(text: str) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    from odradek.cluster.etcd_server import EtcdStartError, find_etcd_binary
     from odradek.cluster.launcher import ClusterError, LocalCluster, NotServingError
 
     settings = _checked_settings(args.set) if args.set is not None else None
+    try:  # before anything is written: the brokers need aetcd, and etcd its binary
+        extras.require("cluster", "cluster up")
+        find_etcd_binary()
+    except (extras.MissingExtra, EtcdStartError) as exc:
+        raise CliError(str(exc)) from None
     try:
-        cluster = LocalCluster.prepare(
-            args.data_dir, brokers=args.brokers, rack_count=args.rack_count, settings=settings
+        cluster, processes = LocalCluster.up(
+            args.data_dir,
+            brokers=args.brokers,
+            rack_count=args.rack_count,
+            settings=settings,
+            timeout_s=args.timeout,
         )
-        processes = cluster.start_all(timeout_s=args.timeout)
     except NotServingError as exc:
         print(f"--- last lines of {exc.log_path} ---", file=sys.stderr)
         print(exc.log_tail(), file=sys.stderr)
         print("---", file=sys.stderr)
+        if exc.removed:
+            raise Failed(
+                f"{exc.reason}; the new cluster's processes were stopped and its files "
+                f"removed from {args.data_dir}"
+            ) from None
         raise Failed(
             f"{exc}; 'odradek cluster down --data-dir {args.data_dir}' stops the rest"
         ) from None
@@ -263,11 +298,31 @@ def run_down(args: argparse.Namespace) -> int:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRow:
+    """One broker as `cluster status` shows it.
+
+    `registered`: etcd holds its registration. `process`: what the data dir of
+    ``cluster up`` says of its process ("running" or "gone"; None for a cluster given by
+    --etcd, whose processes this command cannot see). A broker that died without
+    leaving stays registered until its lease ends: then `alive` is False while
+    `registered` is True, and `lease` says how long that lasts.
+    """
+
     id: int
     host: str | None
     port: int | None
     rack: str | None
-    alive: bool
+    pid: int | None
+    registered: bool
+    registered_pid: int | None
+    process: str | None
+    lease: RegistrationLease | None
+
+    @property
+    def alive(self) -> bool:
+        if not self.registered or self.process == "gone":
+            return False
+        # a restarted broker's predecessor may still hold the registration
+        return self.process is None or self.registered_pid in (None, self.pid)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -275,14 +330,26 @@ class BrokerRow:
             "host": self.host,
             "port": self.port,
             "rack": self.rack,
+            "pid": self.pid,
             "alive": self.alive,
+            "registered": self.registered,
+            "registered_pid": self.registered_pid,
+            "process": self.process,
+            "lease": None
+            if self.lease is None
+            else {"ttl_s": self.lease.ttl_s, "remaining_s": self.lease.remaining_s},
         }
 
 
 def run_status(args: argparse.Namespace) -> int:
+    from odradek.broker.topics import INTERNAL_TOPICS
     from odradek.cli.serve import parse_address
     from odradek.cluster.launcher import DEFAULT_CLUSTER_NAME, ClusterError, LocalCluster
 
+    try:
+        extras.require("cluster", "cluster status")
+    except extras.MissingExtra as exc:
+        raise CliError(str(exc)) from None
     cluster: LocalCluster | None = None
     if args.data_dir is not None:
         try:
@@ -295,10 +362,24 @@ def run_status(args: argparse.Namespace) -> int:
         endpoint = parse_address(args.etcd, "--etcd")
         name = args.cluster_name or DEFAULT_CLUSTER_NAME
     _check_cluster_name(name)
-    metadata = _read_metadata(endpoint, name, args.timeout)
-    brokers = _broker_rows(metadata, cluster)
+    metadata, leases = _read_metadata(endpoint, name, args.timeout)
+    missing = [t for t in args.topic or () if t not in metadata.topics]
+    if missing:
+        which = ", ".join(repr(t) for t in missing)
+        raise Failed(
+            f"topic {which} does not exist" if len(missing) == 1 else f"topics {which} do not exist"
+        )
+    brokers = _broker_rows(metadata, leases, cluster)
     alive = {b.id for b in brokers if b.alive}
     partitions = [_partition_row(metadata, key, alive) for key in sorted(metadata.partitions)]
+    if args.topic:
+        partitions = [p for p in partitions if p["topic"] in args.topic]
+    hidden = []
+    if not args.internal and not args.topic:
+        hidden = [p for p in partitions if p["topic"] in INTERNAL_TOPICS]
+        partitions = [p for p in partitions if p["topic"] not in INTERNAL_TOPICS]
+    if args.under_replicated:
+        partitions = [p for p in partitions if p["under_replicated"] or p["offline"]]
     controller = metadata.controller
     summary = {
         "cluster": name,
@@ -309,11 +390,16 @@ def run_status(args: argparse.Namespace) -> int:
         "controller_epoch": metadata.controller_epoch,
         "brokers": [b.as_json() for b in brokers],
         "partitions": partitions,
+        "internal_hidden": {
+            "partitions": len(hidden),
+            "under_replicated": sum(p["under_replicated"] for p in hidden),
+            "offline": sum(p["offline"] for p in hidden),
+        },
     }
     if args.format == "json":
         render.print_json(summary)
     else:
-        _print_status(summary)
+        _print_status(summary, brokers, filtered=bool(args.topic or args.under_replicated))
     return 0
 
 
@@ -326,15 +412,18 @@ def _check_cluster_name(name: str) -> None:
         raise CliError(f"--cluster-name: {exc}") from None
 
 
-def _read_metadata(endpoint: tuple[str, int], name: str, timeout_s: float) -> ClusterMetadata:
+def _read_metadata(
+    endpoint: tuple[str, int], name: str, timeout_s: float
+) -> tuple[ClusterMetadata, dict[int, RegistrationLease]]:
     from odradek.cluster.metadata import EtcdMetadataStore
 
-    async def read() -> ClusterMetadata:
+    async def read() -> tuple[ClusterMetadata, dict[int, RegistrationLease]]:
         request_timeout = max(1, int(timeout_s))
         async with EtcdMetadataStore(
             *endpoint, cluster_name=name, request_timeout_s=request_timeout
         ) as store:
-            return (await store.cluster()).items
+            metadata = (await store.cluster()).items
+            return metadata, await store.registration_leases()
 
     address = f"{endpoint[0]}:{endpoint[1]}"
     try:
@@ -346,21 +435,43 @@ def _read_metadata(endpoint: tuple[str, int], name: str, timeout_s: float) -> Cl
         raise Failed(f"cannot read the cluster from etcd at {address}: {reason}") from None
 
 
-def _broker_rows(metadata: ClusterMetadata, cluster: LocalCluster | None) -> list[BrokerRow]:
-    """Registered brokers (alive), plus those the data dir or a replica list names."""
-    rows = {
-        b.broker_id: BrokerRow(b.broker_id, b.host, b.port, b.rack, True)
-        for b in metadata.brokers.values()
-    }
-    if cluster is not None:
-        for record in cluster.state.brokers.values():
-            if record.id not in rows:
-                rows[record.id] = BrokerRow(record.id, record.host, record.port, record.rack, False)
+def _broker_rows(
+    metadata: ClusterMetadata,
+    leases: dict[int, RegistrationLease],
+    cluster: LocalCluster | None,
+) -> list[BrokerRow]:
+    """Registered brokers, plus those the data dir or a replica list names."""
+    rows: dict[int, BrokerRow] = {}
+    known = {} if cluster is None else cluster.state.brokers
+    ids = set(metadata.brokers) | set(known)
     for assignment in metadata.topics.values():
         for replicas in assignment.replicas.values():
-            for broker_id in replicas:
-                rows.setdefault(broker_id, BrokerRow(broker_id, None, None, None, False))
-    return [rows[i] for i in sorted(rows)]
+            ids.update(replicas)
+    for broker_id in sorted(ids):
+        info = metadata.brokers.get(broker_id)
+        record = known.get(broker_id)
+        process = None
+        pid = info.pid if info is not None else None
+        if cluster is not None and record is not None:
+            running = cluster.is_running(broker_id)
+            process = "running" if running else "gone"
+            if running:
+                pid = record.pid
+        host = info.host if info is not None else record.host if record is not None else None
+        port = info.port if info is not None else record.port if record is not None else None
+        rack = info.rack if info is not None else record.rack if record is not None else None
+        rows[broker_id] = BrokerRow(
+            broker_id,
+            host,
+            port,
+            rack,
+            pid,
+            registered=info is not None,
+            registered_pid=None if info is None else info.pid,
+            process=process,
+            lease=leases.get(broker_id),
+        )
+    return list(rows.values())
 
 
 def _partition_row(
@@ -382,7 +493,37 @@ def _partition_row(
     }
 
 
-def _print_status(summary: dict[str, Any]) -> None:
+def _alive_cell(row: BrokerRow) -> Any:
+    if row.alive:
+        return render.text("yes", "green")
+    if not row.registered:
+        return render.text("no" if row.process != "running" else "no (not registered)", "red")
+    if row.process == "gone":
+        return render.text("no: process gone, still registered", "red")
+    return render.text(f"starting: pid {row.registered_pid} still registered", "yellow")
+
+
+def _lease_cell(lease: RegistrationLease | None) -> Any:
+    if lease is None:
+        return render.text(None)
+    text = f"{lease.remaining_s} s left of {lease.ttl_s} s"
+    # a live broker refreshes every third of the TTL: longer means it stopped doing so
+    if lease.unrefreshed_s > lease.ttl_s // 3 + 1:
+        return render.text(f"{text}, not refreshed for {lease.unrefreshed_s} s", "yellow")
+    return render.text(text)
+
+
+def _controller_cell(controller: dict[str, int] | None, rows: list[BrokerRow]) -> Any:
+    if controller is None:
+        return render.text("none (election due)", "yellow")
+    text = f"broker {controller['broker_id']}, epoch {controller['epoch']}"
+    if any(b.id == controller["broker_id"] and not b.alive for b in rows):
+        # the role hangs on the same lease as the registration
+        return render.text(f"{text} (not alive: the role ends with its lease)", "yellow")
+    return text
+
+
+def _print_status(summary: dict[str, Any], rows: list[BrokerRow], *, filtered: bool) -> None:
     out = render.output()
     controller = summary["controller"]
     out.print(
@@ -390,46 +531,76 @@ def _print_status(summary: dict[str, Any]) -> None:
             [
                 ("Cluster", summary["cluster"]),
                 ("etcd", summary["etcd"]),
-                (
-                    "Controller",
-                    render.text("none (election due)", "yellow")
-                    if controller is None
-                    else f"broker {controller['broker_id']}, epoch {controller['epoch']}",
-                ),
+                ("Controller", _controller_cell(controller, rows)),
             ]
         )
     )
-    brokers = render.table("BROKER", "ADDRESS", "RACK", "ALIVE", numeric=("BROKER",))
-    for b in summary["brokers"]:
-        address = None if b["host"] is None else f"{b['host']}:{b['port']}"
-        alive = render.text("yes", "green") if b["alive"] else render.text("no", "red")
-        brokers.add_row(str(b["id"]), render.text(address), render.text(b["rack"]), alive)
-    out.print(brokers if summary["brokers"] else render.text("no brokers", "dim"))
+    brokers = render.table(
+        "BROKER", "ADDRESS", "RACK", "PID", "ALIVE", "LEASE", numeric=("BROKER", "PID")
+    )
+    for b in rows:
+        address = None if b.host is None else f"{b.host}:{b.port}"
+        brokers.add_row(
+            str(b.id),
+            render.text(address),
+            render.text(b.rack),
+            render.text(b.pid),
+            _alive_cell(b),
+            _lease_cell(b.lease),
+        )
+    out.print(brokers if rows else render.text("no brokers", "dim"))
+    for b in rows:
+        if b.registered and not b.alive and b.lease is not None:
+            whose = "" if b.registered_pid is None else f" (pid {b.registered_pid})"
+            out.print(
+                render.text(
+                    f"broker {b.id}'s registration{whose} stays in etcd until its lease "
+                    f"ends, within {b.lease.remaining_s + 1} s: a broker that stops without "
+                    "leaving is seen as dead only then (broker.session.timeout.ms)",
+                    "yellow",
+                )
+            )
     partitions = summary["partitions"]
-    if not partitions:
+    hidden = summary["internal_hidden"]
+    if partitions:
+        t = render.table(
+            "TOPIC", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "STATUS",
+            numeric=("PARTITION", "LEADER", "EPOCH"),
+        )  # fmt: skip
+        for p in partitions:
+            flags = [f for f in ("offline", "under_replicated") if p[f]]
+            status = (
+                render.text(", ".join(f.replace("_", "-") for f in flags), "red")
+                if flags
+                else render.text("ok", "green")
+            )
+            t.add_row(
+                render.text(p["topic"]),
+                str(p["partition"]),
+                "none" if p["leader"] == -1 else str(p["leader"]),
+                str(p["leader_epoch"]),
+                ",".join(map(str, p["replicas"])) or "-",
+                ",".join(map(str, p["isr"])) or "-",
+                status,
+            )
+        out.print(t)
+    elif not filtered and not hidden["partitions"]:
         out.print(render.text("no topics", "dim"))
         return
-    t = render.table(
-        "TOPIC", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "STATUS",
-        numeric=("PARTITION", "LEADER", "EPOCH"),
-    )  # fmt: skip
-    for p in partitions:
-        flags = [f for f in ("offline", "under_replicated") if p[f]]
-        status = (
-            render.text(", ".join(f.replace("_", "-") for f in flags), "red")
-            if flags
-            else render.text("ok", "green")
-        )
-        t.add_row(
-            render.text(p["topic"]),
-            str(p["partition"]),
-            "none" if p["leader"] == -1 else str(p["leader"]),
-            str(p["leader_epoch"]),
-            ",".join(map(str, p["replicas"])) or "-",
-            ",".join(map(str, p["isr"])) or "-",
-            status,
-        )
-    out.print(t)
     under = sum(p["under_replicated"] for p in partitions)
     offline = sum(p["offline"] for p in partitions)
-    out.print(f"{len(partitions)} partitions, {under} under-replicated, {offline} offline")
+    line = f"{len(partitions)} partitions, {under} under-replicated, {offline} offline"
+    if filtered:
+        line = f"{len(partitions)} partitions shown, {under} under-replicated, {offline} offline"
+    if hidden["partitions"]:
+        flagged = [
+            f"{hidden[k]} {k.replace('_', '-')}"
+            for k in ("under_replicated", "offline")
+            if hidden[k]
+        ]
+        line += (
+            f"; {hidden['partitions']} partitions of internal topics hidden"
+            + "".join(f", {flag}" for flag in flagged)
+            + " (--internal shows them)"
+        )
+    out.print(line)

@@ -13,15 +13,17 @@ import time
 from typing import Any
 
 from odradek.cli.common import (
-    API_TIMEOUT_S,
+    PARTITION_SHORT_FLAG_MOVED,
     Failed,
     add_connection_options,
     admin_client,
+    api_timeout_ms,
     client_settings,
     describe_error,
     non_negative_int,
     positive_float,
     positive_int,
+    reject_short_flag,
 )
 from odradek.cli.errors import CliError
 
@@ -53,7 +55,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     source.add_argument(
         "--partition",
-        "-p",
         action="append",
         type=non_negative_int,
         metavar="N",
@@ -76,7 +77,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--timeout",
         type=positive_float,
         metavar="SECONDS",
-        help="stop when no record has arrived for this long",
+        help="stop when no record has arrived for this long (also the longest wait for "
+        "the brokers' other answers; default: follow the topic until Ctrl-C)",
     )
     parser.add_argument(
         "--format",
@@ -99,7 +101,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SEP",
         help="what --format kv puts between key and value (default: a tab)",
     )
-    add_connection_options(parser)
+    reject_short_flag(parser, "-p", PARTITION_SHORT_FLAG_MOVED)
+    add_connection_options(parser, timeout=False)  # its --timeout is the idle time
     parser.set_defaults(run=run)
 
 
@@ -231,14 +234,14 @@ def run(args: argparse.Namespace) -> int:
             auto_offset_reset=reset,
             enable_auto_commit=True,
             allow_auto_create_topics=False,
-            default_api_timeout_ms=int(API_TIMEOUT_S * 1000),
+            default_api_timeout_ms=api_timeout_ms(args),
             **settings,
         )
     else:
         consumer = Consumer(
             auto_offset_reset=reset,
             allow_auto_create_topics=False,
-            default_api_timeout_ms=int(API_TIMEOUT_S * 1000),
+            default_api_timeout_ms=api_timeout_ms(args),
             **settings,
         )
     restore = _stop_on_sigterm()

@@ -33,8 +33,8 @@ INACTIVE = ("Empty", "Dead")
 
 GENERATION_HELP = (
     "Generation and leader are not part of Kafka's DescribeGroups answer: they are taken "
-    "from the newest event in the broker's rebalance history (__odradek_group_events), "
-    "and reported as unknown on brokers that keep none."
+    "from the group's newest events, which Odradek's coordinator keeps in the group's own "
+    "__consumer_offsets partition, and reported as unknown on brokers that keep none."
 )
 
 
@@ -167,7 +167,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "history",
         help="the group's rebalance timeline",
         description="Show the group's rebalance timeline as the coordinator recorded it "
-        "in the broker's __odradek_group_events topic: every state transition (time, "
+        "in the group's own __consumer_offsets partition (on a cluster too: the history "
+        "is replicated and moves with the group's coordinator; each group keeps its last "
+        "512 events, for up to group.history.retention.ms): every state transition (time, "
         "from -> to, generation, members, reason) and every completed rebalance (how "
         "long it took; members joined, left and kept); for a consumer-protocol "
         "(KIP-848) group also each group epoch, target assignment and member "
@@ -326,8 +328,16 @@ def group_report(args: argparse.Namespace, admin: Any, group: str) -> dict[str, 
     partitions = set(committed) | set(owner)
     topics = _topic_offsets(admin, {tp.topic for tp in partitions})
     consumer_group = description.type == "consumer"
-    # A consumer-protocol group's epoch is in its description; it has no leader.
-    facts = None if consumer_group else history.latest_facts(args, admin, group)
+    never_joined = not consumer_group and not description.protocol_type
+    # A consumer-protocol group's epoch is in its description; it has no leader. A group
+    # that never had members (offsets only) has neither.
+    facts: dict[str, Any] = {}
+    unreadable = None
+    if not consumer_group and not never_joined:
+        try:
+            facts = history.latest_facts(history.read_events(args, admin, group))
+        except history.HistoryNotReadable as exc:
+            unreadable = str(exc)  # the rest of the description does not need it
     rows = []
     for tp in sorted(partitions):
         topic = topics.get(tp.topic)
@@ -357,10 +367,12 @@ def group_report(args: argparse.Namespace, admin: Any, group: str) -> dict[str, 
     if leader is not None and leader not in member_ids:
         leader = None  # the history's leader has left since
     coordinator = description.coordinator
-    generation = facts.get("generation") if facts else None
-    source = "history" if facts and "generation" in facts else "unknown"
+    generation = facts.get("generation")
+    source = "history" if "generation" in facts else "unknown"
     if consumer_group:
         generation, source = description.group_epoch, "group epoch"
+    elif never_joined:
+        source = "no members ever"
 
     def partition_list(tps: Any) -> list[dict[str, Any]]:
         return [{"topic": tp.topic, "partition": tp.partition} for tp in tps]
@@ -392,6 +404,8 @@ def group_report(args: argparse.Namespace, admin: Any, group: str) -> dict[str, 
         "leader": leader,
         "generation_source": source,
     }
+    if unreadable is not None:
+        report["history_error"] = unreadable
     if consumer_group:
         report["group_epoch"] = description.group_epoch
         report["assignment_epoch"] = description.assignment_epoch
@@ -410,7 +424,7 @@ def group_report(args: argparse.Namespace, admin: Any, group: str) -> dict[str, 
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    from odradek.cli import render
+    from odradek.cli import history, render
     from odradek.client import TopicPartition
 
     with admin_client(args) as admin:
@@ -438,10 +452,15 @@ def run_describe(args: argparse.Namespace) -> int:
         protocol = report["protocol_type"] or "simple (offsets only, no members ever joined)"
         if report["protocol"]:
             protocol += f" / {report['protocol']}"
+        why = "the group's history has none"
+        if report.get("history_error"):
+            why = f"this client may not read the group's history in {history.OFFSETS_TOPIC}"
         generation: Any = render.text(
-            "unknown (DescribeGroups does not carry it; this broker keeps no history)", "dim"
+            f"unknown (DescribeGroups does not carry it, and {why})", "dim"
         )
-        if report["generation"] is not None:
+        if report["generation_source"] == "no members ever":
+            generation = render.text("none (no member has ever joined this group)", "dim")
+        elif report["generation"] is not None:
             generation = str(report["generation"])
         leader = render.text(shorten(report["leader"]) if report["leader"] else "-")
         if report["leader"] is None and report["members"]:
@@ -776,21 +795,22 @@ def run_delete_offsets(args: argparse.Namespace) -> int:
 def run_history(args: argparse.Namespace) -> int:
     from odradek.cli import history, render
 
-    with admin_client(args) as admin:
-        low, high = history.history_range(admin)
-    with render.progress(
-        f"Reading {history.EVENTS_TOPIC}",
-        total=high - low,
-        enabled=render.progress_wanted() and high - low > 10_000,
-        unit="events",
-    ) as bar:
-        seen = [low]
+    with (
+        admin_client(args) as admin,
+        render.progress(
+            f"Reading the history of '{args.group}' from {history.OFFSETS_TOPIC}",
+            total=None,
+            enabled=render.progress_wanted(),
+            unit="records",
+        ) as bar,
+    ):
+        seen = [0]
 
-        def advance(position: int) -> None:
-            bar.advance(position - seen[0])
-            seen[0] = position
+        def advance(done: int, total: int) -> None:
+            bar.advance(done - seen[0])
+            seen[0] = done
 
-        events = history.read_events(args, args.group, low, high, on_progress=advance)
+        events = history.read_events(args, admin, args.group, on_progress=advance)
     if args.format == "json":
         render.print_json(
             {

@@ -1,24 +1,31 @@
-"""A group's rebalance history, read from the broker's ``__odradek_group_events`` topic.
+"""A group's rebalance history, read from the group's own ``__consumer_offsets`` partition.
 
-An Odradek broker appends every coordinator event to that topic as a JSON record keyed by
-group id (docs/operations.md, "Rebalance history"), so any consumer can read it; here it is
-read with Odradek's own client, in assign mode, without committing anything. Other
-Kafka-compatible brokers have no such topic: ``groups history`` then says so, and
-``groups describe`` reports generation and leader as unknown (DescribeGroups carries
-neither).
+Odradek's coordinator writes every event of a group as a record of the partition that
+holds the group (``odradek.coordinator.history``; docs/coordinator.md, "The group's
+history"), so the history is where the group is, replicated with it on a cluster and
+moved with its coordinator. Here that partition is read from its log start to its end
+with Odradek's own client (assign mode, from the partition's leader, nothing committed),
+keeping the group's event records. Other Kafka-compatible brokers write none: there
+``groups history`` finds no events, and ``groups describe`` reports generation and
+leader as unknown (DescribeGroups carries neither).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
-from odradek.cli.common import API_TIMEOUT_S, Failed, client_settings, describe_error
-
-EVENTS_TOPIC = "__odradek_group_events"
+from odradek.cli.common import (
+    Failed,
+    api_timeout_ms,
+    client_settings,
+    deadline_of,
+    describe_error,
+)
+from odradek.coordinator.history import GroupHistoryReader, member_count
+from odradek.coordinator.routing import OFFSETS_TOPIC, partition_for
 
 STATE_TRANSITION = "state_transition"
 REBALANCE_COMPLETED = "rebalance_completed"
@@ -34,114 +41,109 @@ MEMBER_RECONCILED = "member_reconciled"
 GROUP_CONVERTED = "group_converted"
 # States a group is in while it rebalances: classic, then consumer-protocol groups.
 REBALANCING = ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling")
+POLL_S = 0.5
+MAX_POLL_RECORDS = 20_000
+FETCH_BYTES = 16 * 1024 * 1024  # the partition is read whole: take it in large fetches
 
 Event = dict[str, Any]
+TOPIC_AUTHORIZATION_FAILED = 29
 
 
-class NoHistory(Failed):
-    """The broker keeps no history topic (not an Odradek broker)."""
+class HistoryNotReadable(Failed):
+    """The client may not read ``__consumer_offsets`` (no READ on it in the ACLs)."""
 
 
-def history_range(admin: Any) -> tuple[int, int]:
-    """(log start, log end) of the history partition; NoHistory if there is no such topic."""
+def _failure(what: str, exc: Any) -> Failed:
+    if getattr(exc, "code", None) == TOPIC_AUTHORIZATION_FAILED:
+        return HistoryNotReadable(f"{what}: not authorized to read {OFFSETS_TOPIC}")
+    return Failed(f"{what}: {describe_error(exc)}")
+
+
+def group_partition(args: argparse.Namespace, admin: Any, group: str) -> int | None:
+    """The ``__consumer_offsets`` partition holding ``group`` (the coordinator's own
+    routing); None while the cluster has no such topic (no group has had a coordinator)."""
     from odradek.client.errors import KafkaError, UnknownTopicOrPartitionError
 
     try:
-        described = admin.describe_topics([EVENTS_TOPIC])
+        described = admin.describe_topics([OFFSETS_TOPIC], include_offsets=False)
     except UnknownTopicOrPartitionError:
-        raise NoHistory(
-            f"this broker keeps no rebalance history (it has no {EVENTS_TOPIC} topic; "
-            "only Odradek brokers record one)"
-        ) from None
+        return None
     except KafkaError as exc:
-        raise Failed(f"cannot read {EVENTS_TOPIC}: {describe_error(exc)}") from None
-    part = described[EVENTS_TOPIC].partitions[0]
-    return max(0, part.log_start_offset), max(0, part.log_end_offset)
+        raise _failure(f"cannot look up {OFFSETS_TOPIC}", exc) from None
+    return partition_for(group, len(described[OFFSETS_TOPIC].partitions))
 
 
 def read_events(
     args: argparse.Namespace,
+    admin: Any,
     group: str,
-    start: int,
-    stop: int,
     *,
-    on_progress: Callable[[int], None] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> list[Event]:
-    """The group's events among offsets [start, stop) of the history topic, in order."""
-    from odradek.client import Consumer, TopicPartition
-    from odradek.client.errors import KafkaError
+    """The group's events, oldest first, as its partition holds them now.
 
-    if stop <= start:
+    ``on_progress(done, total)`` is told how many of the partition's offsets are read.
+    Bounded by the command's --timeout; a failure names the partition.
+    """
+    from odradek.client import Consumer, TopicPartition
+    from odradek.client.errors import KafkaError, KafkaTimeoutError
+
+    partition = group_partition(args, admin, group)
+    if partition is None:
         return []
-    key = group.encode()
-    tp = TopicPartition(EVENTS_TOPIC, 0)
+    deadline = deadline_of(args)
+    what = f"reading the history of group '{group}' from {OFFSETS_TOPIC}-{partition}"
+    tp = TopicPartition(OFFSETS_TOPIC, partition)
+    reader = GroupHistoryReader(group)
     consumer = Consumer(
         auto_offset_reset="earliest",
         allow_auto_create_topics=False,
-        max_poll_records=5_000,
-        default_api_timeout_ms=int(API_TIMEOUT_S * 1000),
+        max_poll_records=MAX_POLL_RECORDS,
+        max_partition_fetch_bytes=FETCH_BYTES,
+        fetch_max_bytes=FETCH_BYTES,
+        default_api_timeout_ms=api_timeout_ms(args),
         **client_settings(args),
     )
-    events: list[Event] = []
-    position = start
     try:
         consumer.assign([tp])
-        consumer.seek(tp, start)
-        deadline = time.monotonic() + API_TIMEOUT_S
-        while position < stop:
-            if time.monotonic() > deadline:
-                raise Failed(f"reading {EVENTS_TOPIC} stalled at offset {position:,} of {stop:,}")
-            records = consumer.poll(0.5)
+        low = consumer.beginning_offsets([tp], deadline.remaining_s(what))[tp]
+        high = consumer.end_offsets([tp], deadline.remaining_s(what))[tp]
+        position = max(low, 0)
+        consumer.seek(tp, position)
+        while position < high:
+            records = consumer.poll(min(POLL_S, deadline.remaining_s(what)))
             for r in records:
-                if r.offset >= stop:
-                    position = stop
+                if r.offset >= high:
+                    position = high
                     break
                 position = r.offset + 1
-                if r.key != key:
-                    continue
-                try:
-                    event = json.loads(r.value)
-                except (TypeError, ValueError):
-                    continue
-                if isinstance(event, dict) and event.get("group", group) == group:
-                    events.append(event)
-            if records:
-                deadline = time.monotonic() + API_TIMEOUT_S
-                if on_progress is not None:
-                    on_progress(position)
-            else:
-                position = max(position, consumer.position(tp))
+                reader.add(r.key, r.value)
+            if not records:
+                # A compacted range ends in no record: the fetch position still moves on.
+                position = max(position, consumer.position(tp, deadline.remaining_s(what)))
+            if on_progress is not None:
+                on_progress(min(position, high) - low, high - low)
+    except KafkaTimeoutError:
+        raise deadline.timed_out(what) from None
     except KafkaError as exc:
-        raise Failed(f"cannot read {EVENTS_TOPIC}: {describe_error(exc)}") from None
+        raise _failure(what, exc) from None
     finally:
         consumer.close()
-    return events
+    return [event.as_dict() for event in reader.events()]
 
 
-def latest_facts(args: argparse.Namespace, admin: Any, group: str) -> dict[str, Any] | None:
-    """Generation and leader from the group's newest events, reading the history topic
-    backwards in growing windows (so a long history costs little). None when the broker
-    keeps no history or it holds nothing on the group."""
-    try:
-        low, high = history_range(admin)
-    except NoHistory:
-        return None
-    window = 1_000
-    stop = high
+def latest_facts(events: list[Event]) -> dict[str, Any]:
+    """Generation and leader from the group's newest events ({} when they have none)."""
     facts: dict[str, Any] = {}
-    while stop > low:
-        start = max(low, stop - window)
-        for event in reversed(read_events(args, group, start, stop)):
-            if "generation" not in facts and isinstance(event.get("generation"), int):
-                facts["generation"] = event["generation"]
-                facts["at_ms"] = event.get("at_ms")
-            if "leader" not in facts and event.get("kind") == STATE_TRANSITION:
-                facts["leader"] = event.get("leader")
-            if "generation" in facts and "leader" in facts:
-                return facts
-        stop = start
-        window *= 4
-    return facts or None
+    for event in reversed(events):
+        if "generation" not in facts and isinstance(event.get("generation"), int):
+            facts["generation"] = event["generation"]
+            facts["at_ms"] = event.get("at_ms")
+        if "leader" not in facts and event.get("kind") == STATE_TRANSITION:
+            facts["leader"] = event.get("leader")
+        if "generation" in facts and "leader" in facts:
+            break
+    return facts
 
 
 # --------------------------------------------------------------------- the timeline
@@ -221,15 +223,32 @@ def summary(events: list[Event]) -> dict[str, Any]:
         "longest_rebalance_ms": max((r["duration_ms"] or 0 for r in done), default=None),
         "state": state,
         "generation": generation,
-        "members": None if last_transition is None else len(last_transition.get("members") or ()),
+        "members": None if last_transition is None else member_count(last_transition, "members"),
         "rebalance_in_progress": in_progress,
         "first_ms": events[0].get("at_ms") if events else None,
         "last_ms": events[-1].get("at_ms") if events else None,
     }
 
 
-def _names(ids: list[str], shorten: Callable[[str], str]) -> str:
-    return ", ".join(shorten(i) for i in ids) if ids else "-"
+def _names(e: Event, field: str, shorten: Callable[[str], str]) -> str:
+    """The event's list ``field`` as prose; a list the record shortened says how much."""
+    ids = [shorten(str(i)) for i in e.get(field) or ()]
+    more = member_count(e, field) - len(ids)
+    if more > 0:
+        ids.append(f"and {more:,} more")
+    return ", ".join(ids) if ids else "-"
+
+
+def _prose(fields: dict[str, Any]) -> str:
+    """An event of a kind this version does not know, as "name: value; ..." text."""
+    parts = []
+    for name, value in fields.items():
+        if isinstance(value, list | tuple):
+            value = ", ".join(map(str, value)) or "-"
+        elif isinstance(value, dict):
+            value = json.dumps(value, default=str)
+        parts.append(f"{name.replace('_', ' ')}: {value}")
+    return "; ".join(parts)
 
 
 def describe_event(
@@ -239,17 +258,17 @@ def describe_event(
     kind = e.get("kind")
     gen = "" if e.get("generation") is None else str(e.get("generation"))
     if kind == STATE_TRANSITION:
-        members = e.get("members") or []
+        members = str(member_count(e, "members"))
         detail = shorten(str(e.get("reason") or ""))
         if e.get("to_state") == "CompletingRebalance" and e.get("leader"):
             detail += f" (leader {shorten(e['leader'])})"
-        return f"{e.get('from_state')} → {e.get('to_state')}", gen, str(len(members)), "", detail
+        return f"{e.get('from_state')} → {e.get('to_state')}", gen, members, "", detail
     if kind == REBALANCE_COMPLETED:
-        members = len(e.get("joined") or ()) + len(e.get("kept") or ())
+        count = member_count(e, "joined") + member_count(e, "kept")
         parts = [
-            f"{label}: {_names(e.get(label) or [], shorten)}"
+            f"{label}: {_names(e, label, shorten)}"
             for label in ("joined", "left", "kept")
-            if e.get(label)
+            if member_count(e, label)
         ]
         from odradek.cli.render import duration
 
@@ -257,7 +276,7 @@ def describe_event(
         return (
             f"✔ rebalance #{number} done → {e.get('state')}",
             gen,
-            str(members),
+            str(count),
             duration(e.get("duration_ms")),
             " · ".join(parts) or "no members",
         )
@@ -279,7 +298,7 @@ def describe_event(
         return (
             "join phase extended",
             gen,
-            str(len(e.get("members") or ())),
+            str(member_count(e, "members")),
             "",
             "new members keep arriving: waiting for more",
         )
@@ -314,23 +333,22 @@ def describe_event(
         return (
             f"converted {e.get('from_protocol')} → {e.get('to_protocol')}",
             "" if epoch is None else str(epoch),
-            str(len(e.get("members") or ())),
+            str(member_count(e, "members")),
             "",
             shorten(detail),
         )
     if kind == OFFSETS_EXPIRED:
-        parts = e.get("partitions") or []
-        return "offsets expired", gen, "", "", ", ".join(map(str, parts))
+        return "offsets expired", gen, "", "", _names(e, "partitions", str)
     if kind == GROUP_LOADED:
         return (
             "loaded by the coordinator",
             gen,
-            str(len(e.get("members") or ())),
+            str(member_count(e, "members")),
             "",
             f"{e.get('state')}, {e.get('offsets', 0)} committed offsets (broker start or failover)",
         )
-    rest = {k: v for k, v in e.items() if k not in ("kind", "group", "at_ms")}
-    return str(kind), gen, "", "", shorten(json.dumps(rest, default=str))
+    rest = {k: v for k, v in e.items() if k not in ("kind", "group", "at_ms", "sequence")}
+    return str(kind).replace("_", " "), gen, "", "", shorten(_prose(rest))
 
 
 def _assignment_label(assignment: Any) -> str:

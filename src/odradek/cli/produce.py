@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from odradek.cli.common import (
-    API_TIMEOUT_S,
+    PARTITION_SHORT_FLAG_MOVED,
     Failed,
     add_connection_options,
     admin_client,
@@ -20,6 +20,8 @@ from odradek.cli.common import (
     describe_error,
     key_value,
     non_negative_int,
+    reject_short_flag,
+    timeout_s,
 )
 from odradek.cli.errors import CliError
 
@@ -63,7 +65,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--partition",
-        "-p",
         type=non_negative_int,
         metavar="N",
         help="send every record to partition N (default: by key hash, or spread when no key)",
@@ -78,7 +79,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="MS",
         help="wait up to MS to fill batches (default 5)",
     )
-    add_connection_options(parser)
+    reject_short_flag(parser, "-p", PARTITION_SHORT_FLAG_MOVED)
+    add_connection_options(
+        parser,
+        timeout_help="give up on brokers that have not answered within this long: the "
+        "topic's metadata, room to send a record, the last acknowledgements (default "
+        "{default:g})",
+    )
     parser.set_defaults(run=run)
 
 
@@ -162,8 +169,8 @@ def run(args: argparse.Namespace) -> int:
         acks=args.acks,
         compression_type=args.compression,
         linger_ms=args.linger_ms,
-        max_block_ms=int(API_TIMEOUT_S * 1000),
-        delivery_timeout_ms=int(API_TIMEOUT_S * 1000) * 2 + args.linger_ms,
+        max_block_ms=settings["request_timeout_ms"],
+        delivery_timeout_ms=settings["request_timeout_ms"] + args.linger_ms,
         **settings,
     )
     deliveries = _Deliveries()
@@ -205,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 interrupted = True
             bar.update(description=f"Waiting for {args.topic} to acknowledge")
-            producer.flush(API_TIMEOUT_S * 2)
+            producer.flush(timeout_s(args))
     except Exception as exc:
         from odradek.client.errors import KafkaError
 

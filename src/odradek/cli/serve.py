@@ -5,6 +5,12 @@ Settings come, in increasing precedence, from Kafka's defaults, a Kafka
 cluster that mean nothing to a single Odradek node (``process.roles``,
 replication factors, thread counts, ...) are accepted from a file and logged
 as ignored, so a Kafka configuration ports over; an unknown name is an error.
+
+The log directories are ``--data-dir`` (repeatable, each may be a comma list),
+else ``log.dirs`` (``--set``, then the file; ``log.dir`` if there is no
+``log.dirs``), else ``./odradek-data``. Partitions are spread over them; the
+broker's metadata lives in the first (docs/operations.md, "Several log
+directories").
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ if TYPE_CHECKING:
 
 DEFAULT_LISTEN = "127.0.0.1:9092"
 DEFAULT_DATA_DIR = "odradek-data"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 # Kafka settings with no meaning for one Odradek node: read from a file, then ignored.
 KAFKA_SETTINGS_IGNORED = frozenset(
@@ -42,8 +49,6 @@ KAFKA_SETTINGS_IGNORED = frozenset(
         "share.coordinator.state.topic.replication.factor",
         "share.coordinator.state.topic.min.isr",
         "delete.topic.enable",
-        "log.dirs",
-        "log.dir",
         "metadata.log.dir",
         "zookeeper.connect",
         "zookeeper.connection.timeout.ms",
@@ -51,6 +56,9 @@ KAFKA_SETTINGS_IGNORED = frozenset(
         "group.coordinator.rebalance.protocols",
     }
 )
+# Where partition logs live (the first also holds the metadata), as Kafka names them:
+# log.dirs wins over log.dir. Taken by `odradek serve` itself, not a broker setting.
+LOG_DIR_SETTINGS = ("log.dirs", "log.dir")
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -73,9 +81,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--data-dir",
-        metavar="DIR",
-        help=f"where partition logs and metadata live (default: log.dirs of --config, "
-        f"else ./{DEFAULT_DATA_DIR})",
+        action="append",
+        metavar="DIR[,DIR...]",
+        help="a log directory for partition logs; repeat it (or give a comma list) for "
+        "several, the first also holds the broker's metadata (default: log.dirs of --set or "
+        f"--config, else ./{DEFAULT_DATA_DIR})",
     )
     parser.add_argument(
         "--config",
@@ -111,14 +121,22 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--etcd",
         metavar="HOST:PORT[,HOST:PORT...]",
-        help="join a cluster whose metadata lives in this etcd (the etcd.endpoints setting); "
-        "without it the broker is a single node and needs no etcd",
+        help="join a cluster whose metadata lives in etcd (the etcd.endpoints setting): the "
+        "endpoints are tried in order at start-up and the first that answers is used for "
+        "as long as the broker runs (no switch to another while running); without it the "
+        "broker is a single node and needs no etcd",
     )
     parser.add_argument(
         "--node-id", type=int, metavar="ID", help="this broker's id (the node.id setting)"
     )
     parser.add_argument("--rack", metavar="RACK", help="this broker's rack (broker.rack)")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,  # any case, as Python's logging level names
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="what the broker logs, in any case (default INFO)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -132,18 +150,19 @@ def parse_address(text: str, option: str) -> tuple[str, int]:
 
 
 def _settings(args: argparse.Namespace) -> tuple[BrokerConfig, str | None]:
-    """The broker config (file, then --set) and log.dirs' first entry, if given."""
+    """The broker config (file, then --set) and the log.dirs it names, if any."""
     from odradek.broker.config import BrokerConfig, ConfigError
     from odradek.cli.main import CliError
     from odradek.cli.properties import read_properties
 
-    log_dirs = None
+    found: dict[tuple[str, str], str] = {}  # (source, setting) -> value
     config = BrokerConfig()
     try:
         if args.config:
             for name, value in read_properties(args.config, "--config").items():
-                if name in ("log.dirs", "log.dir") and value.strip():
-                    log_dirs = value.split(",")[0].strip()
+                if name in LOG_DIR_SETTINGS:
+                    found["file", name] = value
+                    continue
                 if name in KAFKA_SETTINGS_IGNORED:
                     logging.getLogger("odradek.serve").info(
                         "%s from %s: not used by a single Odradek node", name, args.config
@@ -157,6 +176,9 @@ def _settings(args: argparse.Namespace) -> tuple[BrokerConfig, str | None]:
             name, sep, value = item.partition("=")
             if not sep or not name.strip():
                 raise ConfigError(f"--set expects key=value, got {item!r}")
+            if name.strip() in LOG_DIR_SETTINGS:
+                found["set", name.strip()] = value
+                continue
             config.set(name.strip(), value)
         shortcuts = (
             ("etcd.endpoints", getattr(args, "etcd", None)),
@@ -169,7 +191,23 @@ def _settings(args: argparse.Namespace) -> tuple[BrokerConfig, str | None]:
         config.check()
     except ConfigError as exc:
         raise CliError(str(exc)) from None
-    return config, log_dirs
+    for key in (("set", "log.dirs"), ("set", "log.dir"), ("file", "log.dirs"), ("file", "log.dir")):
+        if found.get(key, "").strip():
+            return config, found[key]
+    return config, None
+
+
+def log_directories(args: argparse.Namespace, log_dirs: str | None) -> list[Path]:
+    """The log directories: --data-dir, else log.dirs, else the default (one-line errors)."""
+    from odradek.broker.log_dirs import LogDirError, parse_log_dir_list
+    from odradek.cli.main import CliError
+
+    given = args.data_dir or ([log_dirs] if log_dirs else [DEFAULT_DATA_DIR])
+    try:
+        return parse_log_dir_list(given)
+    except LogDirError as exc:
+        option = "--data-dir" if args.data_dir else "log.dirs"
+        raise CliError(f"{option}: {exc}") from None
 
 
 def _metrics(args: argparse.Namespace) -> tuple[tuple[str, int] | None, str | None]:
@@ -199,16 +237,16 @@ def _metrics(args: argparse.Namespace) -> tuple[tuple[str, int] | None, str | No
 def run(args: argparse.Namespace) -> int:
     from odradek.broker.allocator import tune_allocator
     from odradek.broker.config import ConfigError
+    from odradek.broker.log_dirs import LogDirError
     from odradek.broker.security.credentials import parse_add_scram
     from odradek.broker.server import WILDCARD_HOSTS, Broker, run_broker
+    from odradek.cli.common import Failed
     from odradek.cli.main import CliError
+    from odradek.log.dir_lock import DirectoryInUseError
     from odradek.protocol.scram import ScramError
 
-    level = getattr(logging, str(args.log_level).upper(), None)
-    if not isinstance(level, int):
-        raise CliError(f"--log-level expects DEBUG, INFO, WARNING or ERROR, got {args.log_level!r}")
     logging.basicConfig(
-        level=level,
+        level=args.log_level,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
@@ -232,11 +270,11 @@ def run(args: argparse.Namespace) -> int:
         initial_users = [parse_add_scram(spec) for spec in args.add_scram]
     except ScramError as exc:
         raise CliError(str(exc)) from None
-    data_dir = args.data_dir or log_dirs or DEFAULT_DATA_DIR
+    data_dirs = log_directories(args, log_dirs)
     tune_allocator()
     try:
         broker = Broker(
-            Path(data_dir),
+            data_dirs,
             config,
             host=host,
             port=port,
@@ -248,8 +286,13 @@ def run(args: argparse.Namespace) -> int:
         broker.security.add_initial_users(initial_users)
     except ConfigError as exc:
         raise CliError(str(exc)) from None
+    except DirectoryInUseError as exc:
+        raise Failed(str(exc)) from None
+    except LogDirError as exc:
+        raise CliError(str(exc)) from None
     except OSError as exc:
-        raise CliError(f"cannot use data dir {data_dir}: {exc}") from None
+        where = exc.filename or ",".join(str(d) for d in data_dirs)
+        raise CliError(f"cannot use data dir {where}: {exc.strerror or exc}") from None
 
     async def main() -> None:
         stop = asyncio.Event()

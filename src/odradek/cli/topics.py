@@ -76,7 +76,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.add_argument(
         "--internal",
         action="store_true",
-        help="include internal topics (__consumer_offsets, __odradek_group_events)",
+        help="include internal topics (__consumer_offsets, __transaction_state)",
     )
     add_format_option(listing)
     add_connection_options(listing)

@@ -283,6 +283,7 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
         self._client = KafkaClient(self.config, allow_auto_create_topics=False)
         self._closed = False
         self._coordinators: dict[str, int] = {}  # group id -> coordinator node id
+        self._deadline: float | None = None  # time.monotonic() every call ends by
 
     def __enter__(self) -> AdminClient:
         return self
@@ -297,8 +298,19 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
 
     # ------------------------------------------------------------------ plumbing
 
+    def set_deadline(self, deadline: float | None) -> None:
+        """From now on every call ends by ``deadline`` (a ``time.monotonic()`` value) at the
+        latest, whatever its ``timeout_ms``: for a tool that bounds a whole command. A call
+        made after it raises KafkaTimeoutError at once. None removes the bound."""
+        self._deadline = deadline
+
     def _timeout_s(self, timeout_ms: int | None) -> float:
-        return (timeout_ms if timeout_ms is not None else self.config.default_api_timeout_ms) / 1000
+        timeout_s = (
+            timeout_ms if timeout_ms is not None else self.config.default_api_timeout_ms
+        ) / 1000
+        if self._deadline is not None:
+            timeout_s = max(0.0, min(timeout_s, self._deadline - time.monotonic()))
+        return timeout_s
 
     def _controller(self) -> int:
         cluster = self._client.bootstrap()

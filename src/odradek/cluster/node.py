@@ -27,6 +27,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import os
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -188,16 +189,16 @@ class ClusterNode:
         self.broker = broker
         self.broker_id = broker.node_id
         self.rack = str(config["broker.rack"]) or None
-        endpoints = list(config["etcd.endpoints"])
-        self.etcd_endpoint = parse_endpoint(endpoints[0])
+        # Tried in this order at start-up; the first that answers is used for the life of
+        # the process (aetcd's client takes one address, so no failover while running).
+        self.etcd_endpoints = [parse_endpoint(e) for e in config["etcd.endpoints"]]
+        self.etcd_endpoint = self.etcd_endpoints[0]
         self.cluster_name = str(config["etcd.cluster.name"])
         self.lease_ttl_s = max(int(config["broker.session.timeout.ms"]) // 1000, 2)
         self.unclean = bool(config["unclean.leader.election.enable"])
         # One id for the whole cluster: cluster.id if set, else derived from its etcd name.
         self.cluster_id = str(config["cluster.id"]) or cluster_id_for(self.cluster_name)
-        self.store = EtcdMetadataStore(
-            *self.etcd_endpoint, cluster_name=self.cluster_name, request_timeout_s=10
-        )
+        self.store = self._store_at(self.etcd_endpoint)
         self.replicas = ReplicaManager(
             self.broker_id,
             min_insync=self._min_insync,
@@ -236,9 +237,9 @@ class ClusterNode:
         """Join: register, load the metadata, follow it. Returns once the view is loaded."""
         self.broker.txns.remote_marker = self
         self.broker.topics.change_listeners.append(self._start_coordinators)
-        where = "{}:{}".format(*self.etcd_endpoint)
+        where = ",".join("{}:{}".format(*e) for e in self.etcd_endpoints)
         try:
-            await self.store.__aenter__()
+            await self._connect()
             await self._join()
             await self._publish_local_security()
             await self.producer_ids.prime()
@@ -254,10 +255,35 @@ class ClusterNode:
         self._session_task = asyncio.create_task(self._run_session(), name="cluster-session")
         self._tasks.append(asyncio.create_task(self._check_isr(), name="cluster-isr"))
 
+    def _store_at(self, endpoint: tuple[str, int]) -> EtcdMetadataStore:
+        return EtcdMetadataStore(*endpoint, cluster_name=self.cluster_name, request_timeout_s=10)
+
+    async def _connect(self) -> None:
+        """Open the store on the first etcd endpoint that answers a read, in the order
+        given; raises the last endpoint's error when none does."""
+        for index, endpoint in enumerate(self.etcd_endpoints):
+            if endpoint != self.etcd_endpoint:
+                self.etcd_endpoint = endpoint
+                self.store = self._store_at(endpoint)
+                self.producer_ids = ProducerIdBlocks(self.store)
+            try:
+                await self.store.__aenter__()
+                await self.store.controller_epoch()  # any read: does this member answer?
+                return
+            except Exception as exc:
+                await self._close_quietly()
+                if index == len(self.etcd_endpoints) - 1:
+                    raise
+                log.warning(
+                    "etcd at %s:%d does not answer (%s): trying the next endpoint",
+                    *endpoint,
+                    _first_line(exc),
+                )
+
     async def _join(self) -> None:
         self.lease = await self.store.grant_lease(self.lease_ttl_s)
         host, port = self.broker.advertised_host, self.broker.advertised_port
-        info = BrokerInfo(self.broker_id, host, port, self.rack)
+        info = BrokerInfo(self.broker_id, host, port, self.rack, os.getpid())
         deadline = asyncio.get_running_loop().time() + self.lease_ttl_s * 2
         while True:
             try:
@@ -397,10 +423,11 @@ class ClusterNode:
             self.controller.poke()
 
     def _local_topic(self, name: str) -> bool:
-        """Topics each broker keeps for itself, never in etcd (the group history)."""
-        from odradek.broker.group_runtime import EVENTS_TOPIC
+        """Topics each broker keeps for itself, never in etcd: the group history of older
+        versions, no longer written (left alone where a data directory has it)."""
+        from odradek.broker.topics import LEGACY_GROUP_EVENTS_TOPIC
 
-        return name == EVENTS_TOPIC
+        return name == LEGACY_GROUP_EVENTS_TOPIC
 
     def _advance(self, revision: int) -> None:
         self.revision = max(self.revision, revision)

@@ -1,8 +1,11 @@
 """Odradek's group coordinator core: pure, deterministic, event-sourced.
 
-One :class:`GroupCoordinatorShard` owns the classic consumer groups of one
-``__consumer_offsets`` partition (``partition_for(group_id, n)`` picks it, as
-Kafka does). It performs no I/O and reads no clock, randomness or threads:
+One :class:`GroupCoordinatorShard` owns the groups of one ``__consumer_offsets``
+partition (``partition_for(group_id, n)`` picks it, as Kafka does): classic
+groups, consumer groups (KIP-848, and the online migration between the two),
+their committed and transactional offsets and their histories. It composes one
+manager per concept (``shard.py`` lists them) over one shared state. It performs
+no I/O and reads no clock, randomness or threads:
 
 - time comes in on every call: ``now_ms`` from a monotonic clock (every
   deadline and timer is computed from it) and ``wall_ms`` from the wall clock
@@ -37,7 +40,9 @@ Calling it
    with the request; JoinGroup and SyncGroup responses can come back from a
    later call, so responses are matched by token, never by position.
    ``result.events`` are structured observations (state transitions,
-   completed rebalances); ``events.log_events`` logs them.
+   completed rebalances); ``events.log_events`` logs them. The core has
+   already written them into ``result.records`` too, after the call's own
+   records: the group's history, kept in its partition (``history``).
 3. Unloading: ``shard.on_unloaded()`` answers parked requests with
    NOT_COORDINATOR and cancels the shard's timers.
 
@@ -46,8 +51,11 @@ partition). Only when replaying appended records fails does the shard no
 longer match its log; then the runtime reloads the partition.
 
 Requests and responses are the neutral dataclasses of :mod:`.types`; error
-codes are Kafka's numbers (:class:`ErrorCode`). Records are Kafka's
-``__consumer_offsets`` binary formats (:mod:`.records`).
+codes are Kafka's numbers (:class:`ErrorCode`, the one table of
+``odradek.protocol.errors``). Records are Kafka's ``__consumer_offsets`` binary
+formats (:mod:`.records`, :mod:`.consumer_records`). Each state machine (the
+classic group's, the consumer group's and its members') has one table of legal
+transitions (:mod:`.transitions`).
 """
 
 from odradek.coordinator.config import CoordinatorConfig

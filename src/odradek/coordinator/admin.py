@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from odradek.coordinator.consumer_group import ConsumerGroup, ConsumerGroupState
+from odradek.coordinator import events as ev
+from odradek.coordinator.classic import ClassicGroupManager
+from odradek.coordinator.consumer_group import (
+    CONSUMER_GROUP_TRANSITIONS,
+    ConsumerGroup,
+    ConsumerGroupState,
+)
 from odradek.coordinator.consumer_protocol import CONSUMER_PROTOCOL_TYPE
+from odradek.coordinator.context import ShardContext
 from odradek.coordinator.errors import ErrorCode
-from odradek.coordinator.offsets import OffsetHandlers
+from odradek.coordinator.group import ClassicGroup
+from odradek.coordinator.records import group_tombstone, offset_tombstone
 from odradek.coordinator.state import GroupState
 from odradek.coordinator.types import (
     DeleteGroupsRequest,
@@ -25,8 +33,15 @@ S = GroupState
 E = ErrorCode
 
 
-class AdminHandlers(OffsetHandlers):
-    def _describe_groups(self, now: int, token: RequestToken, req: DescribeGroupsRequest) -> None:
+class GroupAdminManager:
+    """DescribeGroups, ListGroups and DeleteGroups, and deleting a group."""
+
+    def __init__(self, ctx: ShardContext, classic: ClassicGroupManager) -> None:
+        self.ctx = ctx
+        self.groups = ctx.groups
+        self.classic = classic
+
+    def describe_groups(self, now: int, token: RequestToken, req: DescribeGroupsRequest) -> None:
         out = []
         for gid in req.group_ids:
             if not gid:
@@ -70,9 +85,9 @@ class AdminHandlers(OffsetHandlers):
                     members,
                 )
             )
-        self._respond(token, DescribeGroupsResponse(tuple(out)))
+        self.ctx.respond(token, DescribeGroupsResponse(tuple(out)))
 
-    def _list_groups(self, now: int, token: RequestToken, req: ListGroupsRequest) -> None:
+    def list_groups(self, now: int, token: RequestToken, req: ListGroupsRequest) -> None:
         """Every group, classic and consumer (KIP-848), filtered by state and type (KIP-518,
         KIP-1043), names compared case-insensitively."""
         states = {s.lower() for s in req.states_filter}
@@ -90,9 +105,9 @@ class AdminHandlers(OffsetHandlers):
             if states and group.state.value.lower() not in states:
                 continue
             listed.append(ListedGroup(gid, protocol_type, group.state.value, kind))
-        self._respond(token, ListGroupsResponse(int(E.NONE), tuple(listed)))
+        self.ctx.respond(token, ListGroupsResponse(int(E.NONE), tuple(listed)))
 
-    def _delete_groups(self, now: int, token: RequestToken, req: DeleteGroupsRequest) -> None:
+    def delete_groups(self, now: int, token: RequestToken, req: DeleteGroupsRequest) -> None:
         results = []
         for gid in req.group_ids:
             group = self.groups.get(gid)
@@ -101,9 +116,35 @@ class AdminHandlers(OffsetHandlers):
             elif group is None or group.state is S.DEAD:
                 error = E.GROUP_ID_NOT_FOUND
             elif group.state in (S.EMPTY, ConsumerGroupState.EMPTY):
-                self._delete_group(group, "deleted by DeleteGroups")
+                self.delete_group(group, "deleted by DeleteGroups")
                 error = E.NONE
             else:
                 error = E.NON_EMPTY_GROUP
             results.append(DeleteGroupsResult(gid, int(error)))
-        self._respond(token, DeleteGroupsResponse(tuple(results)))
+        self.ctx.respond(token, DeleteGroupsResponse(tuple(results)))
+
+    def delete_group(self, group: ClassicGroup | ConsumerGroup, reason: str) -> None:
+        """Tombstone an Empty group, whatever offsets it still has, and its history."""
+        self.ctx.delete_history(group.group_id)
+        for topic, partition in sorted(group.offsets):
+            self.ctx.record(offset_tombstone(group.group_id, topic, partition))
+        if isinstance(group, ConsumerGroup):
+            CONSUMER_GROUP_TRANSITIONS.check(group.state, ConsumerGroupState.DEAD)
+            for record in group.tombstone_records():
+                self.ctx.record(record)
+            self.ctx.event(
+                ev.STATE_TRANSITION,
+                group.group_id,
+                from_state=group.state.value,
+                to_state=ConsumerGroupState.DEAD.value,
+                generation=group.group_epoch,
+                members=[],
+                leader=None,
+                reason=reason,
+                protocol="consumer",
+            )
+            return
+        self.classic.cancel_all_timers(group)
+        group.pending_members.clear()
+        self.classic.transition(group, S.DEAD, reason)
+        self.ctx.record(group_tombstone(group.group_id))

@@ -1,4 +1,4 @@
-"""Classic group protocol: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and their timers.
+"""Classic groups: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, their timers, their loading.
 
 Follows Kafka's GroupCoordinator (Scala) / GroupMetadataManager (Java) per-state
 rules; section references are to research/coordinator-protocol.md section 1.
@@ -7,10 +7,25 @@ rules; section references are to research/coordinator-protocol.md section 1.
 from __future__ import annotations
 
 from odradek.coordinator import events as ev
-from odradek.coordinator.core import ShardBase
+from odradek.coordinator.consumer_group import ConsumerGroup
+from odradek.coordinator.context import ShardContext
 from odradek.coordinator.errors import ErrorCode
-from odradek.coordinator.group import ClassicGroup, ClassicMember, JoinMode, Waiter
-from odradek.coordinator.state import GroupState
+from odradek.coordinator.group import (
+    ClassicGroup,
+    ClassicMember,
+    JoinMode,
+    RebalanceTracking,
+    Waiter,
+    entry_bytes,
+    member_entry_bytes,
+    record_bytes_bound,
+)
+from odradek.coordinator.records import (
+    GroupMetadataKey,
+    decode_group_metadata_value,
+    group_metadata_record,
+)
+from odradek.coordinator.state import GroupState, can_rebalance
 from odradek.coordinator.timer import HEARTBEAT, JOIN, PENDING, SYNC, timer_key
 from odradek.coordinator.types import (
     HeartbeatRequest,
@@ -28,48 +43,76 @@ from odradek.coordinator.types import (
 
 S = GroupState
 E = ErrorCode
+# A member id's uuid part, for sizing a member that has none yet (same length).
+NEW_ID_PLACEHOLDER = "0" * 36
+# max.message.bytes / this stays free beside a group's record, for the events written
+# with it (a call's events are written only while they fit: history.py).
+EVENTS_HEADROOM_DIVISOR = 32
+# The leader id a record is sized with, at least (the next join phase may elect another).
+LEADER_ID_BYTES = 255
 
 
 def _join_error(error: ErrorCode, member_id: str = "") -> JoinGroupResponse:
     return JoinGroupResponse(int(error), member_id=member_id)
 
 
-class ClassicHandlers(ShardBase):
+class ClassicGroupManager:
+    """Classic groups: their requests, timers, loading, and their state machine.
+
+    Holds no state of its own: the groups, timer, ids and configuration are the
+    shard's (``ShardContext``), shared with the other managers.
+    """
+
+    def __init__(self, ctx: ShardContext) -> None:
+        self.ctx = ctx
+        self.groups = ctx.groups
+        self.timer = ctx.timer
+        self.ids = ctx.ids
+
+    def classic_group(self, group_id: str) -> ClassicGroup | None:
+        group = self.groups.get(group_id)
+        return group if isinstance(group, ClassicGroup) else None
+
     # ================================================================= JoinGroup
 
-    def _join_group(self, now: int, token: RequestToken, req: JoinGroupRequest) -> None:
+    def join_group(self, now: int, token: RequestToken, req: JoinGroupRequest) -> None:
         if not req.group_id:
-            self._respond(token, _join_error(E.INVALID_GROUP_ID, req.member_id))
+            self.ctx.respond(token, _join_error(E.INVALID_GROUP_ID, req.member_id))
             return
-        cfg = self.config
+        cfg = self.ctx.config
         if not (
             cfg.group_min_session_timeout_ms
             <= req.session_timeout_ms
             <= cfg.group_max_session_timeout_ms
         ):
-            self._respond(token, _join_error(E.INVALID_SESSION_TIMEOUT, req.member_id))
+            self.ctx.respond(token, _join_error(E.INVALID_SESSION_TIMEOUT, req.member_id))
             return
         unknown = req.member_id == ""
         group = self.groups.get(req.group_id)
         if group is None:
             if not unknown:
-                self._respond(token, _join_error(E.UNKNOWN_MEMBER_ID, req.member_id))
+                self.ctx.respond(token, _join_error(E.UNKNOWN_MEMBER_ID, req.member_id))
                 return
             # Validate before creating so a bad first join leaves no group behind.
             if not req.protocol_type or not req.protocols:
-                self._respond(token, _join_error(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
+                self.ctx.respond(token, _join_error(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
                 return
-            group = ClassicGroup(req.group_id, state_timestamp_ms=self._wall_ms)
+            if not self._record_fits(None, req):
+                self.ctx.respond(token, _join_error(E.GROUP_MAX_SIZE_REACHED))
+                return
+            group = ClassicGroup(req.group_id, state_timestamp_ms=self.ctx.wall_ms)
             self.groups[req.group_id] = group
             # Like Kafka's new coordinator, persist the group as soon as it exists.
-            self._write_group(group)
+            self.write_group(group)
 
         if not self._accept_joining_member(group, req.member_id):
             member = group.members.get(req.member_id)
             if member is not None:
                 group.remove_member(member.member_id)
                 self._cancel_heartbeat(group, member.member_id)
-            self._respond(token, _join_error(E.GROUP_MAX_SIZE_REACHED))
+            self.ctx.respond(token, _join_error(E.GROUP_MAX_SIZE_REACHED))
+        elif not self._record_fits(group, req):
+            self._refuse_oversized(group, now, token, req)
         elif unknown:
             self._join_new_member(group, now, token, req)
         else:
@@ -79,7 +122,7 @@ class ClassicHandlers(ShardBase):
             self._maybe_complete_join(group, now)
 
     def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
-        max_size = self.config.group_max_size
+        max_size = self.ctx.config.group_max_size
         if group.state in (S.EMPTY, S.DEAD):
             return True
         if group.state is S.PREPARING_REBALANCE:
@@ -89,14 +132,98 @@ class ClassicHandlers(ShardBase):
             return group.num_awaiting_join < max_size
         return member_id in group.members or len(group.members) < max_size
 
+    # --- the group's record must fit max.message.bytes -------------------------------
+    #
+    # A classic group is one record (GroupMetadataValue: every member's metadata and
+    # assignment), written when a join phase completes. Kafka fails that write with
+    # MESSAGE_TOO_LARGE, answered as UNKNOWN_SERVER_ERROR (GroupMetadataManager's
+    # appendGroupMetadataErrorToResponseError), and the group rebalances again and again.
+    # Odradek refuses the member that would not fit, as group.max.size refuses one
+    # member too many (acceptJoiningMember): GROUP_MAX_SIZE_REACHED, fatal for that
+    # member only, answered at once. The group keeps serving the others, and takes the
+    # member once others leave or it joins with smaller metadata. Assignments are not
+    # counted (a join phase writes none; a leader's SyncGroup whose assignment does not
+    # fit fails alone). A share of max.message.bytes stays free for the events written
+    # with the record (history.py).
+
+    def _record_budget(self) -> int:
+        limit = self.ctx.config.max_message_bytes
+        return limit - limit // EVENTS_HEADROOM_DIVISOR
+
+    def _record_fits(self, group: ClassicGroup | None, req: JoinGroupRequest) -> bool:
+        """Whether the group's record fits with the joining member as it asks, in place
+        of the member it is (or, static, replaces), beside every other member. A member
+        whose entry does not grow always fits (a group loaded over the limit sheds at
+        the end of its join phase instead: ``_shed_oversized``)."""
+        prefix = req.group_instance_id if req.group_instance_id is not None else req.client_id
+        member_id = req.member_id or f"{prefix}-{NEW_ID_PLACEHOLDER}"
+        protocols = tuple(req.protocols)
+        joiner = entry_bytes(
+            member_id, req.group_instance_id, req.client_id, req.client_host, protocols
+        )
+        entries = joiner
+        leader = len(member_id.encode())
+        if group is not None:
+            replaced_bytes = 0
+            for replaced in {req.member_id, group.static_member_id(req.group_instance_id)}:
+                member = group.members.get(replaced or "")
+                if member is not None:
+                    replaced_bytes += member_entry_bytes(member)
+            if replaced_bytes and joiner <= replaced_bytes:
+                return True
+            entries += group.members_bytes - replaced_bytes
+            leader = max(leader, len((group.leader_id or "").encode()), LEADER_ID_BYTES)
+        size = record_bytes_bound(req.group_id, req.protocol_type, protocols, entries, leader)
+        return size <= self._record_budget()
+
+    def _refuse_oversized(
+        self, group: ClassicGroup, now: int, token: RequestToken, req: JoinGroupRequest
+    ) -> None:
+        """GROUP_MAX_SIZE_REACHED to a member the group's record cannot hold; one that was
+        a member leaves (the others rebalance without it)."""
+        mid = req.member_id
+        if mid in group.pending_members:  # KIP-394's second JoinGroup
+            del group.pending_members[mid]
+            self._cancel_pending(group, mid)
+        elif mid in group.members and not group.is_static_member_fenced(req.group_instance_id, mid):
+            self._remove_member_and_update(
+                group, group.members[mid], now, self._too_large_reason(f"member {mid}")
+            )
+        self.ctx.respond(token, _join_error(E.GROUP_MAX_SIZE_REACHED))
+
+    def _too_large_reason(self, who: str) -> str:
+        return (
+            f"{who} removed: with its metadata the group's record would exceed "
+            f"max.message.bytes ({self.ctx.config.max_message_bytes})"
+        )
+
+    def _shed_oversized(self, group: ClassicGroup, now: int) -> None:
+        """Before a generation is written: refuse the members that joined last until the
+        group's record fits (their JoinGroup gets GROUP_MAX_SIZE_REACHED). Joins are
+        checked as they come; only a group loaded over the limit (an operator lowered
+        max.message.bytes) gets here with too much."""
+        members = list(group.members.values())
+        if not members:
+            return
+        leader = max(len(m.member_id.encode()) for m in members)
+        size = record_bytes_bound(
+            group.group_id, group.protocol_type, members[0].protocols, group.members_bytes, leader
+        )
+        budget = self._record_budget()
+        while members and size > budget:
+            member = members.pop()
+            size -= member_entry_bytes(member)
+            self._answer_join_waiter(member, _join_error(E.GROUP_MAX_SIZE_REACHED))
+            self._drop_member(group, member, now, self._too_large_reason("member"))
+
     def _join_new_member(
         self, group: ClassicGroup, now: int, token: RequestToken, req: JoinGroupRequest
     ) -> None:
         if group.state is S.DEAD:
-            self._respond(token, _join_error(E.COORDINATOR_NOT_AVAILABLE, req.member_id))
+            self.ctx.respond(token, _join_error(E.COORDINATOR_NOT_AVAILABLE, req.member_id))
             return
         if not group.supports_protocols(req.protocol_type, req.protocols):
-            self._respond(token, _join_error(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
+            self.ctx.respond(token, _join_error(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
             return
         prefix = req.group_instance_id if req.group_instance_id is not None else req.client_id
         new_id = f"{prefix}-{self.ids.new_uuid()}"
@@ -111,7 +238,7 @@ class ClassicHandlers(ShardBase):
             deadline = now + req.session_timeout_ms
             group.pending_members[new_id] = deadline
             self.timer.schedule(timer_key(PENDING, group.group_id, new_id), deadline)
-            self._respond(token, _join_error(E.MEMBER_ID_REQUIRED, new_id))
+            self.ctx.respond(token, _join_error(E.MEMBER_ID_REQUIRED, new_id))
         else:
             self._add_member_and_rebalance(group, now, token, req, new_id)
 
@@ -120,15 +247,15 @@ class ClassicHandlers(ShardBase):
     ) -> None:
         mid = req.member_id
         if group.state is S.DEAD:
-            self._respond(token, _join_error(E.COORDINATOR_NOT_AVAILABLE, mid))
+            self.ctx.respond(token, _join_error(E.COORDINATOR_NOT_AVAILABLE, mid))
             return
         if not group.supports_protocols(req.protocol_type, req.protocols):
-            self._respond(token, _join_error(E.INCONSISTENT_GROUP_PROTOCOL, mid))
+            self.ctx.respond(token, _join_error(E.INCONSISTENT_GROUP_PROTOCOL, mid))
             return
         if mid in group.pending_members:
             if req.group_instance_id is not None:
                 # Kafka raises IllegalStateException here: static members are never pending.
-                self._respond(token, _join_error(E.UNKNOWN_SERVER_ERROR, mid))
+                self.ctx.respond(token, _join_error(E.UNKNOWN_SERVER_ERROR, mid))
                 return
             self._cancel_pending(group, mid)
             self._add_member_and_rebalance(group, now, token, req, mid)
@@ -137,10 +264,10 @@ class ClassicHandlers(ShardBase):
             req.group_instance_id is not None and req.group_instance_id not in group.static_members
         )
         if group.is_static_member_fenced(req.group_instance_id, mid):
-            self._respond(token, _join_error(E.FENCED_INSTANCE_ID, mid))
+            self.ctx.respond(token, _join_error(E.FENCED_INSTANCE_ID, mid))
             return
         if mid not in group.members or instance_unknown:
-            self._respond(token, _join_error(E.UNKNOWN_MEMBER_ID, mid))
+            self.ctx.respond(token, _join_error(E.UNKNOWN_MEMBER_ID, mid))
             return
         member = group.members[mid]
         state = group.state
@@ -151,7 +278,9 @@ class ClassicHandlers(ShardBase):
         elif state is S.COMPLETING_REBALANCE:
             if member.matches(req.protocols):
                 # The member missed its JoinGroup response: resend it.
-                self._respond(token, self._current_join_response(group, member, with_members=True))
+                self.ctx.respond(
+                    token, self._current_join_response(group, member, with_members=True)
+                )
             else:
                 self._update_member_and_rebalance(
                     group, member, now, token, req, f"member {mid} changed its protocols"
@@ -166,9 +295,11 @@ class ClassicHandlers(ShardBase):
                     group, member, now, token, req, f"member {mid} changed its protocols"
                 )
             else:
-                self._respond(token, self._current_join_response(group, member, with_members=False))
+                self.ctx.respond(
+                    token, self._current_join_response(group, member, with_members=False)
+                )
         else:
-            self._respond(token, _join_error(E.UNKNOWN_MEMBER_ID, mid))
+            self.ctx.respond(token, _join_error(E.UNKNOWN_MEMBER_ID, mid))
 
     def _current_join_response(
         self, group: ClassicGroup, member: ClassicMember, *, with_members: bool
@@ -219,7 +350,7 @@ class ClassicHandlers(ShardBase):
             group.new_member_added = True
         group.add_member(member)
         # A new member cannot heartbeat yet; bound how long its JoinGroup may stay parked.
-        self._schedule_heartbeat(group, member, now + self.config.new_member_join_timeout_ms)
+        self.schedule_heartbeat(group, member, now + self.ctx.config.new_member_join_timeout_ms)
         reason = f"adding new member {member_id}"
         if req.reason:
             reason += f" (client reason: {req.reason})"
@@ -227,6 +358,7 @@ class ClassicHandlers(ShardBase):
 
     def _update_member(
         self,
+        group: ClassicGroup,
         member: ClassicMember,
         protocols: tuple[tuple[str, bytes], ...],
         rebalance_timeout_ms: int,
@@ -236,7 +368,7 @@ class ClassicHandlers(ShardBase):
         if member.join_waiter is not None and waiter is not None:
             # A retried JoinGroup replaces the parked one; answer the old so no token leaks.
             self._answer_join_waiter(member, _join_error(E.REBALANCE_IN_PROGRESS, member.member_id))
-        member.protocols = tuple(protocols)
+        group.set_protocols(member, tuple(protocols))
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.session_timeout_ms = session_timeout_ms
         member.join_waiter = waiter
@@ -251,7 +383,12 @@ class ClassicHandlers(ShardBase):
         reason: str,
     ) -> None:
         self._update_member(
-            member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, Waiter(token)
+            group,
+            member,
+            req.protocols,
+            req.rebalance_timeout_ms,
+            req.session_timeout_ms,
+            Waiter(token),
         )
         if req.reason:
             reason += f" (client reason: {req.reason})"
@@ -272,14 +409,19 @@ class ClassicHandlers(ShardBase):
         current_leader = group.leader_id
         old = group.members[old_id]
         # The old incarnation is fenced: its parked requests fail at once.
-        self._fail_waiters(old, E.FENCED_INSTANCE_ID)
+        self.fail_waiters(old, E.FENCED_INSTANCE_ID)
         self._cancel_heartbeat(group, old_id)
         member = group.replace_static_member(instance_id, old_id, new_id)
-        self._schedule_heartbeat(group, member, now + member.session_timeout_ms)
+        self.schedule_heartbeat(group, member, now + member.session_timeout_ms)
         self._update_member(
-            member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, Waiter(token)
+            group,
+            member,
+            req.protocols,
+            req.rebalance_timeout_ms,
+            req.session_timeout_ms,
+            Waiter(token),
         )
-        self._event(
+        self.ctx.event(
             ev.STATIC_MEMBER_REPLACED,
             group.group_id,
             instance_id=instance_id,
@@ -292,7 +434,7 @@ class ClassicHandlers(ShardBase):
         if state is S.STABLE:
             if group.select_protocol() == group.protocol_name:
                 # Same protocol: keep the assignment, persist the new member id, no rebalance.
-                self._write_group(group)
+                self.write_group(group)
                 member.join_waiter = None
                 is_leader = group.is_leader(new_id)
                 if req.supports_skip_assignment:
@@ -317,12 +459,12 @@ class ClassicHandlers(ShardBase):
                         leader=current_leader or "",
                         member_id=new_id,
                     )
-                self._respond(token, response)
+                self.ctx.respond(token, response)
             else:
                 self._maybe_prepare_rebalance(group, now, reason + " with a protocol change")
         elif state is S.COMPLETING_REBALANCE:
             # The leader may be assigning to the old id: start over.
-            self._prepare_rebalance(group, now, reason)
+            self.prepare_rebalance(group, now, reason)
         elif state is S.PREPARING_REBALANCE:
             pass
         else:
@@ -331,18 +473,18 @@ class ClassicHandlers(ShardBase):
     # ================================================================= rebalance core
 
     def _maybe_prepare_rebalance(self, group: ClassicGroup, now: int, reason: str) -> None:
-        if group.state in (S.STABLE, S.COMPLETING_REBALANCE, S.EMPTY):
-            self._prepare_rebalance(group, now, reason)
+        if can_rebalance(group.state):
+            self.prepare_rebalance(group, now, reason)
 
-    def _prepare_rebalance(self, group: ClassicGroup, now: int, reason: str) -> None:
+    def prepare_rebalance(self, group: ClassicGroup, now: int, reason: str) -> None:
         if group.state is S.COMPLETING_REBALANCE:
             self._reset_and_propagate_assignment_error(group, now, E.REBALANCE_IN_PROGRESS)
         self._cancel_sync(group)
         initial = group.state is S.EMPTY
         self._start_rebalance_tracking(group, now, reason)
-        self._transition(group, S.PREPARING_REBALANCE, reason)
+        self.transition(group, S.PREPARING_REBALANCE, reason)
         if initial:
-            delay = self.config.group_initial_rebalance_delay_ms
+            delay = self.ctx.config.group_initial_rebalance_delay_ms
             group.initial_delay_ms = delay
             group.initial_remaining_ms = max(group.rebalance_timeout_ms - delay, 0)
             if delay <= 0:
@@ -371,10 +513,11 @@ class ClassicHandlers(ShardBase):
                 self._drop_member(group, member, now, "did not rejoin before the rebalance timeout")
         if group.state is S.DEAD:
             return
+        self._shed_oversized(group, now)
         if not group.maybe_elect_new_joined_leader() and group.members:
             # Nobody rejoined: wait another rebalance timeout for session expiry to clean up.
             self._schedule_join(group, JoinMode.REGULAR, now + group.rebalance_timeout_ms)
-            self._event(ev.JOIN_PHASE_EXTENDED, group.group_id, members=list(group.members))
+            self.ctx.event(ev.JOIN_PHASE_EXTENDED, group.group_id, members=list(group.members))
             return
         self._init_next_generation(group, now)
         if group.state is S.EMPTY:
@@ -384,7 +527,7 @@ class ClassicHandlers(ShardBase):
             self._answer_join_waiter(
                 member, self._current_join_response(group, member, with_members=True)
             )
-            self._schedule_heartbeat(group, member, now + member.session_timeout_ms)
+            self.schedule_heartbeat(group, member, now + member.session_timeout_ms)
             member.is_new = False
             group.pending_sync[member.member_id] = None
         self._schedule_sync(group, now + group.rebalance_timeout_ms)
@@ -408,13 +551,13 @@ class ClassicHandlers(ShardBase):
             group.subscribed_topics = group.compute_subscribed_topics()
             for member in group.members.values():
                 member.assignment = b""
-            self._transition(group, S.COMPLETING_REBALANCE, "join phase completed")
+            self.transition(group, S.COMPLETING_REBALANCE, "join phase completed")
         else:
             group.protocol_name = None
             group.subscribed_topics = group.compute_subscribed_topics()
-            self._transition(group, S.EMPTY, "join phase completed with no members")
+            self.transition(group, S.EMPTY, "join phase completed with no members")
         group.pending_sync.clear()
-        self._write_group(group)
+        self.write_group(group)
 
     def _reset_and_propagate_assignment_error(
         self, group: ClassicGroup, now: int, error: ErrorCode
@@ -437,14 +580,14 @@ class ClassicHandlers(ShardBase):
                     member.assignment,
                 ),
             )
-            self._schedule_heartbeat(group, member, now + member.session_timeout_ms)
+            self.schedule_heartbeat(group, member, now + member.session_timeout_ms)
 
     def _drop_member(self, group: ClassicGroup, member: ClassicMember, now: int, why: str) -> None:
         """Remove without triggering a rebalance (the caller decides what follows)."""
-        self._fail_waiters(member, E.UNKNOWN_MEMBER_ID)
+        self.fail_waiters(member, E.UNKNOWN_MEMBER_ID)
         group.remove_member(member.member_id)
         self._cancel_heartbeat(group, member.member_id)
-        self._event(
+        self.ctx.event(
             ev.MEMBER_REMOVED,
             group.group_id,
             member_id=member.member_id,
@@ -468,16 +611,16 @@ class ClassicHandlers(ShardBase):
 
     # ================================================================= SyncGroup
 
-    def _sync_group(self, now: int, token: RequestToken, req: SyncGroupRequest) -> None:
+    def sync_group(self, now: int, token: RequestToken, req: SyncGroupRequest) -> None:
         error = self._validate_sync(req)
         if error is not None:
-            self._respond(token, SyncGroupResponse(int(error)))
+            self.ctx.respond(token, SyncGroupResponse(int(error)))
             return
         group = self.groups[req.group_id]
         member = group.members[req.member_id]
         state = group.state
         if state is S.PREPARING_REBALANCE:
-            self._respond(token, SyncGroupResponse(int(E.REBALANCE_IN_PROGRESS)))
+            self.ctx.respond(token, SyncGroupResponse(int(E.REBALANCE_IN_PROGRESS)))
         elif state is S.COMPLETING_REBALANCE:
             if member.sync_waiter is not None:
                 self._answer_sync_waiter(member, SyncGroupResponse(int(E.REBALANCE_IN_PROGRESS)))
@@ -488,21 +631,21 @@ class ClassicHandlers(ShardBase):
                 for m in group.members.values():
                     # Members the leader left out get an empty assignment.
                     m.assignment = assignments.get(m.member_id, b"")
-                self._write_group(group)
+                self.write_group(group)
                 self._propagate_assignment(group, now, E.NONE)
-                self._transition(group, S.STABLE, f"leader {member.member_id} synced")
+                self.transition(group, S.STABLE, f"leader {member.member_id} synced")
                 self._finish_rebalance(group, now)
         elif state is S.STABLE:
             self._remove_pending_sync(group, member.member_id)
-            self._respond(
+            self.ctx.respond(
                 token,
                 SyncGroupResponse(
                     int(E.NONE), group.protocol_type, group.protocol_name, member.assignment
                 ),
             )
-            self._schedule_heartbeat(group, member, now + member.session_timeout_ms)
+            self.schedule_heartbeat(group, member, now + member.session_timeout_ms)
         else:
-            self._respond(token, SyncGroupResponse(int(E.UNKNOWN_MEMBER_ID)))
+            self.ctx.respond(token, SyncGroupResponse(int(E.UNKNOWN_MEMBER_ID)))
 
     def _validate_sync(self, req: SyncGroupRequest) -> ErrorCode | None:
         if not req.group_id:
@@ -512,7 +655,7 @@ class ClassicHandlers(ShardBase):
             return E.UNKNOWN_MEMBER_ID
         if group.state is S.DEAD:
             return E.COORDINATOR_NOT_AVAILABLE
-        error = self._validate_member(group, req.member_id, req.group_instance_id)
+        error = group.validate_member(req.member_id, req.group_instance_id)
         if error is not None:
             return error
         if req.generation_id != group.generation_id:
@@ -525,8 +668,8 @@ class ClassicHandlers(ShardBase):
 
     # ================================================================= Heartbeat
 
-    def _heartbeat(self, now: int, token: RequestToken, req: HeartbeatRequest) -> None:
-        self._respond(token, HeartbeatResponse(int(self._do_heartbeat(now, req))))
+    def heartbeat(self, now: int, token: RequestToken, req: HeartbeatRequest) -> None:
+        self.ctx.respond(token, HeartbeatResponse(int(self._do_heartbeat(now, req))))
 
     def _do_heartbeat(self, now: int, req: HeartbeatRequest) -> ErrorCode:
         if not req.group_id:
@@ -536,7 +679,7 @@ class ClassicHandlers(ShardBase):
             return E.UNKNOWN_MEMBER_ID
         if group.state is S.DEAD:
             return E.COORDINATOR_NOT_AVAILABLE
-        error = self._validate_member(group, req.member_id, req.group_instance_id)
+        error = group.validate_member(req.member_id, req.group_instance_id)
         if error is not None:
             return error
         if req.generation_id != group.generation_id:
@@ -544,7 +687,7 @@ class ClassicHandlers(ShardBase):
         if group.state is S.EMPTY:
             return E.UNKNOWN_MEMBER_ID
         member = group.members[req.member_id]
-        self._schedule_heartbeat(group, member, now + member.session_timeout_ms)
+        self.schedule_heartbeat(group, member, now + member.session_timeout_ms)
         if group.state is S.PREPARING_REBALANCE:
             # This is how members learn that they must rejoin.
             return E.REBALANCE_IN_PROGRESS
@@ -552,13 +695,13 @@ class ClassicHandlers(ShardBase):
 
     # ================================================================= LeaveGroup
 
-    def _leave_group(self, now: int, token: RequestToken, req: LeaveGroupRequest) -> None:
+    def leave_group(self, now: int, token: RequestToken, req: LeaveGroupRequest) -> None:
         if not req.group_id:
-            self._respond(token, LeaveGroupResponse(int(E.INVALID_GROUP_ID)))
+            self.ctx.respond(token, LeaveGroupResponse(int(E.INVALID_GROUP_ID)))
             return
         group = self.groups.get(req.group_id)
         if group is None:
-            self._respond(
+            self.ctx.respond(
                 token,
                 LeaveGroupResponse(
                     int(E.NONE),
@@ -572,17 +715,19 @@ class ClassicHandlers(ShardBase):
             )
             return
         if group.state is S.DEAD:
-            self._respond(token, LeaveGroupResponse(int(E.COORDINATOR_NOT_AVAILABLE)))
+            self.ctx.respond(token, LeaveGroupResponse(int(E.COORDINATOR_NOT_AVAILABLE)))
             return
         # Remove every listed member first, then move the group on once (Kafka 4.x):
         # completing the join phase after each removal could hand a generation to
         # a member that is leaving in the same request.
         results = []
         removed: list[str] = []
+        client_reasons: set[str | None] = set()
         for lm in req.members:
             why = "member left the group"
             if lm.reason:
                 why += f" (client reason: {lm.reason})"
+            client_reasons.add(lm.reason)
             if lm.member_id == "":
                 # KIP-345 admin removal by instance id.
                 current = group.static_member_id(lm.group_instance_id)
@@ -607,12 +752,15 @@ class ClassicHandlers(ShardBase):
                 error = E.UNKNOWN_MEMBER_ID
             results.append(LeaveGroupMemberResponse(lm.member_id, lm.group_instance_id, int(error)))
         if removed:
-            reason = f"members {removed} left the group"
+            reason = f"{ev.members_phrase(removed)} left the group"
+            shared = next(iter(client_reasons)) if len(client_reasons) == 1 else None
+            if shared:
+                reason += f" (client reason: {shared})"
             if group.state in (S.STABLE, S.COMPLETING_REBALANCE):
                 self._maybe_prepare_rebalance(group, now, reason)
             elif group.state is S.PREPARING_REBALANCE:
                 self._maybe_complete_join(group, now)
-        self._respond(token, LeaveGroupResponse(int(E.NONE), tuple(results)))
+        self.ctx.respond(token, LeaveGroupResponse(int(E.NONE), tuple(results)))
 
     # ================================================================= timers
 
@@ -636,7 +784,9 @@ class ClassicHandlers(ShardBase):
         ):
             # Members are still arriving: extend, never past the rebalance timeout.
             group.new_member_added = False
-            delay = min(self.config.group_initial_rebalance_delay_ms, group.initial_remaining_ms)
+            delay = min(
+                self.ctx.config.group_initial_rebalance_delay_ms, group.initial_remaining_ms
+            )
             group.initial_remaining_ms = max(group.initial_remaining_ms - group.initial_delay_ms, 0)
             group.initial_delay_ms = delay
             self._schedule_join(group, JoinMode.INITIAL, now + delay)
@@ -662,8 +812,10 @@ class ClassicHandlers(ShardBase):
                     self._drop_member(
                         group, member, now, "no SyncGroup before the rebalance timeout"
                     )
-            self._prepare_rebalance(
-                group, now, f"members {laggards} did not sync before the rebalance timeout"
+            self.prepare_rebalance(
+                group,
+                now,
+                f"{ev.members_phrase(laggards)} did not sync before the rebalance timeout",
             )
 
     def _on_heartbeat_timer(self, now: int, group: ClassicGroup, member_id: str) -> None:
@@ -698,10 +850,244 @@ class ClassicHandlers(ShardBase):
             self.timer.schedule(timer_key(PENDING, group.group_id, member_id), deadline)
             return
         del group.pending_members[member_id]
-        self._event(
+        self.ctx.event(
             ev.MEMBER_REMOVED,
             group.group_id,
             member_id=member_id,
             reason="pending member expired",
         )
         self._maybe_complete_join(group, now)
+
+    def on_timer(self, now: int, kind: str, parts: list[str]) -> None:
+        """A classic group's timer fired (``JOIN``, ``SYNC``: the group; ``HEARTBEAT``,
+        ``PENDING``: one member of it)."""
+        group = self.classic_group(parts[0]) if parts else None
+        if group is None:
+            return
+        if kind == JOIN:
+            self._on_join_timer(now, group)
+        elif kind == SYNC:
+            self._on_sync_timer(now, group)
+        elif kind == HEARTBEAT:
+            self._on_heartbeat_timer(now, group, parts[1])
+        elif kind == PENDING:
+            self._on_pending_timer(now, group, parts[1])
+
+    # ================================================================= the state machine
+
+    def transition(self, group: ClassicGroup, dst: GroupState, reason: str) -> None:
+        """Move ``group`` to ``dst`` (checked against the table) and tell the history."""
+        src = group.transition_to(dst, self.ctx.wall_ms)
+        self.ctx.event(
+            ev.STATE_TRANSITION,
+            group.group_id,
+            from_state=src.value,
+            to_state=dst.value,
+            generation=group.generation_id,
+            members=list(group.members),
+            leader=group.leader_id,
+            reason=reason,
+        )
+
+    def _start_rebalance_tracking(self, group: ClassicGroup, now: int, reason: str) -> None:
+        track = group.rebalance
+        if track is None:
+            before: tuple[str, ...] = ()
+            if group.persisted is not None:
+                before = tuple(m.group_instance_id or m.member_id for m in group.persisted.members)
+            track = RebalanceTracking(started_ms=now, members_before=before)
+        group.rebalance = RebalanceTracking(
+            track.started_ms, track.members_before, (*track.reasons, reason)
+        )
+
+    def _finish_rebalance(self, group: ClassicGroup, now: int) -> None:
+        track = group.rebalance
+        if track is None:
+            return
+        group.rebalance = None
+        before = set(track.members_before)
+        after = {m.group_instance_id or m.member_id for m in group.members.values()}
+        self.ctx.event(
+            ev.REBALANCE_COMPLETED,
+            group.group_id,
+            generation=group.generation_id,
+            state=group.state.value,
+            duration_ms=now - track.started_ms,
+            joined=sorted(after - before),
+            left=sorted(before - after),
+            kept=sorted(after & before),
+            reasons=list(track.reasons),
+        )
+
+    def write_group(self, group: ClassicGroup) -> None:
+        """The group's record, as it is now (the only record a classic group has)."""
+        self.ctx.record(group_metadata_record(group.group_id, group.to_value()))
+
+    # --- timers ---------------------------------------------------------------------
+
+    def schedule_heartbeat(self, group: ClassicGroup, member: ClassicMember, deadline: int) -> None:
+        member.heartbeat_deadline_ms = deadline
+        self.timer.schedule(timer_key(HEARTBEAT, group.group_id, member.member_id), deadline)
+
+    def _cancel_heartbeat(self, group: ClassicGroup, member_id: str) -> None:
+        self.timer.cancel(timer_key(HEARTBEAT, group.group_id, member_id))
+
+    def _schedule_join(self, group: ClassicGroup, mode: str, deadline: int) -> None:
+        group.join_mode = mode
+        group.join_deadline_ms = deadline
+        self.timer.schedule(timer_key(JOIN, group.group_id), deadline)
+
+    def _cancel_join(self, group: ClassicGroup) -> None:
+        group.join_mode = None
+        group.join_deadline_ms = None
+        self.timer.cancel(timer_key(JOIN, group.group_id))
+
+    def _schedule_sync(self, group: ClassicGroup, deadline: int) -> None:
+        group.sync_deadline_ms = deadline
+        group.sync_generation = group.generation_id
+        self.timer.schedule(timer_key(SYNC, group.group_id), deadline)
+
+    def _cancel_sync(self, group: ClassicGroup) -> None:
+        group.sync_deadline_ms = None
+        group.sync_generation = None
+        self.timer.cancel(timer_key(SYNC, group.group_id))
+
+    def _cancel_pending(self, group: ClassicGroup, member_id: str) -> None:
+        self.timer.cancel(timer_key(PENDING, group.group_id, member_id))
+
+    def cancel_all_timers(self, group: ClassicGroup) -> None:
+        self._cancel_join(group)
+        self._cancel_sync(group)
+        for mid in group.members:
+            self._cancel_heartbeat(group, mid)
+        for mid in group.pending_members:
+            self._cancel_pending(group, mid)
+
+    # --- waiters -----------------------------------------------------------------------
+
+    def _answer_join_waiter(self, member: ClassicMember, response: JoinGroupResponse) -> None:
+        if member.join_waiter is not None:
+            waiter, member.join_waiter = member.join_waiter, None
+            self.ctx.respond(waiter.token, response)
+
+    def _answer_sync_waiter(self, member: ClassicMember, response: SyncGroupResponse) -> None:
+        if member.sync_waiter is not None:
+            waiter, member.sync_waiter = member.sync_waiter, None
+            self.ctx.respond(waiter.token, response)
+
+    def fail_waiters(self, member: ClassicMember, error: ErrorCode) -> None:
+        """Answer the member's parked JoinGroup and SyncGroup with ``error``."""
+        self._answer_join_waiter(member, JoinGroupResponse(int(error), member_id=member.member_id))
+        self._answer_sync_waiter(member, SyncGroupResponse(int(error)))
+
+    # ================================================================= replay and loading
+
+    def replay_group(self, key: GroupMetadataKey, value: bytes | None) -> None:
+        """A classic group's record (None: its tombstone)."""
+        group = self.groups.get(key.group)
+        if isinstance(group, ConsumerGroup):
+            if value is None:
+                return  # a classic group upgraded in this call: its successor stays
+            raise ValueError(f"classic group record for consumer group {key.group}")
+        if value is None:
+            if group is not None:
+                group.persisted = None
+                if group.state is S.DEAD or not group.offsets:
+                    del self.groups[key.group]
+            return
+        decoded = decode_group_metadata_value(value)
+        if group is None:
+            group = self.get_or_create(key.group)
+            group.persisted = decoded
+            if self.ctx.loaded:
+                self._materialize(group)
+        else:
+            # Live groups already hold this state in memory; only the durable copy moves.
+            group.persisted = decoded
+
+    def get_or_create(self, group_id: str) -> ClassicGroup:
+        """The group, or a new one holding only offsets (Kafka's "simple" group)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            group = ClassicGroup(group_id)
+            self.groups[group_id] = group
+        return group
+
+    def maybe_forget_shell(self, group: ClassicGroup) -> None:
+        """An offsets-only group with no offsets left is gone, live or reloaded alike."""
+        if (
+            not group.offsets
+            and group.persisted is None
+            and not group.members
+            and not group.pending_members
+            and group.state is S.EMPTY
+        ):
+            del self.groups[group.group_id]
+
+    def _materialize(self, group: ClassicGroup) -> None:
+        value = group.persisted
+        if value is None:
+            return
+        group.protocol_type = value.protocol_type
+        group.generation_id = value.generation
+        group.protocol_name = value.protocol
+        group.leader_id = value.leader
+        ts = value.current_state_timestamp
+        group.state_timestamp_ms = ts if ts >= 0 else None
+        group.members = {}
+        group.static_members = {}
+        for m in value.members:
+            protocols = ((value.protocol, m.subscription),) if value.protocol else ()
+            group.members[m.member_id] = ClassicMember(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                rebalance_timeout_ms=m.rebalance_timeout,
+                session_timeout_ms=m.session_timeout,
+                protocol_type=value.protocol_type,
+                protocols=protocols,
+                assignment=m.assignment,
+            )
+            if m.group_instance_id is not None:
+                group.static_members[m.group_instance_id] = m.member_id
+        group.members_bytes = group.count_members_bytes()
+        # In-flight rebalances are not persisted: a loaded group is Stable or Empty.
+        group.start_in(S.STABLE if group.members else S.EMPTY)
+        group.subscribed_topics = group.compute_subscribed_topics()
+
+    def on_loaded(self, now: int) -> None:
+        """Every record was replayed: rebuild each classic group and start its timers."""
+        for group in list(self.groups.values()):
+            if not isinstance(group, ClassicGroup):
+                continue
+            self._materialize(group)
+            self.ctx.event(
+                ev.GROUP_LOADED,
+                group.group_id,
+                state=group.state.value,
+                generation=group.generation_id,
+                members=list(group.members),
+                offsets=len(group.offsets),
+            )
+            # Members must heartbeat (or rejoin) the new coordinator within their session.
+            for member in group.members.values():
+                self.schedule_heartbeat(group, member, now + member.session_timeout_ms)
+            if len(group.members) > self.ctx.config.group_max_size:
+                self.prepare_rebalance(group, now, "loaded group is over group.max.size")
+            elif group.members and not any(m.assignment for m in group.members.values()):
+                # Written when its join phase completed, before the leader's assignment:
+                # that rebalance was lost with the old coordinator, so start another.
+                self.prepare_rebalance(
+                    group, now, "loaded group has no assignment (rebalance interrupted)"
+                )
+
+    def on_unloaded(self) -> None:
+        """The partition moved away: parked requests get NOT_COORDINATOR, timers stop."""
+        for group in self.groups.values():
+            if not isinstance(group, ClassicGroup):
+                continue
+            for member in group.members.values():
+                self.fail_waiters(member, E.NOT_COORDINATOR)
+            self.cancel_all_timers(group)
+            group.transition_to(S.DEAD, self.ctx.wall_ms)

@@ -27,8 +27,16 @@ class CoordinatorConfig:
     offsets_retention_check_interval_ms: int = 600_000
     # offset.metadata.max.bytes
     offset_metadata_max_bytes: int = 4_096
-    # offsets.topic.num.partitions (used by the runtime for routing)
+    # offsets.topic.num.partitions: the core never reads it (the runtime routes with its
+    # own count); kept only while broker/group_runtime.py still passes it.
     offsets_topic_num_partitions: int = 50
+    # max.message.bytes of the group's __consumer_offsets partition (the runtime passes
+    # the partition's own): the largest batch one call may write. A classic group's
+    # record must fit it (JoinGroup answers GROUP_MAX_SIZE_REACHED to a member that
+    # would not); events are written only while they fit beside the call's records.
+    max_message_bytes: int = 1_048_588
+    # group.history.retention.ms (Odradek's): events older than this are tombstoned
+    group_history_retention_ms: int = 7 * 24 * 3_600_000
 
     # --- consumer groups (KIP-848) ---
     # group.consumer.session.timeout.ms

@@ -23,19 +23,30 @@ from __future__ import annotations
 import enum
 import uuid
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from odradek.coordinator.consumer_records import (
+    CURRENT_MEMBER_ASSIGNMENT,
+    GROUP_METADATA,
+    MEMBER_METADATA,
+    PARTITION_METADATA,
+    REGULAR_EXPRESSION,
+    TARGET_ASSIGNMENT_MEMBER,
+    TARGET_ASSIGNMENT_METADATA,
     ClassicMemberMetadata,
     CurrentAssignmentValue,
     MemberMetadataValue,
     RegexValue,
     TopicMetadata,
+    consumer_record,
 )
 from odradek.coordinator.group import CommittedOffset
 from odradek.coordinator.journal import active_journal
-from odradek.coordinator.metadata import EMPTY_ASSIGNMENT, Assignment
+from odradek.coordinator.metadata import EMPTY_ASSIGNMENT, Assignment, TopicsImage
+from odradek.coordinator.transitions import TransitionTable
+from odradek.coordinator.types import CoordinatorRecord, OffsetCommitTopic
 
 # Member epochs with a meaning of their own (ConsumerGroupHeartbeatRequest).
 JOIN_GROUP_MEMBER_EPOCH = 0
@@ -68,12 +79,66 @@ class MemberState(enum.IntEnum):
         return self.name.lower()
 
 
+M = MemberState
+
+# A member's moves, by target state (Kafka keeps no table: its CurrentAssignmentBuilder
+# makes them). ``reconciliation.reconcile`` checks each one it makes; a member that
+# starts over (it rejoins from scratch) becomes Stable from any state. Revoking keeps
+# the member's epoch, every other move takes it to the target epoch (so a state may
+# follow itself: Stable at a newer epoch, more to revoke, other partitions to wait
+# for). Nothing enters Unknown: only a newer coordinator's record holds it, and the
+# member leaves it at once, without revoking (it must own nothing by then).
+MEMBER_TRANSITIONS: TransitionTable[MemberState] = TransitionTable(
+    "consumer group member",
+    {
+        M.STABLE: {M.STABLE, M.UNREVOKED_PARTITIONS, M.UNRELEASED_PARTITIONS, M.UNKNOWN},
+        M.UNREVOKED_PARTITIONS: {M.STABLE, M.UNREVOKED_PARTITIONS, M.UNRELEASED_PARTITIONS},
+        M.UNRELEASED_PARTITIONS: {
+            M.STABLE,
+            M.UNREVOKED_PARTITIONS,
+            M.UNRELEASED_PARTITIONS,
+            M.UNKNOWN,
+        },
+        M.UNKNOWN: set(),
+    },
+    initial={M.STABLE},
+    label=lambda state: state.label,
+)
+
+
 class ConsumerGroupState(enum.StrEnum):
+    """Derived from the group's epochs and members (Kafka's ``maybeUpdateGroupState``),
+    never stored; Dead is what a deleted or unknown group is described as."""
+
     EMPTY = "Empty"  # no members
     ASSIGNING = "Assigning"  # the group epoch is ahead of the target assignment
     RECONCILING = "Reconciling"  # some member has not reached the target assignment
     STABLE = "Stable"  # every member owns its target at the target epoch
     DEAD = "Dead"  # what a group that does not exist is described as
+
+
+CS = ConsumerGroupState
+
+# A consumer group's state changes, call by call, by target state (Kafka keeps no
+# table: the state is derived). Its records may take a live group from any state to
+# any other: members come and go, targets are computed, members reconcile. A join
+# computes the new target at once, so Empty -> Assigning is legal but Odradek never
+# makes it; Assigning is seen when members are fenced and the next heartbeat has not
+# computed their partitions' new owners yet. Only an Empty group is deleted (Dead),
+# and a Dead one is gone: its id starts a new group. A group starts Empty, or Stable
+# when converted from a classic group (every member keeps its assignment).
+CONSUMER_GROUP_TRANSITIONS: TransitionTable[ConsumerGroupState] = TransitionTable(
+    "consumer group",
+    {
+        CS.EMPTY: {CS.ASSIGNING, CS.RECONCILING, CS.STABLE},
+        CS.ASSIGNING: {CS.EMPTY, CS.RECONCILING, CS.STABLE},
+        CS.RECONCILING: {CS.EMPTY, CS.ASSIGNING, CS.STABLE},
+        CS.STABLE: {CS.EMPTY, CS.ASSIGNING, CS.RECONCILING},
+        CS.DEAD: {CS.EMPTY},
+    },
+    initial={CS.EMPTY, CS.STABLE},
+    label=lambda state: state.value,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +214,47 @@ class ConsumerGroupMember:
             pending_revocation=value.pending_revocation,
         )
 
-    def with_epoch(self, epoch: int, **changes: Any) -> ConsumerGroupMember:
-        """A new member epoch (the previous one is kept, as Kafka's updateMemberEpoch)."""
-        return replace(self, member_epoch=epoch, previous_member_epoch=self.member_epoch, **changes)
+    def move_to(
+        self, epoch: int, state: MemberState, assigned: Assignment, pending: Assignment
+    ) -> ConsumerGroupMember:
+        """The member at ``epoch`` in ``state``, owning ``assigned`` and revoking
+        ``pending``: the one way reconciliation moves a member, checked against
+        ``MEMBER_TRANSITIONS`` (the same object when nothing moves). The previous epoch
+        moves only when the epoch does (Kafka's updateMemberEpoch)."""
+        if epoch == self.member_epoch:
+            if (
+                self.state is state
+                and self.assigned == assigned
+                and self.pending_revocation == pending
+            ):
+                return self  # no move
+            MEMBER_TRANSITIONS.check(self.state, state)
+            return replace(self, state=state, assigned=assigned, pending_revocation=pending)
+        MEMBER_TRANSITIONS.check(self.state, state)
+        return replace(
+            self,
+            member_epoch=epoch,
+            previous_member_epoch=self.member_epoch,
+            state=state,
+            assigned=assigned,
+            pending_revocation=pending,
+        )
 
     def subscription_equals(self, other: ConsumerGroupMember) -> bool:
         return self.subscription_value() == other.subscription_value()
+
+    def owns_all(self, image: TopicsImage, topics: Iterable[OffsetCommitTopic]) -> bool:
+        """Whether the member owns (or is still revoking) every partition of ``topics``."""
+        for topic in topics:
+            topic_image = image.by_name.get(topic.name)
+            if topic_image is None:
+                return False
+            owned = self.assigned.get(topic_image.topic_id, frozenset()) | (
+                self.pending_revocation.get(topic_image.topic_id, frozenset())
+            )
+            if any(p.partition not in owned for p in topic.partitions):
+                return False
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +262,6 @@ class ConsumerRebalance:
     """From a group-epoch bump until the group is Stable again, for the rebalance event."""
 
     started_ms: int  # monotonic
-    from_epoch: int
     members_before: tuple[str, ...]
     reasons: tuple[str, ...] = ()
 
@@ -235,10 +334,6 @@ class ConsumerGroup:
         owner = self.partition_owners.get((topic_id, partition))
         return NO_PARTITION_EPOCH if owner is None else owner[1]
 
-    def partition_owner(self, topic_id: uuid.UUID, partition: int) -> str | None:
-        owner = self.partition_owners.get((topic_id, partition))
-        return None if owner is None else owner[0]
-
     def preferred_assignor(self) -> str | None:
         """The server assignor most members ask for (ties: the first name alphabetically)."""
         if not self.assignors:
@@ -258,6 +353,21 @@ class ConsumerGroup:
             if resolved is not None:
                 names.update(resolved.topics)
         return names
+
+    def tombstone_records(self) -> list[CoordinatorRecord]:
+        """Every record that makes the group, as tombstones in Kafka's order
+        (``createGroupTombstoneRecords``), plus the resolved regexes."""
+        gid = self.group_id
+        records = [consumer_record(CURRENT_MEMBER_ASSIGNMENT, gid, None, m) for m in self.members]
+        records += [consumer_record(TARGET_ASSIGNMENT_MEMBER, gid, None, m) for m in self.members]
+        records.append(consumer_record(TARGET_ASSIGNMENT_METADATA, gid, None))
+        records += [consumer_record(MEMBER_METADATA, gid, None, m) for m in self.members]
+        records += [
+            consumer_record(REGULAR_EXPRESSION, gid, None, r) for r in self.resolved_regexes
+        ]
+        records.append(consumer_record(PARTITION_METADATA, gid, None))
+        records.append(consumer_record(GROUP_METADATA, gid, None))
+        return records
 
     def member_topic_names(self, member: ConsumerGroupMember) -> set[str]:
         names = set(member.subscribed_topic_names)

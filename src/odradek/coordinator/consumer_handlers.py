@@ -22,12 +22,15 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from odradek.coordinator import events as ev
 from odradek.coordinator.consumer_group import (
+    CONSUMER_GROUP_TRANSITIONS,
     JOIN_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    MEMBER_TRANSITIONS,
     ConsumerGroup,
     ConsumerGroupMember,
     ConsumerGroupState,
@@ -41,15 +44,22 @@ from odradek.coordinator.consumer_records import (
     PARTITION_METADATA,
     REGULAR_EXPRESSION,
     TARGET_ASSIGNMENT_MEMBER,
+    TARGET_ASSIGNMENT_METADATA,
+    ConsumerRecordKey,
+    CurrentAssignmentValue,
     GroupEpochValue,
+    MemberMetadataValue,
     PartitionMetadataValue,
     RegexValue,
+    TargetAssignmentEpochValue,
     TargetAssignmentMemberValue,
     TopicMetadata,
     consumer_record,
+    decode_consumer_value,
 )
-from odradek.coordinator.core import ShardBase
+from odradek.coordinator.context import ShardContext
 from odradek.coordinator.errors import ApiError, ErrorCode
+from odradek.coordinator.group import ClassicGroup
 from odradek.coordinator.metadata import EMPTY_ASSIGNMENT, Assignment, by_name
 from odradek.coordinator.reconciliation import FencedMemberError, reconcile
 from odradek.coordinator.target_assignment import (
@@ -72,6 +82,9 @@ from odradek.coordinator.types import (
     RequestToken,
     TopicIdPartitions,
 )
+
+if TYPE_CHECKING:
+    from odradek.coordinator.migration import MigrationManager
 
 E = ErrorCode
 CS = ConsumerGroupState
@@ -206,17 +219,31 @@ class GroupChange:
         return epoch
 
 
-class ConsumerGroupHandlers(ShardBase):
+class ConsumerGroupManager:
+    """Consumer groups (KIP-848): their requests, timers, replay and loading.
+
+    Holds no state of its own: the groups, timer, ids and configuration are the
+    shard's (``ShardContext``). ``migration`` (set by the shard) converts groups
+    between the protocols: a heartbeat that joins a classic group upgrades it, and
+    fencing the last consumer-protocol member may downgrade the group.
+    """
+
+    migration: MigrationManager
+
+    def __init__(self, ctx: ShardContext) -> None:
+        self.ctx = ctx
+        self.groups = ctx.groups
+        self.timer = ctx.timer
+        self.ids = ctx.ids
+
     # ================================================================= ConsumerGroupHeartbeat
 
-    def _consumer_group_heartbeat(
-        self, now: int, token: RequestToken, req: ConsumerGroupHeartbeatRequest
-    ) -> None:
+    def heartbeat(self, now: int, token: RequestToken, req: ConsumerGroupHeartbeatRequest) -> None:
         self._validate_heartbeat(req)
         if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
-            self._respond(token, self._consumer_group_leave(now, req))
+            self.ctx.respond(token, self._consumer_group_leave(now, req))
         else:
-            self._respond(token, self._heartbeat_member(now, req))
+            self.ctx.respond(token, self._heartbeat_member(now, req))
 
     def _validate_heartbeat(self, req: ConsumerGroupHeartbeatRequest) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid (INVALID_REQUEST unless said)."""
@@ -251,11 +278,11 @@ class ConsumerGroupHandlers(ShardBase):
         elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             raise invalid("MemberEpoch is invalid.")
         assignor = req.server_assignor
-        if assignor is not None and assignor not in self.config.consumer_group_assignors:
+        if assignor is not None and assignor not in self.ctx.config.consumer_group_assignors:
             raise ApiError(
                 E.UNSUPPORTED_ASSIGNOR,
                 f"ServerAssignor {assignor} is not supported. Supported assignors: "
-                f"{', '.join(self.config.consumer_group_assignors)}.",
+                f"{', '.join(self.ctx.config.consumer_group_assignors)}.",
             )
 
     def _heartbeat_member(
@@ -264,7 +291,7 @@ class ConsumerGroupHandlers(ShardBase):
         joining = req.member_epoch == JOIN_GROUP_MEMBER_EPOCH
         group = self._consumer_group(now, req.group_id, create=joining)
         member_id = req.member_id or self.ids.new_uuid()  # v0: the coordinator names it
-        self._check_group_size(group, member_id)
+        self.check_group_size(group, member_id)
         change = GroupChange(group, describable=req.describable_topics)
         if req.instance_id is None:
             member = self._dynamic_member(group, member_id, req)
@@ -296,8 +323,8 @@ class ConsumerGroupHandlers(ShardBase):
             client_host=req.client_host,
             classic=None,
         )
-        result = self._update_group_member(now, change, member, updated, req.owned)
-        self._schedule_session(group.group_id, member_id, now + self._session_timeout(result))
+        result = self.update_group_member(now, change, member, updated, req.owned)
+        self.schedule_session(group.group_id, member_id, now + self.session_timeout(result))
         previous = group.members.get(member_id)
         full = joining or (
             req.rebalance_timeout_ms != -1
@@ -309,7 +336,7 @@ class ConsumerGroupHandlers(ShardBase):
             int(E.NONE),
             member_id=member_id,
             member_epoch=result.member_epoch,
-            heartbeat_interval_ms=self.config.consumer_group_heartbeat_interval_ms,
+            heartbeat_interval_ms=self.ctx.config.consumer_group_heartbeat_interval_ms,
             assignment=topic_id_partitions(result.assigned) if full or changed else None,
         )
 
@@ -321,21 +348,21 @@ class ConsumerGroupHandlers(ShardBase):
         if group is None:
             if not create:
                 raise ApiError(E.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
-            return self._install_consumer_group(ConsumerGroup(group_id))
+            return self.install_group(ConsumerGroup(group_id))
         if not create:
             raise ApiError(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
-        return self._upgrade_classic_group(now, group)
+        return self.migration.upgrade_classic_group(now, group)
 
-    def _install_consumer_group(self, group: ConsumerGroup) -> ConsumerGroup:
+    def install_group(self, group: ConsumerGroup) -> ConsumerGroup:
         """Put a new consumer group in place now (undone with the call); its records make it."""
         old = self.groups.get(group.group_id)
         if old is not None:
             group.offsets = old.offsets  # hard state: offsets survive a conversion
-        self._replace_group(group)
+        self.ctx.replace_group(group)
         return group
 
-    def _check_group_size(self, group: ConsumerGroup, member_id: str) -> None:
-        limit = self.config.consumer_group_max_size
+    def check_group_size(self, group: ConsumerGroup, member_id: str) -> None:
+        limit = self.ctx.config.consumer_group_max_size
         if len(group.members) >= limit and member_id not in group.members:
             raise ApiError(
                 E.GROUP_MAX_SIZE_REACHED,
@@ -366,6 +393,7 @@ class ConsumerGroupHandlers(ShardBase):
     def _restarted(member: ConsumerGroupMember) -> ConsumerGroupMember:
         """A live member that joins again from scratch (a join owns nothing): it starts over,
         releasing its partitions, where Kafka fences it until its session expires."""
+        MEMBER_TRANSITIONS.check(member.state, MemberState.STABLE)
         return replace(
             member,
             member_epoch=0,
@@ -434,7 +462,7 @@ class ConsumerGroupHandlers(ShardBase):
                     f"Static member {member_id} with instance id {req.instance_id} cannot join "
                     f"the group because the instance id is owned by {existing.member_id} member.",
                 )
-            return self._replace_static_member(change, existing, member_id)
+            return self.replace_static_member(change, existing, member_id)
         if existing is None:
             raise ApiError(E.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
         if existing.member_id != member_id:
@@ -446,7 +474,7 @@ class ConsumerGroupHandlers(ShardBase):
         self._check_member_epoch(existing, req.member_epoch, req.owned)
         return existing
 
-    def _replace_static_member(
+    def replace_static_member(
         self, change: GroupChange, old: ConsumerGroupMember, new_id: str
     ) -> ConsumerGroupMember:
         """The instance comes back under a new member id: it takes the old one's place,
@@ -454,23 +482,23 @@ class ConsumerGroupHandlers(ShardBase):
         group = change.group
         new = replace(old, member_id=new_id, member_epoch=0, previous_member_epoch=0)
         self._remove_member_records(group.group_id, old.member_id)
-        self._cancel_member_timers(group.group_id, old.member_id)
+        self.cancel_member_timers(group.group_id, old.member_id)
         gid = group.group_id
-        self._record(consumer_record(MEMBER_METADATA, gid, new.subscription_value(), new_id))
+        self.ctx.record(consumer_record(MEMBER_METADATA, gid, new.subscription_value(), new_id))
         target = group.target_of(old.member_id)
-        self._record(
+        self.ctx.record(
             consumer_record(
                 TARGET_ASSIGNMENT_MEMBER, gid, TargetAssignmentMemberValue(target), new_id
             )
         )
-        self._record(
+        self.ctx.record(
             consumer_record(CURRENT_MEMBER_ASSIGNMENT, gid, new.assignment_value(), new_id)
         )
         change.members[old.member_id] = None
         change.members[new_id] = new
         change.targets[old.member_id] = None
         change.targets[new_id] = target
-        self._event(
+        self.ctx.event(
             ev.STATIC_MEMBER_REPLACED,
             gid,
             instance_id=old.instance_id,
@@ -482,7 +510,7 @@ class ConsumerGroupHandlers(ShardBase):
 
     # --- the three steps ----------------------------------------------------------------
 
-    def _update_group_member(
+    def update_group_member(
         self,
         now: int,
         change: GroupChange,
@@ -498,7 +526,9 @@ class ConsumerGroupHandlers(ShardBase):
         is_new = mid not in group.members and mid not in change.members
         state_before = group.state
         if is_new or not updated.subscription_equals(member):
-            self._record(consumer_record(MEMBER_METADATA, gid, updated.subscription_value(), mid))
+            self.ctx.record(
+                consumer_record(MEMBER_METADATA, gid, updated.subscription_value(), mid)
+            )
         if updated.subscribed_topic_names != member.subscribed_topic_names:
             change.reasons.append(
                 f"member {mid} joined" if is_new else f"member {mid} changed its subscription"
@@ -528,7 +558,7 @@ class ConsumerGroupHandlers(ShardBase):
         group = change.group
         counts = change.subscribed_regexes()  # with the update
         if old and counts.get(old, 0) == 0 and old in group.resolved_regexes:
-            self._record(consumer_record(REGULAR_EXPRESSION, group.group_id, None, old))
+            self.ctx.record(consumer_record(REGULAR_EXPRESSION, group.group_id, None, old))
             change.regexes[old] = None
         if new:
             try:
@@ -542,7 +572,7 @@ class ConsumerGroupHandlers(ShardBase):
         group's subscriptions changed in this call, or the topics image did since the
         group last looked. A difference bumps the group epoch."""
         group = change.group
-        image = self.image
+        image = self.ctx.image
         if not change.reasons and group.metadata_version == image.version:
             return
         resolved = change.resolved()
@@ -550,14 +580,14 @@ class ConsumerGroupHandlers(ShardBase):
             topics = resolve_regex(regex, image, change.describable)
             found = resolved.get(regex)
             if found is None or found.topics != topics:
-                value = RegexValue(topics, image.version, self._wall_ms)
-                self._record(consumer_record(REGULAR_EXPRESSION, group.group_id, value, regex))
+                value = RegexValue(topics, image.version, self.ctx.wall_ms)
+                self.ctx.record(consumer_record(REGULAR_EXPRESSION, group.group_id, value, regex))
                 change.regexes[regex] = value
                 if found is not None:
-                    change.reasons.append(f"regex {regex!r} now matches {list(topics)}")
+                    change.reasons.append(f"regex {regex!r} now matches {_topics_phrase(topics)}")
         subscription = subscription_metadata(change.subscribed_topic_names(), image)
         if subscription != tuple(group.subscription_metadata.values()):
-            self._record(
+            self.ctx.record(
                 consumer_record(
                     PARTITION_METADATA, group.group_id, PartitionMetadataValue(subscription)
                 )
@@ -576,16 +606,14 @@ class ConsumerGroupHandlers(ShardBase):
     def _bump_group_epoch(self, now: int, change: GroupChange) -> int:
         group = change.group
         epoch = group.group_epoch + 1
-        self._record(consumer_record(GROUP_METADATA, group.group_id, GroupEpochValue(epoch)))
+        self.ctx.record(consumer_record(GROUP_METADATA, group.group_id, GroupEpochValue(epoch)))
         reasons = tuple(change.reasons)
         track = group.rebalance
         if track is None:
-            group.rebalance = ConsumerRebalance(
-                now, group.group_epoch, tuple(sorted(group.members)), reasons
-            )
+            group.rebalance = ConsumerRebalance(now, tuple(sorted(group.members)), reasons)
         else:
             group.rebalance = replace(track, reasons=track.reasons + reasons)
-        self._event(
+        self.ctx.event(
             ev.GROUP_EPOCH_BUMPED,
             group.group_id,
             group_epoch=epoch,
@@ -602,7 +630,7 @@ class ConsumerGroupHandlers(ShardBase):
         name = (
             min(wanted.items(), key=lambda item: (-item[1], item[0]))[0]
             if wanted
-            else self.config.consumer_group_assignors[0]
+            else self.ctx.config.consumer_group_assignors[0]
         )
         targets = change.current_targets()
         records, new = compute_target(
@@ -615,9 +643,9 @@ class ConsumerGroupHandlers(ShardBase):
             self._subscription(change),
         )
         for record in records:
-            self._record(record)
+            self.ctx.record(record)
         change.targets.update(new)
-        self._event(
+        self.ctx.event(
             ev.TARGET_ASSIGNMENT_COMPUTED,
             group.group_id,
             assignment_epoch=epoch,
@@ -648,7 +676,7 @@ class ConsumerGroupHandlers(ShardBase):
         existing = group.members.get(member.member_id)
         if existing is None or new.assignment_value() != existing.assignment_value():
             gid = group.group_id
-            self._record(
+            self.ctx.record(
                 consumer_record(
                     CURRENT_MEMBER_ASSIGNMENT, gid, new.assignment_value(), new.member_id
                 )
@@ -663,8 +691,8 @@ class ConsumerGroupHandlers(ShardBase):
             if new.assigned != before or new.state is not (
                 existing.state if existing is not None else MemberState.STABLE
             ):
-                image = self.image
-                self._event(
+                image = self.ctx.image
+                self.ctx.event(
                     ev.MEMBER_RECONCILED,
                     gid,
                     member_id=new.member_id,
@@ -683,7 +711,8 @@ class ConsumerGroupHandlers(ShardBase):
         group = change.group
         after = self._state_after(change, epoch, target)
         if after is not before:
-            self._event(
+            CONSUMER_GROUP_TRANSITIONS.check(before, after)
+            self.ctx.event(
                 ev.STATE_TRANSITION,
                 group.group_id,
                 from_state=before.value,
@@ -699,7 +728,7 @@ class ConsumerGroupHandlers(ShardBase):
             group.rebalance = None
             before_ids = set(track.members_before)
             now_ids = change.member_ids()
-            self._event(
+            self.ctx.event(
                 ev.REBALANCE_COMPLETED,
                 group.group_id,
                 generation=epoch,
@@ -747,7 +776,7 @@ class ConsumerGroupHandlers(ShardBase):
                     E.UNKNOWN_MEMBER_ID,
                     f"Member {req.member_id} is not a member of group {group.group_id}.",
                 )
-            self._fence_members(now, group, [member], "member left the group")
+            self.fence_members(now, group, [member], "member left the group")
             return response
         member = group.static_member(req.instance_id)
         if member is None:
@@ -764,7 +793,7 @@ class ConsumerGroupHandlers(ShardBase):
             leaving = replace(
                 member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={}
             )
-            self._record(
+            self.ctx.record(
                 consumer_record(
                     CURRENT_MEMBER_ASSIGNMENT,
                     group.group_id,
@@ -774,25 +803,25 @@ class ConsumerGroupHandlers(ShardBase):
             )
             self.timer.cancel(timer_key(CG_REBALANCE, group.group_id, member.member_id))
             return replace(response, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
-        self._fence_members(now, group, [member], "static member left the group")
+        self.fence_members(now, group, [member], "static member left the group")
         return response
 
-    def _fence_members(
+    def fence_members(
         self, now: int, group: ConsumerGroup, members: list[ConsumerGroupMember], why: str
     ) -> None:
         """Remove members and bump the group epoch; or, when only classic-protocol members
         would be left, turn the group back into a classic group (migration.py)."""
-        if self._maybe_downgrade(now, group, {m.member_id for m in members}, why):
+        if self.migration.maybe_downgrade(now, group, {m.member_id for m in members}, why):
             return
         state_before = group.state
         change = GroupChange(group)
         for m in members:
             self._remove_member_records(group.group_id, m.member_id)
-            self._cancel_member_timers(group.group_id, m.member_id)
+            self.cancel_member_timers(group.group_id, m.member_id)
             change.members[m.member_id] = None
             change.targets[m.member_id] = None
             change.reasons.append(f"member {m.member_id} removed: {why}")
-            self._event(
+            self.ctx.event(
                 ev.MEMBER_REMOVED,
                 group.group_id,
                 member_id=m.member_id,
@@ -803,11 +832,11 @@ class ConsumerGroupHandlers(ShardBase):
         for m in members:
             regex = m.subscribed_topic_regex
             if regex and counts.get(regex, 0) == 0 and regex in group.resolved_regexes:
-                self._record(consumer_record(REGULAR_EXPRESSION, group.group_id, None, regex))
+                self.ctx.record(consumer_record(REGULAR_EXPRESSION, group.group_id, None, regex))
                 change.regexes[regex] = None
-        subscription = subscription_metadata(change.subscribed_topic_names(), self.image)
+        subscription = subscription_metadata(change.subscribed_topic_names(), self.ctx.image)
         if subscription != tuple(group.subscription_metadata.values()):
-            self._record(
+            self.ctx.record(
                 consumer_record(
                     PARTITION_METADATA, group.group_id, PartitionMetadataValue(subscription)
                 )
@@ -817,26 +846,38 @@ class ConsumerGroupHandlers(ShardBase):
 
     def _remove_member_records(self, group_id: str, member_id: str) -> None:
         """Kafka's removeMember: the order matters on replay."""
-        self._record(consumer_record(CURRENT_MEMBER_ASSIGNMENT, group_id, None, member_id))
-        self._record(consumer_record(TARGET_ASSIGNMENT_MEMBER, group_id, None, member_id))
-        self._record(consumer_record(MEMBER_METADATA, group_id, None, member_id))
+        self.ctx.record(consumer_record(CURRENT_MEMBER_ASSIGNMENT, group_id, None, member_id))
+        self.ctx.record(consumer_record(TARGET_ASSIGNMENT_MEMBER, group_id, None, member_id))
+        self.ctx.record(consumer_record(MEMBER_METADATA, group_id, None, member_id))
 
     # ================================================================= timers
 
-    def _session_timeout(self, member: ConsumerGroupMember) -> int:
+    def session_timeout(self, member: ConsumerGroupMember) -> int:
         if member.classic is not None:
             return member.classic.session_timeout_ms
-        return self.config.consumer_group_session_timeout_ms
+        return self.ctx.config.consumer_group_session_timeout_ms
 
-    def _schedule_session(self, group_id: str, member_id: str, deadline_ms: int) -> None:
+    def schedule_session(self, group_id: str, member_id: str, deadline_ms: int) -> None:
         self.timer.schedule(timer_key(CG_SESSION, group_id, member_id), deadline_ms)
 
-    def _cancel_member_timers(self, group_id: str, member_id: str) -> None:
+    def cancel_member_timers(self, group_id: str, member_id: str) -> None:
         for kind in (CG_SESSION, CG_REBALANCE, CG_JOIN, CG_SYNC):
             self.timer.cancel(timer_key(kind, group_id, member_id))
 
+    def on_timer(self, now: int, key: str, kind: str, parts: list[str]) -> None:
+        """A member timer fired. Its deadline is the timer's own (``JournaledTimer``): a
+        fire before it re-arms, a fire for a key no longer scheduled is stale."""
+        deadline = self.timer.deadlines.get(key)
+        if deadline is None:
+            return  # cancelled or replaced: stale
+        if now < deadline:
+            self.timer.schedule(key, deadline)  # early: re-arm, never drop
+            return
+        self.timer.fired(key)
+        self._on_consumer_timer(now, kind, parts[0], parts[1])
+
     def _on_consumer_timer(self, now: int, kind: str, group_id: str, member_id: str) -> None:
-        """A member timer fired at its deadline (``on_timer`` re-arms an early fire)."""
+        """A member timer fired at its deadline."""
         group = self.groups.get(group_id)
         if not isinstance(group, ConsumerGroup):
             return
@@ -844,34 +885,34 @@ class ConsumerGroupHandlers(ShardBase):
         if member is None:
             return
         if kind == CG_SESSION:
-            self._fence_members(now, group, [member], "the member session expired")
+            self.fence_members(now, group, [member], "the member session expired")
         elif kind == CG_REBALANCE:
             if member.state is MemberState.UNREVOKED_PARTITIONS:
-                self._fence_members(
+                self.fence_members(
                     now,
                     group,
                     [member],
                     f"it did not revoke its partitions within {member.rebalance_timeout_ms} ms",
                 )
         elif kind == CG_JOIN:
-            self._fence_members(
+            self.fence_members(
                 now,
                 group,
                 [member],
                 "the classic member did not rejoin within the rebalance timeout",
             )
         elif kind == CG_SYNC:
-            self._fence_members(
+            self.fence_members(
                 now, group, [member], "the classic member did not sync within the rebalance timeout"
             )
 
-    def _consumer_groups_loaded(self, now: int) -> None:
+    def on_loaded(self, now: int) -> None:
         """After a load: every member must heartbeat within its session; a member that was
         revoking gets a new rebalance timeout."""
         for group in list(self.groups.values()):
             if not isinstance(group, ConsumerGroup):
                 continue
-            self._event(
+            self.ctx.event(
                 ev.GROUP_LOADED,
                 group.group_id,
                 state=group.state.value,
@@ -881,18 +922,85 @@ class ConsumerGroupHandlers(ShardBase):
                 protocol="consumer",
             )
             for mid, member in group.members.items():
-                self._schedule_session(group.group_id, mid, now + self._session_timeout(member))
+                self.schedule_session(group.group_id, mid, now + self.session_timeout(member))
                 if member.state is MemberState.UNREVOKED_PARTITIONS and member.classic is None:
                     self.timer.schedule(
                         timer_key(CG_REBALANCE, group.group_id, mid),
                         now + max(member.rebalance_timeout_ms, 0),
                     )
 
+    def on_unloaded(self) -> None:
+        """The partition moved away: every member timer stops."""
+        for group in self.groups.values():
+            if isinstance(group, ConsumerGroup):
+                for mid in group.members:
+                    self.cancel_member_timers(group.group_id, mid)
+
+    # ================================================================= replay
+
+    def replay(self, key: ConsumerRecordKey, raw: bytes | None) -> None:
+        """A consumer-group record: the only way a consumer group's hard state changes."""
+        found = self.groups.get(key.group)
+        if raw is None:
+            if isinstance(found, ConsumerGroup):
+                self._replay_tombstone(found, key)
+            # Else the group was turned back into a classic group in this call: its
+            # tombstones have nothing left to delete.
+            return
+        if isinstance(found, ConsumerGroup):
+            group = found
+        elif found is None or found.persisted is None:
+            # New, or a classic group whose record was tombstoned (an upgrade) or that
+            # only holds offsets: a consumer group takes its place, with its offsets.
+            group = ConsumerGroup(key.group)
+            if found is not None:
+                group.offsets = found.offsets
+            self.groups[key.group] = group
+        else:
+            raise ValueError(f"consumer group record for live classic group {key.group}")
+        value = decode_consumer_value(key.kind, raw)
+        member = key.member or ""
+        if isinstance(value, GroupEpochValue):
+            group.set_group_epoch(value.epoch)
+        elif isinstance(value, PartitionMetadataValue):
+            group.set_subscription_metadata(value.topics)
+        elif isinstance(value, MemberMetadataValue):
+            group.update_subscription(member, value)
+        elif isinstance(value, TargetAssignmentEpochValue):
+            group.set_target_assignment_epoch(value.assignment_epoch)
+        elif isinstance(value, TargetAssignmentMemberValue):
+            group.set_target(member, value.partitions)
+        elif isinstance(value, CurrentAssignmentValue):
+            group.update_assignment(member, value)
+        elif isinstance(value, RegexValue):
+            group.set_regex(member, value)
+
+    def _replay_tombstone(self, group: ConsumerGroup, key: ConsumerRecordKey) -> None:
+        kind, member = key.kind, key.member or ""
+        if kind == CURRENT_MEMBER_ASSIGNMENT:
+            group.update_assignment(member, None)
+        elif kind == TARGET_ASSIGNMENT_MEMBER:
+            group.set_target(member, None)
+        elif kind == MEMBER_METADATA:
+            group.remove_member(member)
+        elif kind == TARGET_ASSIGNMENT_METADATA:
+            group.set_target_assignment_epoch(-1)
+        elif kind == PARTITION_METADATA:
+            group.set_subscription_metadata(())
+        elif kind == REGULAR_EXPRESSION:
+            group.set_regex(member, None)
+        elif kind == GROUP_METADATA:
+            # The group is gone (deleted, or converted to classic): its offsets stay, held
+            # by an offsets-only classic group as Kafka's "simple" groups are.
+            del self.groups[group.group_id]
+            if group.offsets:
+                shell = ClassicGroup(group.group_id)
+                shell.offsets = group.offsets
+                self.groups[group.group_id] = shell
+
     # ================================================================= ConsumerGroupDescribe
 
-    def _consumer_group_describe(
-        self, now: int, token: RequestToken, req: ConsumerGroupDescribeRequest
-    ) -> None:
+    def describe(self, now: int, token: RequestToken, req: ConsumerGroupDescribeRequest) -> None:
         out = []
         for gid in req.group_ids:
             group = self.groups.get(gid)
@@ -912,10 +1020,10 @@ class ConsumerGroupHandlers(ShardBase):
                 )
             else:
                 out.append(self._describe_consumer_group(group))
-        self._respond(token, ConsumerGroupDescribeResponse(tuple(out)))
+        self.ctx.respond(token, ConsumerGroupDescribeResponse(tuple(out)))
 
     def _describe_consumer_group(self, group: ConsumerGroup) -> DescribedConsumerGroup:
-        image = self.image
+        image = self.ctx.image
 
         def described(assignment: Assignment) -> tuple[DescribedTopicPartitions, ...]:
             out = []
@@ -951,16 +1059,14 @@ class ConsumerGroupHandlers(ShardBase):
             state=group.state.value,
             group_epoch=group.group_epoch,
             assignment_epoch=group.target_assignment_epoch,
-            assignor_name=group.preferred_assignor() or self.config.consumer_group_assignors[0],
+            assignor_name=group.preferred_assignor() or self.ctx.config.consumer_group_assignors[0],
             members=members,
         )
 
-    # --- migration (migration.py overrides these when the policy allows it) ---------------
 
-    def _upgrade_classic_group(self, now: int, group: object) -> ConsumerGroup:
-        """A consumer-protocol member joins a classic group: convert it, if allowed."""
-        raise ApiError(E.GROUP_ID_NOT_FOUND, "The group is not a consumer group.")
-
-    def _maybe_downgrade(self, now: int, group: ConsumerGroup, leaving: set[str], why: str) -> bool:
-        """Members leave: turn the group back into a classic group if that is due (True)."""
-        return False
+def _topics_phrase(topics: Iterable[str]) -> str:
+    """Topic names as prose: "topics a, b", "topic a" or "no topic"."""
+    names = sorted(topics)
+    if not names:
+        return "no topic"
+    return f"{'topic' if len(names) == 1 else 'topics'} {', '.join(names)}"

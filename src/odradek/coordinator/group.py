@@ -16,9 +16,11 @@ from odradek.coordinator.consumer_protocol import (
     ConsumerProtocolError,
     subscribed_topics,
 )
+from odradek.coordinator.errors import ErrorCode
+from odradek.coordinator.history import BATCH_HEADER_BYTES, RECORD_FRAMING_BYTES
 from odradek.coordinator.journal import active_journal
 from odradek.coordinator.records import GroupMetadataValue, MemberMetadataValue
-from odradek.coordinator.state import GroupState
+from odradek.coordinator.state import CLASSIC_GROUP_TRANSITIONS, GroupState
 from odradek.coordinator.types import RequestToken
 
 
@@ -56,6 +58,9 @@ class ClassicMember:
     is_new: bool = False
     # Monotonic deadline of the session (or of a new member's parked join).
     heartbeat_deadline_ms: int | None = None
+    # (protocols, entry bytes) last computed by ``member_entry_bytes``: a cache, valid
+    # while that object is the member's protocols.
+    _entry_bytes: tuple[Any, int] | None = field(default=None, repr=False, compare=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Inside a coordinator call, save the member before its first change (undo log).
@@ -91,7 +96,52 @@ class ClassicMember:
         raise ValueError(f"member {self.member_id} supports none of {sorted(candidates)}")
 
 
-_MEMBER_FIELDS = tuple(f.name for f in fields(ClassicMember))
+def entry_bytes(
+    member_id: str,
+    group_instance_id: str | None,
+    client_id: str,
+    client_host: str,
+    protocols: tuple[tuple[str, bytes], ...],
+) -> int:
+    """An upper bound on a member's entry in its group's record (GroupMetadataValue v3)
+    as a join phase writes it: with no assignment yet, and the member's largest protocol
+    metadata (the record keeps that of the protocol the join phase chooses)."""
+    metadata = max((len(meta) for _, meta in protocols), default=0)
+    strings = (member_id, group_instance_id or "", client_id, client_host)
+    # Four int16-prefixed strings, two int32 timeouts, two int32-prefixed byte arrays.
+    return sum(2 + len(v.encode()) for v in strings) + 8 + 4 + metadata + 4
+
+
+def member_entry_bytes(member: ClassicMember) -> int:
+    """``entry_bytes`` of the member, cached on it while its protocols stay the same."""
+    cached = member._entry_bytes
+    if cached is not None and cached[0] is member.protocols:
+        return cached[1]
+    size = entry_bytes(
+        member.member_id,
+        member.group_instance_id,
+        member.client_id,
+        member.client_host,
+        member.protocols,
+    )
+    object.__setattr__(member, "_entry_bytes", (member.protocols, size))
+    return size
+
+
+def record_bytes_bound(
+    group_id: str, protocol_type: str, protocols: Any, entries: int, leader_bytes: int
+) -> int:
+    """An upper bound on the batch that holds a group's record: framing, key, header (the
+    protocol one of ``protocols``, which every member supports; a leader id of at most
+    ``leader_bytes``) and member entries of ``entries`` bytes in all."""
+    key = 2 + 2 + len(group_id.encode())
+    protocol = max((len(name.encode()) for name, _ in protocols), default=0)
+    # version, protocol type, generation, protocol, leader, state timestamp, member count
+    header = 2 + (2 + len(protocol_type.encode())) + 4 + (2 + protocol) + (2 + leader_bytes) + 12
+    return BATCH_HEADER_BYTES + RECORD_FRAMING_BYTES + key + header + entries
+
+
+_MEMBER_FIELDS = tuple(f.name for f in fields(ClassicMember) if f.name != "_entry_bytes")
 _member_fields = attrgetter(*_MEMBER_FIELDS)
 
 
@@ -185,6 +235,9 @@ class ClassicGroup:
     sync_deadline_ms: int | None = None
     sync_generation: int | None = None
     rebalance: RebalanceTracking | None = None
+    # Sum of the members' ``member_entry_bytes``: what they take in the group's record
+    # (kept by add_member, remove_member, replace_static_member, set_protocols).
+    members_bytes: int = 0
     # Hard state.
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     persisted: GroupMetadataValue | None = None
@@ -218,13 +271,25 @@ class ClassicGroup:
         for name, value in zip(_GROUP_SOFT_FIELDS, saved, strict=True):
             setattr(self, name, value)
 
+    # --- state (the table: state.py) ----------------------------------------------
+
+    def transition_to(self, state: GroupState, wall_ms: int) -> GroupState:
+        """Move to ``state`` (Kafka's ``transitionTo``), the one way a live group changes
+        state: checked against ``CLASSIC_GROUP_TRANSITIONS``. Returns the state it left."""
+        previous = self.state
+        CLASSIC_GROUP_TRANSITIONS.check(previous, state)
+        self.previous_state = previous
+        self.state = state
+        self.state_timestamp_ms = wall_ms  # persisted: KIP-211 retention reads it
+        return previous
+
+    def start_in(self, state: GroupState) -> None:
+        """A group rebuilt from its record (a load) or from a consumer group (a downgrade)
+        starts in ``state``: not a transition, so no previous state and no timestamp."""
+        CLASSIC_GROUP_TRANSITIONS.check_initial(state)
+        self.state = state
+
     # --- queries ---------------------------------------------------------------
-
-    def is_state(self, *states: GroupState) -> bool:
-        return self.state in states
-
-    def has_member(self, member_id: str) -> bool:
-        return member_id in self.members
 
     def is_leader(self, member_id: str) -> bool:
         return self.leader_id == member_id
@@ -246,6 +311,19 @@ class ClassicGroup:
     def is_static_member_fenced(self, instance_id: str | None, member_id: str) -> bool:
         current = self.static_member_id(instance_id)
         return current is not None and current != member_id
+
+    def validate_member(self, member_id: str, instance_id: str | None) -> ErrorCode | None:
+        """Kafka's ``ClassicGroup.validateMember``: None if ``member_id`` (with its
+        instance id) is a member, else the error its request gets."""
+        if instance_id is not None:
+            current = self.static_members.get(instance_id)
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in self.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None
 
     def candidate_protocols(self) -> set[str]:
         """Protocols every member supports."""
@@ -314,12 +392,15 @@ class ClassicGroup:
         if self.leader_id is None:
             self.leader_id = member.member_id
         self.members[member.member_id] = member
+        self.members_bytes += member_entry_bytes(member)
         if member.group_instance_id is not None:
             self.static_members[member.group_instance_id] = member.member_id
         self.pending_members.pop(member.member_id, None)
 
     def remove_member(self, member_id: str) -> ClassicMember | None:
         member = self.members.pop(member_id, None)
+        if member is not None:
+            self.members_bytes -= member_entry_bytes(member)
         iid = member.group_instance_id if member is not None else None
         if iid is not None and self.static_members.get(iid) == member_id:
             del self.static_members[iid]
@@ -350,6 +431,7 @@ class ClassicGroup:
             assignment=old.assignment,
         )
         self.members[new_id] = member
+        self.members_bytes += member_entry_bytes(member) - member_entry_bytes(old)
         if self.leader_id == old_id:
             self.leader_id = new_id
         self.static_members[instance_id] = new_id
@@ -357,6 +439,18 @@ class ClassicGroup:
             del self.pending_sync[old_id]
             self.pending_sync[new_id] = None
         return member
+
+    def set_protocols(
+        self, member: ClassicMember, protocols: tuple[tuple[str, bytes], ...]
+    ) -> None:
+        """A member's protocols change (a JoinGroup): its entry in the record with them."""
+        before = member_entry_bytes(member)
+        member.protocols = protocols
+        self.members_bytes += member_entry_bytes(member) - before
+
+    def count_members_bytes(self) -> int:
+        """``members_bytes`` computed afresh (a loaded group, and the tests' check)."""
+        return sum(member_entry_bytes(m) for m in self.members.values())
 
     def maybe_elect_new_joined_leader(self) -> bool:
         """If the leader did not rejoin, make the first rejoined member leader."""

@@ -49,10 +49,6 @@ class TopicsImage:
 EMPTY_IMAGE = TopicsImage()
 
 
-def assignment_size(assignment: Assignment) -> int:
-    return sum(len(ps) for ps in assignment.values())
-
-
 def normalize(assignment: Mapping[uuid.UUID, Iterable[int]]) -> dict[uuid.UUID, frozenset[int]]:
     """Frozen partition sets, without empty topics (so equal assignments compare equal)."""
     out: dict[uuid.UUID, frozenset[int]] = {}
@@ -61,21 +57,6 @@ def normalize(assignment: Mapping[uuid.UUID, Iterable[int]]) -> dict[uuid.UUID, 
         if frozen:
             out[topic_id] = frozen
     return out
-
-
-def union(a: Assignment, b: Assignment) -> dict[uuid.UUID, frozenset[int]]:
-    out = dict(a)
-    for topic_id, partitions in b.items():
-        out[topic_id] = out.get(topic_id, frozenset()) | partitions
-    return normalize(out)
-
-
-def difference(a: Assignment, b: Assignment) -> dict[uuid.UUID, frozenset[int]]:
-    return normalize({t: ps - b.get(t, frozenset()) for t, ps in a.items()})
-
-
-def intersection(a: Assignment, b: Assignment) -> dict[uuid.UUID, frozenset[int]]:
-    return normalize({t: ps & b.get(t, frozenset()) for t, ps in a.items()})
 
 
 def by_name(assignment: Assignment, image: TopicsImage) -> dict[str, list[int]]:

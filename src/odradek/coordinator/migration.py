@@ -27,14 +27,15 @@ import uuid
 from dataclasses import replace
 
 from odradek.coordinator import events as ev
-from odradek.coordinator.classic import ClassicHandlers
+from odradek.coordinator.classic import ClassicGroupManager
 from odradek.coordinator.consumer_group import (
+    CONSUMER_GROUP_TRANSITIONS,
     ConsumerGroup,
     ConsumerGroupMember,
     IllegalGroupState,
     MemberState,
 )
-from odradek.coordinator.consumer_handlers import ConsumerGroupHandlers, GroupChange
+from odradek.coordinator.consumer_handlers import ConsumerGroupManager, GroupChange
 from odradek.coordinator.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
     Assignment,
@@ -54,6 +55,7 @@ from odradek.coordinator.consumer_records import (
     TargetAssignmentMemberValue,
     consumer_record,
 )
+from odradek.coordinator.context import ShardContext
 from odradek.coordinator.errors import ApiError, ErrorCode
 from odradek.coordinator.group import ClassicGroup, ClassicMember
 from odradek.coordinator.metadata import Assignment as TopicIdAssignment
@@ -79,15 +81,30 @@ E = ErrorCode
 S = GroupState
 
 
-class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
+class MigrationManager:
+    """Conversions between the protocols, and the classic APIs of consumer groups.
+
+    Works through the two protocols' managers: the classic one for a classic group's
+    timers, waiters and rebalances, the consumer one for a consumer group's members.
+    """
+
+    def __init__(
+        self, ctx: ShardContext, classic: ClassicGroupManager, consumer: ConsumerGroupManager
+    ) -> None:
+        self.ctx = ctx
+        self.timer = ctx.timer
+        self.ids = ctx.ids
+        self.classic = classic
+        self.consumer = consumer
+
     # ================================================================= classic -> consumer
 
-    def _upgrade_classic_group(self, now: int, group: object) -> ConsumerGroup:
-        assert isinstance(group, ClassicGroup)
+    def upgrade_classic_group(self, now: int, group: ClassicGroup) -> ConsumerGroup:
+        """A consumer-protocol member joins a classic group: convert it, if allowed."""
         if not group.members:
             # An empty classic group simply makes way (its offsets stay).
             self._retire_classic_group(group)
-            return self._install_consumer_group(ConsumerGroup(group.group_id))
+            return self.consumer.install_group(ConsumerGroup(group.group_id))
         refusal = self._upgrade_refusal(group)
         if refusal is not None:
             raise ApiError(E.GROUP_ID_NOT_FOUND, f"Group {group.group_id} {refusal}.")
@@ -98,14 +115,17 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
                 E.GROUP_ID_NOT_FOUND,
                 f"Cannot upgrade the classic group {group.group_id} to a consumer group: {exc}.",
             ) from exc
+        CONSUMER_GROUP_TRANSITIONS.check_initial(converted.state)
         for member in group.members.values():
-            self._fail_waiters(member, E.REBALANCE_IN_PROGRESS)
+            self.classic.fail_waiters(member, E.REBALANCE_IN_PROGRESS)
         self._retire_classic_group(group)
         self._write_consumer_group(converted)
-        self._install_consumer_group(converted)
+        self.consumer.install_group(converted)
         for mid, member in converted.members.items():
-            self._schedule_session(group.group_id, mid, now + self._session_timeout(member))
-        self._event(
+            self.consumer.schedule_session(
+                group.group_id, mid, now + self.consumer.session_timeout(member)
+            )
+        self.ctx.event(
             ev.GROUP_CONVERTED,
             group.group_id,
             from_protocol="classic",
@@ -116,20 +136,20 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
         return converted
 
     def _upgrade_refusal(self, group: ClassicGroup) -> str | None:
-        if not self.config.upgrade_enabled:
+        if not self.ctx.config.upgrade_enabled:
             return "is a classic group and group.consumer.migration.policy forbids upgrades"
         if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return f"is a classic group of protocol type {group.protocol_type!r}"
-        if len(group.members) > self.config.consumer_group_max_size:
+        if len(group.members) > self.ctx.config.consumer_group_max_size:
             return "has more members than group.consumer.max.size"
         return None
 
     def _retire_classic_group(self, group: ClassicGroup) -> None:
         """Stop the classic group's timers and tombstone its record (offsets are kept)."""
-        self._cancel_all_group_timers(group)
+        self.classic.cancel_all_timers(group)
         group.pending_members.clear()
         if group.persisted is not None:
-            self._record(group_tombstone(group.group_id))
+            self.ctx.record(group_tombstone(group.group_id))
 
     def _consumer_group_from_classic(self, classic: ClassicGroup) -> ConsumerGroup:
         """Kafka's ConsumerGroup.fromClassicGroup: each member at the classic generation,
@@ -166,12 +186,12 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
         """Kafka's createConsumerGroupRecords."""
         gid = group.group_id
         for mid, m in group.members.items():
-            self._record(consumer_record(MEMBER_METADATA, gid, m.subscription_value(), mid))
-        self._record(consumer_record(GROUP_METADATA, gid, GroupEpochValue(group.group_epoch)))
+            self.ctx.record(consumer_record(MEMBER_METADATA, gid, m.subscription_value(), mid))
+        self.ctx.record(consumer_record(GROUP_METADATA, gid, GroupEpochValue(group.group_epoch)))
         for mid in group.members:
             target = TargetAssignmentMemberValue(group.target_of(mid))
-            self._record(consumer_record(TARGET_ASSIGNMENT_MEMBER, gid, target, mid))
-        self._record(
+            self.ctx.record(consumer_record(TARGET_ASSIGNMENT_MEMBER, gid, target, mid))
+        self.ctx.record(
             consumer_record(
                 TARGET_ASSIGNMENT_METADATA,
                 gid,
@@ -179,13 +199,15 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
             )
         )
         for mid, m in group.members.items():
-            self._record(consumer_record(CURRENT_MEMBER_ASSIGNMENT, gid, m.assignment_value(), mid))
+            self.ctx.record(
+                consumer_record(CURRENT_MEMBER_ASSIGNMENT, gid, m.assignment_value(), mid)
+            )
 
     def _ids_of(self, partitions: list[tuple[str, int]]) -> TopicIdAssignment:
         """Topic names to ids; partitions of topics that no longer exist are dropped."""
         by_id: dict[uuid.UUID, set[int]] = {}
         for topic, p in partitions:
-            topic_image = self.image.by_name.get(topic)
+            topic_image = self.ctx.image.by_name.get(topic)
             if topic_image is not None and 0 <= p < topic_image.partitions:
                 by_id.setdefault(topic_image.topic_id, set()).add(p)
         return normalize(by_id)
@@ -195,18 +217,19 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
 
     # ================================================================= consumer -> classic
 
-    def _maybe_downgrade(self, now: int, group: ConsumerGroup, leaving: set[str], why: str) -> bool:
+    def maybe_downgrade(self, now: int, group: ConsumerGroup, leaving: set[str], why: str) -> bool:
+        """Members leave: turn the group back into a classic group if that is due (True)."""
         remaining = len(group.members) - len(leaving & set(group.members))
         if (
             remaining <= 0
-            or not self.config.downgrade_enabled
-            or remaining > self.config.group_max_size
+            or not self.ctx.config.downgrade_enabled
+            or remaining > self.ctx.config.group_max_size
             or not group.all_members_use_classic_protocol_except(leaving)
         ):
             return False
         gid = group.group_id
         members = [m for mid, m in group.members.items() if mid not in leaving]
-        classic = ClassicGroup(gid, state_timestamp_ms=self._wall_ms)
+        classic = ClassicGroup(gid, state_timestamp_ms=self.ctx.wall_ms)
         classic.offsets = group.offsets
         classic.protocol_type = CONSUMER_PROTOCOL_TYPE
         classic.generation_id = group.group_epoch
@@ -224,7 +247,7 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
                     protocols=m.classic.protocols,
                 )
             )
-        classic.state = S.STABLE
+        classic.start_in(S.STABLE)
         classic.protocol_name = classic.select_protocol()
         for m in members:
             member = classic.members[m.member_id]
@@ -233,14 +256,15 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
             )
         classic.subscribed_topics = classic.compute_subscribed_topics()
         # Tombstones for everything the consumer group wrote, then the classic group.
-        self._tombstone_consumer_group(group)
+        for record in group.tombstone_records():
+            self.ctx.record(record)
         for mid in group.members:
-            self._cancel_member_timers(gid, mid)
-        self._record(group_metadata_record(gid, classic.to_value()))
-        self._replace_group(classic)
+            self.consumer.cancel_member_timers(gid, mid)
+        self.ctx.record(group_metadata_record(gid, classic.to_value()))
+        self.ctx.replace_group(classic)
         for member in classic.members.values():
-            self._schedule_heartbeat(classic, member, now + member.session_timeout_ms)
-        self._event(
+            self.classic.schedule_heartbeat(classic, member, now + member.session_timeout_ms)
+        self.ctx.event(
             ev.GROUP_CONVERTED,
             gid,
             from_protocol="consumer",
@@ -249,14 +273,14 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
             members=sorted(classic.members),
             reason=why,
         )
-        self._prepare_rebalance(classic, now, f"downgraded from a consumer group: {why}")
+        self.classic.prepare_rebalance(classic, now, f"downgraded from a consumer group: {why}")
         return True
 
     def _classic_assignment(self, assigned: TopicIdAssignment, subscription_blob: bytes) -> bytes:
         """An assignment as a classic member reads it, in its subscription's version."""
         pairs = []
         for topic_id, partitions in assigned.items():
-            name = self.image.name_of(topic_id)
+            name = self.ctx.image.name_of(topic_id)
             if name is not None:
                 pairs.extend((name, p) for p in sorted(partitions))
         try:
@@ -267,18 +291,18 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
 
     # ================================================================= classic APIs
 
-    def _classic_join_consumer_group(
+    def join_consumer_group(
         self, now: int, token: RequestToken, req: JoinGroupRequest, group: ConsumerGroup
     ) -> None:
         """Kafka's classicGroupJoinToConsumerGroup (the group has members)."""
-        self._respond(token, self._classic_join(now, req, group))
+        self.ctx.respond(token, self._classic_join(now, req, group))
 
     def _classic_join(
         self, now: int, req: JoinGroupRequest, group: ConsumerGroup
     ) -> JoinGroupResponse:
         if not req.group_id:
             raise ApiError(E.INVALID_GROUP_ID)
-        cfg = self.config
+        cfg = self.ctx.config
         if (
             not cfg.group_min_session_timeout_ms
             <= req.session_timeout_ms
@@ -287,7 +311,7 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
             raise ApiError(E.INVALID_SESSION_TIMEOUT)
         unknown = req.member_id == ""
         member_id = self.ids.new_uuid() if unknown else req.member_id
-        self._check_group_size(group, member_id)
+        self.consumer.check_group_size(group, member_id)
         if not self._supports_classic_protocols(group, req):
             raise ApiError(E.INCONSISTENT_GROUP_PROTOCOL)
         if unknown and req.require_known_member_id and req.group_instance_id is None:
@@ -309,10 +333,10 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
             classic=ClassicMemberMetadata(req.session_timeout_ms, tuple(req.protocols)),
         )
         owned = self._owned_of(subscription.owned())
-        result = self._update_group_member(now, change, member, updated, owned)
+        result = self.consumer.update_group_member(now, change, member, updated, owned)
         gid = group.group_id
         self.timer.cancel(timer_key(CG_JOIN, gid, member_id))
-        self._schedule_session(gid, member_id, now + req.session_timeout_ms)
+        self.consumer.schedule_session(gid, member_id, now + req.session_timeout_ms)
         self.timer.schedule(timer_key(CG_SYNC, gid, member_id), now + req.rebalance_timeout_ms)
         return JoinGroupResponse(
             int(E.NONE),
@@ -351,7 +375,7 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
         if unknown:
             if existing is None:
                 return ConsumerGroupMember(member_id)
-            return self._replace_static_member(change, existing, member_id)
+            return self.consumer.replace_static_member(change, existing, member_id)
         if existing is None:
             raise ApiError(E.UNKNOWN_MEMBER_ID, f"Instance id {req.group_instance_id} is unknown.")
         if existing.member_id != member_id:
@@ -403,7 +427,7 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
                     return True
         return False
 
-    def _classic_sync_consumer_group(
+    def sync_consumer_group(
         self, now: int, token: RequestToken, req: SyncGroupRequest, group: ConsumerGroup
     ) -> None:
         member = self._classic_member_of(group, req.member_id, req.group_instance_id)
@@ -424,8 +448,10 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
             raise ApiError(E.REBALANCE_IN_PROGRESS)
         gid = group.group_id
         self.timer.cancel(timer_key(CG_SYNC, gid, member.member_id))
-        self._schedule_session(gid, member.member_id, now + member.classic.session_timeout_ms)
-        self._respond(
+        self.consumer.schedule_session(
+            gid, member.member_id, now + member.classic.session_timeout_ms
+        )
+        self.ctx.respond(
             token,
             SyncGroupResponse(
                 int(E.NONE),
@@ -435,7 +461,7 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
             ),
         )
 
-    def _classic_heartbeat_consumer_group(
+    def heartbeat_consumer_group(
         self, now: int, token: RequestToken, req: HeartbeatRequest, group: ConsumerGroup
     ) -> None:
         member = self._classic_member_of(group, req.member_id, req.group_instance_id)
@@ -443,11 +469,13 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
             raise ApiError(E.ILLEGAL_GENERATION)
         assert member.classic is not None
         gid = group.group_id
-        self._schedule_session(gid, member.member_id, now + member.classic.session_timeout_ms)
+        self.consumer.schedule_session(
+            gid, member.member_id, now + member.classic.session_timeout_ms
+        )
         error = E.REBALANCE_IN_PROGRESS if self._must_rejoin(now, group, member) else E.NONE
-        self._respond(token, HeartbeatResponse(int(error)))
+        self.ctx.respond(token, HeartbeatResponse(int(error)))
 
-    def _classic_leave_consumer_group(
+    def leave_consumer_group(
         self, now: int, token: RequestToken, req: LeaveGroupRequest, group: ConsumerGroup
     ) -> None:
         results = []
@@ -470,19 +498,22 @@ class MigrationHandlers(ConsumerGroupHandlers, ClassicHandlers):
                 continue
             if member not in leaving:
                 leaving.append(member)
-            results.append(LeaveGroupMemberResponse(member.member_id, lm.group_instance_id, 0))
+            results.append(
+                LeaveGroupMemberResponse(member.member_id, lm.group_instance_id, int(E.NONE))
+            )
         if leaving:
-            self._fence_members(now, group, leaving, "member left the group")
-        self._respond(token, LeaveGroupResponse(int(E.NONE), tuple(results)))
+            self.consumer.fence_members(now, group, leaving, "member left the group")
+        self.ctx.respond(token, LeaveGroupResponse(int(E.NONE), tuple(results)))
 
-    def _classic_join_empty_consumer_group(self, group: ConsumerGroup) -> None:
+    def replace_empty_consumer_group(self, group: ConsumerGroup) -> None:
         """A classic member joins an empty consumer group: it becomes a classic group."""
-        self._tombstone_consumer_group(group)
-        classic = ClassicGroup(group.group_id, state_timestamp_ms=self._wall_ms)
+        for record in group.tombstone_records():
+            self.ctx.record(record)
+        classic = ClassicGroup(group.group_id, state_timestamp_ms=self.ctx.wall_ms)
         classic.offsets = group.offsets
-        self._replace_group(classic)
-        self._write_group(classic)
-        self._event(
+        self.ctx.replace_group(classic)
+        self.classic.write_group(classic)
+        self.ctx.event(
             ev.GROUP_CONVERTED,
             group.group_id,
             from_protocol="consumer",

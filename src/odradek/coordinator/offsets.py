@@ -1,26 +1,24 @@
-"""OffsetCommit, OffsetFetch, OffsetDelete and offsets retention (KIP-211)."""
+"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, retention (KIP-211), replay."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-from odradek.coordinator import events as ev
-from odradek.coordinator.consumer_group import (
-    ConsumerGroup,
-    ConsumerGroupMember,
-    ConsumerGroupState,
-)
+from odradek.coordinator.classic import ClassicGroupManager
+from odradek.coordinator.consumer_group import ConsumerGroup
 from odradek.coordinator.consumer_protocol import CONSUMER_PROTOCOL_TYPE
-from odradek.coordinator.core import ShardBase
+from odradek.coordinator.context import ShardContext
 from odradek.coordinator.errors import ErrorCode
 from odradek.coordinator.group import ClassicGroup, CommittedOffset
 from odradek.coordinator.records import (
+    OffsetCommitKey,
     OffsetCommitValue,
-    group_tombstone,
+    decode_offset_commit_value,
     offset_commit_record,
     offset_tombstone,
 )
 from odradek.coordinator.state import GroupState
+from odradek.coordinator.txn_offsets import TxnOffsetManager
 from odradek.coordinator.types import (
     DEFAULT_RETENTION_TIME,
     NO_LEADER_EPOCH,
@@ -28,7 +26,6 @@ from odradek.coordinator.types import (
     OffsetCommitPartitionResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
-    OffsetCommitTopic,
     OffsetCommitTopicResponse,
     OffsetDeletePartitionResponse,
     OffsetDeleteRequest,
@@ -45,27 +42,36 @@ S = GroupState
 E = ErrorCode
 
 
-class OffsetHandlers(ShardBase):
-    # Transactional offsets live in ``txn_offsets.TxnOffsetHandlers`` (a base of the shard).
-    def has_pending_txn_offset(self, group_id: str, topic: str, partition: int) -> bool:
-        raise NotImplementedError
+class OffsetManager:
+    """Committed offsets of every group: OffsetCommit, OffsetFetch, OffsetDelete, the
+    offset records' replay, and which offsets retention expires.
 
-    def has_open_transactions(self, group_id: str) -> bool:
-        raise NotImplementedError
+    Transactional offsets are ``txn``'s (``txn_offsets.py``): a pending one holds
+    back OffsetFetch(require_stable). A classic member's commit counts as its
+    heartbeat, which ``classic`` schedules.
+    """
+
+    def __init__(
+        self, ctx: ShardContext, classic: ClassicGroupManager, txn: TxnOffsetManager
+    ) -> None:
+        self.ctx = ctx
+        self.groups = ctx.groups
+        self.classic = classic
+        self.txn = txn
 
     # ================================================================= OffsetCommit
 
-    def _offset_commit(self, now: int, token: RequestToken, req: OffsetCommitRequest) -> None:
+    def commit(self, now: int, token: RequestToken, req: OffsetCommitRequest) -> None:
         # Kafka 4.x still takes commits for the empty group id (a pre-0.9 habit); no
         # client of a consumer group sends one, and Odradek refuses it like every
         # other group API does (docs/coordinator.md).
         error = E.INVALID_GROUP_ID if not req.group_id else self._validate_offset_commit(now, req)
         if error is not None:
             err = error
-            self._respond(token, self._commit_response(req, lambda _t, _p: err))
+            self.ctx.respond(token, self._commit_response(req, lambda _t, _p: err))
             return
-        max_meta = self.config.offset_metadata_max_bytes
-        wall = self._wall_ms  # commit and expire timestamps are wall-clock, as Kafka's
+        max_meta = self.ctx.config.offset_metadata_max_bytes
+        wall = self.ctx.wall_ms  # commit and expire timestamps are wall-clock, as Kafka's
         results: dict[tuple[str, int], ErrorCode] = {}
         for topic in req.topics:
             for p in topic.partitions:
@@ -79,9 +85,9 @@ class OffsetHandlers(ShardBase):
                     else -1
                 )
                 value = OffsetCommitValue(p.offset, p.leader_epoch, metadata, wall, expire)
-                self._record(offset_commit_record(req.group_id, topic.name, p.partition, value))
+                self.ctx.record(offset_commit_record(req.group_id, topic.name, p.partition, value))
                 results[(topic.name, p.partition)] = E.NONE
-        self._respond(token, self._commit_response(req, lambda t, p: results[(t, p)]))
+        self.ctx.respond(token, self._commit_response(req, lambda t, p: results[(t, p)]))
 
     def _validate_offset_commit(self, now: int, req: OffsetCommitRequest) -> ErrorCode | None:
         """Kafka 4.x OffsetMetadataManager / ClassicGroup.validateOffsetCommit."""
@@ -100,7 +106,7 @@ class OffsetHandlers(ShardBase):
         if req.generation_id < 0 and group.state is S.EMPTY:
             return None  # same: no member to validate in an Empty group
         if req.generation_id >= 0 or req.member_id or req.group_instance_id is not None:
-            error = self._validate_member(group, req.member_id, req.group_instance_id)
+            error = group.validate_member(req.member_id, req.group_instance_id)
             if error is not None:
                 return error
             if req.generation_id != group.generation_id:
@@ -113,7 +119,7 @@ class OffsetHandlers(ShardBase):
         if group.state in (S.STABLE, S.PREPARING_REBALANCE):
             # A commit counts as a heartbeat.
             member = group.members[req.member_id]
-            self._schedule_heartbeat(group, member, now + member.session_timeout_ms)
+            self.classic.schedule_heartbeat(group, member, now + member.session_timeout_ms)
         return None
 
     def _validate_consumer_commit(
@@ -138,21 +144,11 @@ class OffsetHandlers(ShardBase):
             return E.UNSUPPORTED_VERSION  # consumer-protocol members commit with v9+
         if req.generation_id == member.member_epoch:
             return None
-        if req.generation_id == member.previous_member_epoch and self._owns_all(member, req.topics):
+        if req.generation_id == member.previous_member_epoch and member.owns_all(
+            self.ctx.image, req.topics
+        ):
             return None
         return E.STALE_MEMBER_EPOCH
-
-    def _owns_all(self, member: ConsumerGroupMember, topics: Iterable[OffsetCommitTopic]) -> bool:
-        for topic in topics:
-            image = self.image.by_name.get(topic.name)
-            if image is None:
-                return False
-            owned = member.assigned.get(image.topic_id, frozenset()) | (
-                member.pending_revocation.get(image.topic_id, frozenset())
-            )
-            if any(p.partition not in owned for p in topic.partitions):
-                return False
-        return True
 
     @staticmethod
     def _commit_response(
@@ -175,9 +171,9 @@ class OffsetHandlers(ShardBase):
 
     # ================================================================= OffsetFetch
 
-    def _offset_fetch(self, now: int, token: RequestToken, req: OffsetFetchRequest) -> None:
+    def fetch(self, now: int, token: RequestToken, req: OffsetFetchRequest) -> None:
         if not req.group_id:
-            self._respond(token, OffsetFetchResponse(int(E.INVALID_GROUP_ID)))
+            self.ctx.respond(token, OffsetFetchResponse(int(E.INVALID_GROUP_ID)))
             return
         group = self.groups.get(req.group_id)
         if isinstance(group, ConsumerGroup) and (
@@ -193,7 +189,7 @@ class OffsetHandlers(ShardBase):
                     E.ILLEGAL_GENERATION if member.uses_classic_protocol else E.STALE_MEMBER_EPOCH
                 )
             if error is not None:
-                self._respond(token, OffsetFetchResponse(int(error)))
+                self.ctx.respond(token, OffsetFetchResponse(int(error)))
                 return
         offsets = group.offsets if group is not None else {}
         if req.topics is None:
@@ -208,7 +204,7 @@ class OffsetHandlers(ShardBase):
             parts = []
             for p in partitions:
                 o = offsets.get((name, p))
-                if req.require_stable and self.has_pending_txn_offset(req.group_id, name, p):
+                if req.require_stable and self.txn.has_pending(req.group_id, name, p):
                     # KIP-447: a transactional commit of it awaits its marker.
                     parts.append(
                         OffsetFetchPartitionResponse(
@@ -222,17 +218,17 @@ class OffsetHandlers(ShardBase):
                         OffsetFetchPartitionResponse(p, o.offset, o.leader_epoch, o.metadata)
                     )
             topics.append(OffsetFetchTopicResponse(name, tuple(parts)))
-        self._respond(token, OffsetFetchResponse(int(E.NONE), tuple(topics)))
+        self.ctx.respond(token, OffsetFetchResponse(int(E.NONE), tuple(topics)))
 
     # ================================================================= OffsetDelete
 
-    def _offset_delete(self, now: int, token: RequestToken, req: OffsetDeleteRequest) -> None:
+    def delete(self, now: int, token: RequestToken, req: OffsetDeleteRequest) -> None:
         if not req.group_id:
-            self._respond(token, OffsetDeleteResponse(int(E.INVALID_GROUP_ID)))
+            self.ctx.respond(token, OffsetDeleteResponse(int(E.INVALID_GROUP_ID)))
             return
         group = self.groups.get(req.group_id)
         if group is None or group.state is S.DEAD:
-            self._respond(token, OffsetDeleteResponse(int(E.GROUP_ID_NOT_FOUND)))
+            self.ctx.respond(token, OffsetDeleteResponse(int(E.GROUP_ID_NOT_FOUND)))
             return
         if isinstance(group, ConsumerGroup):
             names = group.subscribed_topic_names()
@@ -242,7 +238,7 @@ class OffsetHandlers(ShardBase):
         elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
             subscribed = {t.name for t in req.topics if group.is_subscribed_to_topic(t.name)}
         else:
-            self._respond(token, OffsetDeleteResponse(int(E.NON_EMPTY_GROUP)))
+            self.ctx.respond(token, OffsetDeleteResponse(int(E.NON_EMPTY_GROUP)))
             return
         topics = []
         for t in req.topics:
@@ -252,18 +248,18 @@ class OffsetHandlers(ShardBase):
                     parts.append(OffsetDeletePartitionResponse(p, int(E.GROUP_SUBSCRIBED_TO_TOPIC)))
                     continue
                 if (t.name, p) in group.offsets:
-                    self._record(offset_tombstone(group.group_id, t.name, p))
+                    self.ctx.record(offset_tombstone(group.group_id, t.name, p))
                 parts.append(OffsetDeletePartitionResponse(p, int(E.NONE)))
             topics.append(OffsetDeleteTopicResponse(t.name, tuple(parts)))
-        self._respond(token, OffsetDeleteResponse(int(E.NONE), tuple(topics)))
+        self.ctx.respond(token, OffsetDeleteResponse(int(E.NONE), tuple(topics)))
 
     # ================================================================= retention
 
-    def _expired_offsets(
+    def expired_offsets(
         self, group: ClassicGroup | ConsumerGroup, now: int
     ) -> list[tuple[str, int]]:
         """``now`` is the wall clock: retention is measured on record timestamps."""
-        retention = self.config.offsets_retention_ms
+        retention = self.ctx.config.offsets_retention_ms
 
         def expired(o: CommittedOffset, base: int) -> bool:
             if o.expire_timestamp is not None:
@@ -302,54 +298,33 @@ class OffsetHandlers(ShardBase):
             return [tp for tp, o in group.offsets.items() if expired(o, o.commit_timestamp)]
         return []
 
-    def _cleanup_group_metadata(self) -> None:
-        """Expire offsets by their (wall-clock) timestamps; remove Empty groups left bare."""
-        wall = self._wall_ms
-        for group in list(self.groups.values()):
-            if group.state is S.DEAD:
-                continue
-            expired = sorted(
-                tp
-                for tp in self._expired_offsets(group, wall)
-                if not self.has_pending_txn_offset(group.group_id, *tp)  # Kafka waits for it
-            )
-            if expired:
-                self._event(
-                    ev.OFFSETS_EXPIRED,
-                    group.group_id,
-                    partitions=[f"{t}-{p}" for t, p in expired],
-                )
-            empty = group.state in (S.EMPTY, ConsumerGroupState.EMPTY)
-            if (
-                empty
-                and len(group.offsets) == len(expired)
-                and not self.has_open_transactions(group.group_id)
-            ):
-                # Tombstones every offset, the expired ones included.
-                self._delete_group(group, "empty group without offsets")
-                continue
-            for topic, partition in expired:
-                self._record(offset_tombstone(group.group_id, topic, partition))
+    # ================================================================= replay
 
-    def _delete_group(self, group: ClassicGroup | ConsumerGroup, reason: str) -> None:
-        """Tombstone an Empty group and whatever offsets it still has."""
-        for topic, partition in sorted(group.offsets):
-            self._record(offset_tombstone(group.group_id, topic, partition))
-        if isinstance(group, ConsumerGroup):
-            self._tombstone_consumer_group(group)
-            self._event(
-                ev.STATE_TRANSITION,
-                group.group_id,
-                from_state=group.state.value,
-                to_state=ConsumerGroupState.DEAD.value,
-                generation=group.group_epoch,
-                members=[],
-                leader=None,
-                reason=reason,
-                protocol="consumer",
-            )
+    def replay(
+        self, key: OffsetCommitKey, value: bytes | None, producer_id: int, offset: int
+    ) -> None:
+        """An offset commit record (None: its tombstone); ``producer_id`` >= 0: written by
+        that producer's transaction, pending until its marker (``txn``)."""
+        tp = (key.topic, key.partition)
+        if value is None:
+            self.txn.forget_pending(key.group, key.topic, key.partition)
+            group = self.groups.get(key.group)
+            if group is not None:
+                group.offsets.pop(tp, None)
+                if isinstance(group, ClassicGroup):
+                    self.classic.maybe_forget_shell(group)
             return
-        self._cancel_all_group_timers(group)
-        group.pending_members.clear()
-        self._transition(group, S.DEAD, reason)
-        self._record(group_tombstone(group.group_id))
+        v = decode_offset_commit_value(value)
+        group = self.groups.get(key.group) or self.classic.get_or_create(key.group)
+        committed = CommittedOffset(
+            v.offset,
+            v.leader_epoch,
+            v.metadata,
+            v.commit_timestamp,
+            v.expire_timestamp if v.expire_timestamp >= 0 else None,
+            offset,
+        )
+        if producer_id >= 0:
+            self.txn.replay_offset(producer_id, key, committed)
+            return
+        group.offsets[tp] = committed

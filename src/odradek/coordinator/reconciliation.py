@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 
 from odradek.coordinator.consumer_group import ConsumerGroupMember, MemberState
 from odradek.coordinator.metadata import Assignment, normalize
@@ -111,28 +110,9 @@ def _next(
         assign[topic_id] = frozenset(free)
     kept_n, revoke_n, assign_n = normalize(kept), normalize(revoke), normalize(assign)
     if revoke_n and owns_any(owned, revoke_n):
-        return _moved(member, member_epoch, MemberState.UNREVOKED_PARTITIONS, kept_n, revoke_n)
+        return member.move_to(member_epoch, MemberState.UNREVOKED_PARTITIONS, kept_n, revoke_n)
     assigned = dict(kept_n)
     for topic_id, partitions in assign_n.items():
         assigned[topic_id] = assigned.get(topic_id, frozenset()) | partitions
     state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
-    return _moved(member, target_epoch, state, normalize(assigned), {})
-
-
-def _moved(
-    member: ConsumerGroupMember,
-    epoch: int,
-    state: MemberState,
-    assigned: Assignment,
-    pending: Assignment,
-) -> ConsumerGroupMember:
-    """The member at ``epoch``; the previous epoch moves only when the epoch does."""
-    if epoch != member.member_epoch:
-        return member.with_epoch(epoch, state=state, assigned=assigned, pending_revocation=pending)
-    if (
-        member.state is state
-        and member.assigned == assigned
-        and member.pending_revocation == pending
-    ):
-        return member
-    return replace(member, state=state, assigned=assigned, pending_revocation=pending)
+    return member.move_to(target_epoch, state, normalize(assigned), {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 _INT_MIN = -(2**31)
+OFFSETS_TOPIC = "__consumer_offsets"
 
 
 def java_string_hashcode(value: str) -> int:

@@ -1,43 +1,49 @@
-"""``GroupCoordinatorShard``: the core's public face for one ``__consumer_offsets`` partition."""
+"""``GroupCoordinatorShard``: the core's public face for one ``__consumer_offsets`` partition.
+
+The shard composes managers, each a concept of its own module, sharing one
+``ShardContext`` (the groups, the timer, ids, configuration, the call's
+output), as Kafka's ``GroupCoordinatorShard`` composes its
+``GroupMetadataManager`` and ``OffsetMetadataManager``:
+
+- ``classic`` (classic.py): JoinGroup, SyncGroup, Heartbeat, LeaveGroup of classic
+  groups, their timers and state machine;
+- ``consumer`` (consumer_handlers.py): consumer groups (KIP-848);
+- ``migration`` (migration.py): conversions between the two, and the classic APIs
+  of a consumer group's classic-protocol members;
+- ``offsets`` (offsets.py) and ``txn_offsets`` (txn_offsets.py): committed and
+  transactional offsets;
+- ``admin`` (admin.py): DescribeGroups, ListGroups, DeleteGroups.
+
+The shard itself routes (requests by type, ``_handlers``; timers by kind; records
+by key), makes each call atomic (``journal.py``), loads and unloads, and runs the
+periodic cleanup, where offsets expire and empty groups are deleted.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from odradek.coordinator import events as ev
-from odradek.coordinator.admin import AdminHandlers
+from odradek.coordinator.admin import GroupAdminManager
+from odradek.coordinator.classic import ClassicGroupManager
 from odradek.coordinator.config import CoordinatorConfig
 from odradek.coordinator.consumer_group import ConsumerGroup, ConsumerGroupState
-from odradek.coordinator.consumer_records import (
-    CURRENT_MEMBER_ASSIGNMENT,
-    GROUP_METADATA,
-    MEMBER_METADATA,
-    PARTITION_METADATA,
-    REGULAR_EXPRESSION,
-    TARGET_ASSIGNMENT_MEMBER,
-    TARGET_ASSIGNMENT_METADATA,
-    ConsumerRecordKey,
-    CurrentAssignmentValue,
-    GroupEpochValue,
-    MemberMetadataValue,
-    PartitionMetadataValue,
-    RegexValue,
-    TargetAssignmentEpochValue,
-    TargetAssignmentMemberValue,
-    decode_consumer_key,
-    decode_consumer_value,
-)
+from odradek.coordinator.consumer_handlers import ConsumerGroupManager
+from odradek.coordinator.consumer_records import decode_consumer_key
+from odradek.coordinator.context import JournaledTimer, ShardContext
 from odradek.coordinator.errors import ApiError, ErrorCode
-from odradek.coordinator.group import ClassicGroup, ClassicMember, CommittedOffset
+from odradek.coordinator.group import ClassicGroup, CommittedOffset
+from odradek.coordinator.history import GroupHistories, is_event_key
 from odradek.coordinator.journal import Journal, start_recording, stop_recording
 from odradek.coordinator.metadata import TopicsImage
-from odradek.coordinator.migration import MigrationHandlers
+from odradek.coordinator.migration import MigrationManager
+from odradek.coordinator.offsets import OffsetManager
 from odradek.coordinator.records import (
     GroupMetadataKey,
     OffsetCommitKey,
-    decode_group_metadata_value,
     decode_key,
-    decode_offset_commit_value,
+    offset_tombstone,
 )
 from odradek.coordinator.state import GroupState
 from odradek.coordinator.timer import (
@@ -46,16 +52,12 @@ from odradek.coordinator.timer import (
     CG_SESSION,
     CG_SYNC,
     CLEANUP,
-    HEARTBEAT,
-    JOIN,
-    PENDING,
-    SYNC,
     IdGenerator,
     Timer,
     parse_timer_key,
     timer_key,
 )
-from odradek.coordinator.txn_offsets import TxnOffsetCommitRequest, TxnOffsetHandlers
+from odradek.coordinator.txn_offsets import OffsetKey, TxnOffsetCommitRequest, TxnOffsetManager
 from odradek.coordinator.types import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
@@ -98,11 +100,14 @@ E = ErrorCode
 CLEANUP_KEY = timer_key(CLEANUP)
 CONSUMER_TIMERS = frozenset({CG_SESSION, CG_REBALANCE, CG_JOIN, CG_SYNC})
 
+Handler = Callable[[int, RequestToken, Any], None]
 
-class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers):
+
+class GroupCoordinatorShard:
     """Pure group coordinator (classic and consumer groups) for one partition.
 
-    See the package docstring."""
+    See the package docstring for the calling convention, the module's for its parts.
+    """
 
     def __init__(
         self,
@@ -111,8 +116,65 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers)
         timer: Timer,
         ids: IdGenerator,
     ) -> None:
-        super().__init__(config or CoordinatorConfig(), timer, ids)
+        ctx = self.ctx = ShardContext(config or CoordinatorConfig(), timer, ids)
+        self.classic = ClassicGroupManager(ctx)
+        self.consumer = ConsumerGroupManager(ctx)
+        self.migration = MigrationManager(ctx, self.classic, self.consumer)
+        # Both ways: a heartbeat may upgrade a classic group, a fence downgrade the group.
+        self.consumer.migration = self.migration
+        self.txn_offsets = TxnOffsetManager(ctx, self.classic)
+        self.offsets = OffsetManager(ctx, self.classic, self.txn_offsets)
+        self.admin = GroupAdminManager(ctx, self.classic)
+        # Which manager answers each request (the classic protocol's four ask the group
+        # first: it may be a consumer group with classic-protocol members).
+        self._handlers: dict[type, Handler] = {
+            JoinGroupRequest: self._join_group,
+            SyncGroupRequest: self._sync_group,
+            HeartbeatRequest: self._heartbeat,
+            LeaveGroupRequest: self._leave_group,
+            ConsumerGroupHeartbeatRequest: self.consumer.heartbeat,
+            ConsumerGroupDescribeRequest: self.consumer.describe,
+            OffsetCommitRequest: self.offsets.commit,
+            OffsetFetchRequest: self.offsets.fetch,
+            OffsetDeleteRequest: self.offsets.delete,
+            TxnOffsetCommitRequest: self.txn_offsets.commit,
+            DescribeGroupsRequest: self.admin.describe_groups,
+            ListGroupsRequest: self.admin.list_groups,
+            DeleteGroupsRequest: self.admin.delete_groups,
+        }
         self._last_journal: Journal | None = None
+
+    # --- the shared state, for the runtime and inspection ------------------------------
+
+    @property
+    def config(self) -> CoordinatorConfig:
+        return self.ctx.config
+
+    @config.setter
+    def config(self, config: CoordinatorConfig) -> None:
+        """New settings take effect from the next call."""
+        self.ctx.config = config
+
+    @property
+    def timer(self) -> JournaledTimer:
+        return self.ctx.timer
+
+    @property
+    def groups(self) -> dict[str, ClassicGroup | ConsumerGroup]:
+        """Classic and consumer groups by id."""
+        return self.ctx.groups
+
+    @property
+    def histories(self) -> GroupHistories:
+        return self.ctx.histories
+
+    @property
+    def image(self) -> TopicsImage:
+        return self.ctx.image
+
+    @property
+    def loaded(self) -> bool:
+        return self.ctx.loaded
 
     # ================================================================= entry points
     #
@@ -129,12 +191,15 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers)
         self, now_ms: int, token: RequestToken, request: Request, *, wall_ms: int | None = None
     ) -> Result:
         """Run one request. Its response may be in this Result or a later one."""
-        if not self.loaded:
+        if not self.ctx.loaded:
             raise RuntimeError("handle() before on_loaded(): answer with loading_response()")
+        handler = self._handlers.get(type(request))
+        if handler is None:
+            raise TypeError(f"unsupported request {type(request).__name__}")
         touched = _groups_named_by(request)
         try:
             return self._atomically(
-                now_ms, wall_ms, touched, lambda: self._dispatch(now_ms, token, request)
+                now_ms, wall_ms, touched, lambda: handler(now_ms, token, request)
             )
         except ApiError as error:
             # Refused: the call was undone; answer with the error alone (Kafka's
@@ -144,65 +209,51 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers)
             refused.responses.append((token, error_response(request, error.code, error.message)))
             return refused
 
-    def _dispatch(self, now_ms: int, token: RequestToken, request: Request) -> None:
-        if isinstance(request, ConsumerGroupHeartbeatRequest):
-            self._consumer_group_heartbeat(now_ms, token, request)
-        elif isinstance(request, ConsumerGroupDescribeRequest):
-            self._consumer_group_describe(now_ms, token, request)
-        elif isinstance(request, JoinGroupRequest | SyncGroupRequest | HeartbeatRequest):
-            self._dispatch_classic(now_ms, token, request)
-        elif isinstance(request, LeaveGroupRequest):
-            group = self.groups.get(request.group_id)
-            if isinstance(group, ConsumerGroup):
-                self._classic_leave_consumer_group(now_ms, token, request, group)
-            else:
-                self._leave_group(now_ms, token, request)
-        elif isinstance(request, OffsetCommitRequest):
-            self._offset_commit(now_ms, token, request)
-        elif isinstance(request, OffsetFetchRequest):
-            self._offset_fetch(now_ms, token, request)
-        elif isinstance(request, DescribeGroupsRequest):
-            self._describe_groups(now_ms, token, request)
-        elif isinstance(request, ListGroupsRequest):
-            self._list_groups(now_ms, token, request)
-        elif isinstance(request, DeleteGroupsRequest):
-            self._delete_groups(now_ms, token, request)
-        elif isinstance(request, OffsetDeleteRequest):
-            self._offset_delete(now_ms, token, request)
-        elif isinstance(request, TxnOffsetCommitRequest):
-            self._txn_offset_commit(now_ms, token, request)
-        else:
-            raise TypeError(f"unsupported request {type(request).__name__}")
+    # --- the classic protocol: to a classic group, or to a consumer group whose members
+    # may speak it (online migration) -------------------------------------------------------
 
-    def _dispatch_classic(
-        self,
-        now_ms: int,
-        token: RequestToken,
-        request: JoinGroupRequest | SyncGroupRequest | HeartbeatRequest,
-    ) -> None:
-        """Classic-protocol requests: to a classic group, or to a consumer group whose
-        members may speak the classic protocol (online migration)."""
-        group = self.groups.get(request.group_id)
+    def _join_group(self, now: int, token: RequestToken, req: JoinGroupRequest) -> None:
+        group = self.ctx.groups.get(req.group_id)
         if not isinstance(group, ConsumerGroup):
-            if isinstance(request, JoinGroupRequest):
-                self._join_group(now_ms, token, request)
-            elif isinstance(request, SyncGroupRequest):
-                self._sync_group(now_ms, token, request)
-            else:
-                self._heartbeat(now_ms, token, request)
-        elif isinstance(request, JoinGroupRequest):
-            if group.members:
-                self._classic_join_consumer_group(now_ms, token, request, group)
-            else:
-                self._classic_join_empty_consumer_group(group)
-                self._join_group(now_ms, token, request)
-        elif not group.members:
+            self.classic.join_group(now, token, req)
+        elif group.members:
+            self.migration.join_consumer_group(now, token, req, group)
+        else:
+            self.migration.replace_empty_consumer_group(group)
+            self.classic.join_group(now, token, req)
+
+    def _sync_group(self, now: int, token: RequestToken, req: SyncGroupRequest) -> None:
+        group = self._classic_or_consumer_group(req.group_id)
+        if group is None:
+            self.classic.sync_group(now, token, req)
+        else:
+            self.migration.sync_consumer_group(now, token, req, group)
+
+    def _heartbeat(self, now: int, token: RequestToken, req: HeartbeatRequest) -> None:
+        group = self._classic_or_consumer_group(req.group_id)
+        if group is None:
+            self.classic.heartbeat(now, token, req)
+        else:
+            self.migration.heartbeat_consumer_group(now, token, req, group)
+
+    def _leave_group(self, now: int, token: RequestToken, req: LeaveGroupRequest) -> None:
+        group = self.ctx.groups.get(req.group_id)
+        if isinstance(group, ConsumerGroup):
+            self.migration.leave_consumer_group(now, token, req, group)
+        else:
+            self.classic.leave_group(now, token, req)
+
+    def _classic_or_consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        """The consumer group ``group_id`` names, or None for a classic group (or none)."""
+        group = self.ctx.groups.get(group_id)
+        if not isinstance(group, ConsumerGroup):
+            return None
+        if not group.members:
             # Kafka answers classic requests to an empty group with UNKNOWN_MEMBER_ID.
             raise ApiError(ErrorCode.UNKNOWN_MEMBER_ID)
-        elif isinstance(request, SyncGroupRequest):
-            self._classic_sync_consumer_group(now_ms, token, request, group)
-        else:
-            self._classic_heartbeat_consumer_group(now_ms, token, request, group)
+        return group
+
+    # --- timers and topics ------------------------------------------------------------
 
     def update_metadata(self, image: TopicsImage) -> None:
         """The cluster's topics changed (or are known for the first time).
@@ -211,129 +262,129 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers)
         created, deleted or grown that they subscribe to bump their group epoch. Called
         between coordinator calls, never inside one.
         """
-        if image.version < self.image.version:
-            raise ValueError(f"topics image version {image.version} < {self.image.version}")
-        self.image = image
+        if image.version < self.ctx.image.version:
+            raise ValueError(f"topics image version {image.version} < {self.ctx.image.version}")
+        self.ctx.image = image
 
     def on_timer(self, now_ms: int, key: str, *, wall_ms: int | None = None) -> Result:
         """A timer scheduled through ``Timer.schedule`` fired (possibly early, or stale)."""
         kind, parts = parse_timer_key(key)
+        ctx = self.ctx
 
         def body() -> None:
-            if kind not in CONSUMER_TIMERS or not self.loaded:
-                self.timer.fired(key)
-            if not self.loaded:
+            if kind in CONSUMER_TIMERS and ctx.loaded:
+                self.consumer.on_timer(now_ms, key, kind, parts)  # the deadline is the timer's
+                return
+            ctx.timer.fired(key)
+            if not ctx.loaded:
                 return
             if kind == CLEANUP:
                 self._cleanup_group_metadata()
+                ctx.sweep_histories()
                 self._schedule_cleanup(now_ms)
-                self._out.atomic = False  # many independent tombstones: any batching will do
+                ctx.out.atomic = False  # many independent tombstones: any batching will do
                 return
-            if kind in CONSUMER_TIMERS:
-                deadline = self.timer.deadlines.get(key)
-                if deadline is None:
-                    return  # cancelled or replaced: stale
-                if now_ms < deadline:
-                    self.timer.schedule(key, deadline)  # early: re-arm, never drop
-                    return
-                self.timer.fired(key)
-                self._on_consumer_timer(now_ms, kind, parts[0], parts[1])
-                return
-            group = self.classic_group(parts[0]) if parts else None
-            if group is None:
-                return
-            if kind == JOIN:
-                self._on_join_timer(now_ms, group)
-            elif kind == SYNC:
-                self._on_sync_timer(now_ms, group)
-            elif kind == HEARTBEAT:
-                self._on_heartbeat_timer(now_ms, group, parts[1])
-            elif kind == PENDING:
-                self._on_pending_timer(now_ms, group, parts[1])
+            self.classic.on_timer(now_ms, kind, parts)
 
         return self._atomically(now_ms, wall_ms, (), body)  # timers create no group
+
+    def _cleanup_group_metadata(self) -> None:
+        """Expire offsets by their (wall-clock) timestamps; delete Empty groups left bare
+        (Kafka's ``GroupCoordinatorShard.cleanupGroupMetadata``)."""
+        ctx = self.ctx
+        has_pending = self.txn_offsets.has_pending
+        for group in list(ctx.groups.values()):
+            if group.state is S.DEAD:
+                continue
+            expired = sorted(
+                tp
+                for tp in self.offsets.expired_offsets(group, ctx.wall_ms)
+                if not has_pending(group.group_id, *tp)  # Kafka waits for its marker
+            )
+            if expired:
+                ctx.event(
+                    ev.OFFSETS_EXPIRED,
+                    group.group_id,
+                    partitions=[f"{t}-{p}" for t, p in expired],
+                )
+            empty = group.state in (S.EMPTY, ConsumerGroupState.EMPTY)
+            if (
+                empty
+                and len(group.offsets) == len(expired)
+                and not self.txn_offsets.has_open_transactions(group.group_id)
+            ):
+                # Tombstones every offset, the expired ones included.
+                self.admin.delete_group(group, "empty group without offsets")
+                continue
+            for topic, partition in expired:
+                ctx.record(offset_tombstone(group.group_id, topic, partition))
+
+    def _schedule_cleanup(self, now_ms: int) -> None:
+        self.ctx.timer.schedule(
+            CLEANUP_KEY, now_ms + self.ctx.config.offsets_retention_check_interval_ms
+        )
+
+    # --- atomicity --------------------------------------------------------------------
 
     def abort(self) -> None:
         """Undo the last ``handle``/``on_timer``, whose records could not be appended."""
         journal, self._last_journal = self._last_journal, None
         if journal is None:
             raise RuntimeError("abort() without a call to undo (or after its records replayed)")
-        journal.undo(self.groups, self.timer.restore)
+        journal.undo(self.ctx.groups, self.ctx.timer.restore)
 
     def _atomically(
         self, now_ms: int, wall_ms: int | None, group_ids: Iterable[str], body: Callable[[], None]
     ) -> Result:
+        ctx = self.ctx
         journal = Journal()
         for group_id in group_ids:
-            if group_id not in self.groups:
+            if group_id not in ctx.groups:
                 journal.note_absent(group_id)
         self._last_journal = None
-        self._out = out = Result()
-        self._wall_ms = now_ms if wall_ms is None else wall_ms
+        out = ctx.start_call(now_ms if wall_ms is None else wall_ms)
         recording = start_recording(journal)
         try:
             body()
+            ctx.write_history(out)
         except BaseException:
             stop_recording(recording)
-            journal.undo(self.groups, self.timer.restore)
+            journal.undo(ctx.groups, ctx.timer.restore)
             raise
         stop_recording(recording)
         self._last_journal = journal
         return out
+
+    # ================================================================= loading
 
     def on_loaded(self, now_ms: int, *, wall_ms: int | None = None) -> Result:
         """All records of the partition were replayed: build live groups and start timers.
 
         Not atomic: if it raises, discard the shard and load a fresh one.
         """
-        self._out = out = Result()
-        self._wall_ms = now_ms if wall_ms is None else wall_ms
-        self.loaded = True
-        self._consumer_groups_loaded(now_ms)
-        for group in list(self.groups.values()):
-            if not isinstance(group, ClassicGroup):
-                continue
-            self._materialize(group)
-            self._event(
-                ev.GROUP_LOADED,
-                group.group_id,
-                state=group.state.value,
-                generation=group.generation_id,
-                members=list(group.members),
-                offsets=len(group.offsets),
-            )
-            # Members must heartbeat (or rejoin) the new coordinator within their session.
-            for member in group.members.values():
-                self._schedule_heartbeat(group, member, now_ms + member.session_timeout_ms)
-            if len(group.members) > self.config.group_max_size:
-                self._prepare_rebalance(group, now_ms, "loaded group is over group.max.size")
-            elif group.members and not any(m.assignment for m in group.members.values()):
-                # Written when its join phase completed, before the leader's assignment:
-                # that rebalance was lost with the old coordinator, so start another.
-                self._prepare_rebalance(
-                    group, now_ms, "loaded group has no assignment (rebalance interrupted)"
-                )
+        ctx = self.ctx
+        out = ctx.start_call(now_ms if wall_ms is None else wall_ms)
+        out.atomic = False  # each group's records (and events) stand alone
+        ctx.loaded = True
+        self.consumer.on_loaded(now_ms)
+        self.classic.on_loaded(now_ms)
         self._schedule_cleanup(now_ms)
-        self._out = Result()
+        ctx.write_history(out)
+        ctx.start_call(ctx.wall_ms)
         return out
 
     def on_unloaded(self) -> Result:
         """The partition moved away: parked requests get NOT_COORDINATOR, timers stop."""
-        self._out = out = Result()
+        ctx = self.ctx
+        out = ctx.start_call(ctx.wall_ms)
         self._last_journal = None
-        for group in self.groups.values():
-            if isinstance(group, ConsumerGroup):
-                for mid in group.members:
-                    self._cancel_member_timers(group.group_id, mid)
-                continue
-            for member in group.members.values():
-                self._fail_waiters(member, E.NOT_COORDINATOR)
-            self._cancel_all_group_timers(group)
-            group.state = S.DEAD
-        self.timer.cancel(CLEANUP_KEY)
-        self.groups.clear()
-        self.loaded = False
-        self._out = Result()
+        self.consumer.on_unloaded()
+        self.classic.on_unloaded()
+        ctx.timer.cancel(CLEANUP_KEY)
+        ctx.groups.clear()
+        ctx.histories = GroupHistories()
+        ctx.loaded = False
+        ctx.start_call(ctx.wall_ms)
         return out
 
     # ================================================================= replay
@@ -345,178 +396,42 @@ class GroupCoordinatorShard(MigrationHandlers, AdminHandlers, TxnOffsetHandlers)
         (TxnOffsetCommit): pending until its marker (``replay_end_transaction``).
         ``offset``: the record's offset in the partition, when known.
         Replaying the records of a call commits it: it can no longer be aborted.
+        The key's version says whose record it is, as in Kafka's shard.
         """
         self._last_journal = None
+        if is_event_key(record.key):
+            self.ctx.histories.replay(record)  # a group event: only its sequence matters here
+            return
         consumer_key = decode_consumer_key(record.key)
         if consumer_key is not None:
-            self._replay_consumer_record(consumer_key, record.value)
+            self.consumer.replay(consumer_key, record.value)
             return
         key = decode_key(record.key)
         if isinstance(key, OffsetCommitKey):
-            tp = (key.topic, key.partition)
-            if record.value is None:
-                self._forget_pending(key.group, key.topic, key.partition)
-                group = self.groups.get(key.group)
-                if group is not None:
-                    group.offsets.pop(tp, None)
-                    if isinstance(group, ClassicGroup):
-                        self._maybe_forget_shell(group)
-                return
-            v = decode_offset_commit_value(record.value)
-            group = self.groups.get(key.group) or self._get_or_create(key.group)
-            committed = CommittedOffset(
-                v.offset,
-                v.leader_epoch,
-                v.metadata,
-                v.commit_timestamp,
-                v.expire_timestamp if v.expire_timestamp >= 0 else None,
-                offset,
-            )
-            if producer_id >= 0:
-                self._replay_txn_offset(producer_id, key, committed)
-                return
-            group.offsets[tp] = committed
+            self.offsets.replay(key, record.value, producer_id, offset)
         elif isinstance(key, GroupMetadataKey):
-            group = self.groups.get(key.group)
-            if isinstance(group, ConsumerGroup):
-                if record.value is None:
-                    return  # a classic group upgraded in this call: its successor stays
-                raise ValueError(f"classic group record for consumer group {key.group}")
-            if record.value is None:
-                if group is not None:
-                    group.persisted = None
-                    if group.state is S.DEAD or not group.offsets:
-                        del self.groups[key.group]
-                return
-            value = decode_group_metadata_value(record.value)
-            if group is None:
-                group = self._get_or_create(key.group)
-                group.persisted = value
-                if self.loaded:
-                    self._materialize(group)
-            else:
-                # Live groups already hold this state in memory; only the durable copy moves.
-                group.persisted = value
+            self.classic.replay_group(key, record.value)
         # Other key versions (share and streams groups) are not ours: skip them like
         # Kafka's loader.
 
-    def _replay_consumer_record(self, key: ConsumerRecordKey, raw: bytes | None) -> None:
-        """A consumer-group record: the only way a consumer group's hard state changes."""
-        found = self.groups.get(key.group)
-        if raw is None:
-            if isinstance(found, ConsumerGroup):
-                self._replay_consumer_tombstone(found, key)
-            # Else the group was turned back into a classic group in this call: its
-            # tombstones have nothing left to delete.
-            return
-        if isinstance(found, ConsumerGroup):
-            group = found
-        elif found is None or found.persisted is None:
-            # New, or a classic group whose record was tombstoned (an upgrade) or that
-            # only holds offsets: a consumer group takes its place, with its offsets.
-            group = ConsumerGroup(key.group)
-            if found is not None:
-                group.offsets = found.offsets
-            self.groups[key.group] = group
-        else:
-            raise ValueError(f"consumer group record for live classic group {key.group}")
-        value = decode_consumer_value(key.kind, raw)
-        member = key.member or ""
-        if isinstance(value, GroupEpochValue):
-            group.set_group_epoch(value.epoch)
-        elif isinstance(value, PartitionMetadataValue):
-            group.set_subscription_metadata(value.topics)
-        elif isinstance(value, MemberMetadataValue):
-            group.update_subscription(member, value)
-        elif isinstance(value, TargetAssignmentEpochValue):
-            group.set_target_assignment_epoch(value.assignment_epoch)
-        elif isinstance(value, TargetAssignmentMemberValue):
-            group.set_target(member, value.partitions)
-        elif isinstance(value, CurrentAssignmentValue):
-            group.update_assignment(member, value)
-        elif isinstance(value, RegexValue):
-            group.set_regex(member, value)
-
-    def _replay_consumer_tombstone(self, group: ConsumerGroup, key: ConsumerRecordKey) -> None:
-        kind, member = key.kind, key.member or ""
-        if kind == CURRENT_MEMBER_ASSIGNMENT:
-            group.update_assignment(member, None)
-        elif kind == TARGET_ASSIGNMENT_MEMBER:
-            group.set_target(member, None)
-        elif kind == MEMBER_METADATA:
-            group.remove_member(member)
-        elif kind == TARGET_ASSIGNMENT_METADATA:
-            group.set_target_assignment_epoch(-1)
-        elif kind == PARTITION_METADATA:
-            group.set_subscription_metadata(())
-        elif kind == REGULAR_EXPRESSION:
-            group.set_regex(member, None)
-        elif kind == GROUP_METADATA:
-            # The group is gone (deleted, or converted to classic): its offsets stay, held
-            # by an offsets-only classic group as Kafka's "simple" groups are.
-            del self.groups[group.group_id]
-            if group.offsets:
-                shell = ClassicGroup(group.group_id)
-                shell.offsets = group.offsets
-                self.groups[group.group_id] = shell
-
-    def _get_or_create(self, group_id: str) -> ClassicGroup:
-        group = self.groups.get(group_id)
-        if group is None:
-            group = ClassicGroup(group_id)
-            self.groups[group_id] = group
-        return group
-
-    def _maybe_forget_shell(self, group: ClassicGroup) -> None:
-        # An offsets-only group with no offsets left is gone, live or reloaded alike.
-        if (
-            not group.offsets
-            and group.persisted is None
-            and not group.members
-            and not group.pending_members
-            and group.state is S.EMPTY
-        ):
-            del self.groups[group.group_id]
-
-    def _materialize(self, group: ClassicGroup) -> None:
-        value = group.persisted
-        if value is None:
-            return
-        group.protocol_type = value.protocol_type
-        group.generation_id = value.generation
-        group.protocol_name = value.protocol
-        group.leader_id = value.leader
-        ts = value.current_state_timestamp
-        group.state_timestamp_ms = ts if ts >= 0 else None
-        group.members = {}
-        group.static_members = {}
-        for m in value.members:
-            protocols = ((value.protocol, m.subscription),) if value.protocol else ()
-            group.members[m.member_id] = ClassicMember(
-                member_id=m.member_id,
-                group_instance_id=m.group_instance_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                rebalance_timeout_ms=m.rebalance_timeout,
-                session_timeout_ms=m.session_timeout,
-                protocol_type=value.protocol_type,
-                protocols=protocols,
-                assignment=m.assignment,
-            )
-            if m.group_instance_id is not None:
-                group.static_members[m.group_instance_id] = m.member_id
-        # In-flight rebalances are not persisted: a loaded group is Stable or Empty.
-        group.state = S.STABLE if group.members else S.EMPTY
-        group.subscribed_topics = group.compute_subscribed_topics()
-
-    def _schedule_cleanup(self, now_ms: int) -> None:
-        self.timer.schedule(CLEANUP_KEY, now_ms + self.config.offsets_retention_check_interval_ms)
+    def replay_end_transaction(self, producer_id: int, commit: bool) -> None:
+        """The transaction marker of ``producer_id`` reached this partition (its pending
+        offsets become committed, or are dropped)."""
+        self._last_journal = None
+        self.txn_offsets.replay_end_transaction(producer_id, commit)
 
     # ================================================================= inspection
 
     def group_state(self, group_id: str) -> GroupState | ConsumerGroupState | None:
-        group = self.groups.get(group_id)
+        group = self.ctx.groups.get(group_id)
         return None if group is None else group.state
+
+    def has_open_transactions(self, group_id: str) -> bool:
+        return self.txn_offsets.has_open_transactions(group_id)
+
+    def pending_txn_offsets(self, producer_id: int) -> dict[OffsetKey, CommittedOffset]:
+        """What ``producer_id``'s open transaction committed here (tests, inspection)."""
+        return self.txn_offsets.pending_offsets(producer_id)
 
 
 # ================================================================= runtime helpers
@@ -552,7 +467,7 @@ def error_response(
         return HeartbeatResponse(code)
     if isinstance(request, LeaveGroupRequest):
         return LeaveGroupResponse(code)
-    if isinstance(request, OffsetCommitRequest):
+    if isinstance(request, OffsetCommitRequest | TxnOffsetCommitRequest):
         return OffsetCommitResponse(
             tuple(
                 OffsetCommitTopicResponse(
@@ -574,16 +489,6 @@ def error_response(
         return DeleteGroupsResponse(tuple(DeleteGroupsResult(g, code) for g in request.group_ids))
     if isinstance(request, OffsetDeleteRequest):
         return OffsetDeleteResponse(code)
-    if isinstance(request, TxnOffsetCommitRequest):
-        return OffsetCommitResponse(
-            tuple(
-                OffsetCommitTopicResponse(
-                    t.name,
-                    tuple(OffsetCommitPartitionResponse(p.partition, code) for p in t.partitions),
-                )
-                for t in request.topics
-            )
-        )
     raise TypeError(f"unsupported request {type(request).__name__}")
 
 

@@ -1,8 +1,10 @@
-"""Classic group states and the table of legal transitions (Kafka's ``validPreviousStates``)."""
+"""Classic group states and their table of legal transitions (Kafka's ``ClassicGroupState``)."""
 
 from __future__ import annotations
 
 from enum import StrEnum
+
+from odradek.coordinator.transitions import TransitionTable
 
 
 class GroupState(StrEnum):
@@ -20,31 +22,25 @@ class GroupState(StrEnum):
 
 S = GroupState
 
-VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
-    S.PREPARING_REBALANCE: frozenset({S.STABLE, S.COMPLETING_REBALANCE, S.EMPTY}),
-    S.COMPLETING_REBALANCE: frozenset({S.PREPARING_REBALANCE}),
-    S.STABLE: frozenset({S.COMPLETING_REBALANCE}),
-    S.EMPTY: frozenset({S.PREPARING_REBALANCE}),
-    S.DEAD: frozenset({S.STABLE, S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE, S.EMPTY, S.DEAD}),
-}
+# Kafka's validPreviousStates, by target state. ``ClassicGroup.transition_to`` checks
+# every change against it. A group starts Empty; one rebuilt from its record (a
+# load) or from a consumer group (a downgrade) starts Stable, or Empty without
+# members, as Kafka's ``fromRecord`` / ``fromConsumerGroup`` build them.
+CLASSIC_GROUP_TRANSITIONS: TransitionTable[GroupState] = TransitionTable(
+    "classic group",
+    {
+        S.EMPTY: {S.PREPARING_REBALANCE},  # the join phase ended with nobody
+        S.PREPARING_REBALANCE: {S.STABLE, S.COMPLETING_REBALANCE, S.EMPTY},  # a rebalance
+        S.COMPLETING_REBALANCE: {S.PREPARING_REBALANCE},  # every member rejoined
+        S.STABLE: {S.COMPLETING_REBALANCE},  # the leader's SyncGroup
+        # Deleted (Empty), or unloaded from any state.
+        S.DEAD: {S.STABLE, S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE, S.EMPTY, S.DEAD},
+    },
+    initial={S.EMPTY, S.STABLE},
+    label=lambda state: state.value,
+)
 
 
-class IllegalStateTransition(RuntimeError):
-    """A transition not in ``VALID_PREVIOUS_STATES``: a coordinator bug."""
-
-
-def is_legal_transition(src: GroupState, dst: GroupState) -> bool:
-    return src in VALID_PREVIOUS_STATES[dst]
-
-
-def check_transition(src: GroupState, dst: GroupState) -> None:
-    if not is_legal_transition(src, dst):
-        raise IllegalStateTransition(f"illegal group state transition {src.value} -> {dst.value}")
-
-
-def parse_state(name: str) -> GroupState | None:
-    """Case-insensitive lookup used by the ListGroups states filter."""
-    for s in GroupState:
-        if s.value.lower() == name.lower():
-            return s
-    return None
+def can_rebalance(state: GroupState) -> bool:
+    """Whether a group in ``state`` may start a rebalance (Kafka's ``canRebalance``)."""
+    return CLASSIC_GROUP_TRANSITIONS.allows(state, S.PREPARING_REBALANCE)

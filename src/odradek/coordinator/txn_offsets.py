@@ -27,12 +27,12 @@ ILLEGAL_GENERATION when stale.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from odradek.coordinator.classic import ClassicGroupManager
 from odradek.coordinator.consumer_group import ConsumerGroup
+from odradek.coordinator.context import ShardContext
 from odradek.coordinator.errors import ErrorCode
 from odradek.coordinator.group import CommittedOffset
-from odradek.coordinator.offsets import OffsetHandlers
 from odradek.coordinator.records import OffsetCommitKey, OffsetCommitValue, offset_commit_record
 from odradek.coordinator.state import GroupState
 from odradek.coordinator.types import (
@@ -68,27 +68,24 @@ class TxnOffsetCommitRequest:
 TxnOffsetCommitResponse = OffsetCommitResponse  # the same shape: an error per partition
 
 
-class TxnOffsetHandlers(OffsetHandlers):
-    """The shard's pending transactional offsets, and TxnOffsetCommit."""
+class TxnOffsetManager:
+    """The shard's pending transactional offsets (its own hard state), and TxnOffsetCommit."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, ctx: ShardContext, classic: ClassicGroupManager) -> None:
+        self.ctx = ctx
+        self.groups = ctx.groups
+        self.classic = classic  # a committed transaction may create an offsets-only group
         # producer id -> the offsets its open transaction committed, by (group, topic, partition)
-        self._pending_txn_offsets: dict[int, dict[OffsetKey, CommittedOffset]] = {}
+        self.pending: dict[int, dict[OffsetKey, CommittedOffset]] = {}
         # group -> producer ids with pending offsets for it
-        self._open_txns_by_group: dict[str, set[int]] = {}
-
-    def _txn_state(self) -> tuple[dict[int, dict[OffsetKey, CommittedOffset]], dict[str, set[int]]]:
-        return self._pending_txn_offsets, self._open_txns_by_group
+        self.open_by_group: dict[str, set[int]] = {}
 
     # ================================================================= TxnOffsetCommit
 
-    def _txn_offset_commit(
-        self, now: int, token: RequestToken, req: TxnOffsetCommitRequest
-    ) -> None:
+    def commit(self, now: int, token: RequestToken, req: TxnOffsetCommitRequest) -> None:
         error = E.INVALID_GROUP_ID if not req.group_id else self._validate_txn_offset_commit(req)
         results: dict[tuple[str, int], ErrorCode] = {}
-        max_meta = self.config.offset_metadata_max_bytes
+        max_meta = self.ctx.config.offset_metadata_max_bytes
         for topic in req.topics:
             for p in topic.partitions:
                 key = (topic.name, p.partition)
@@ -99,10 +96,10 @@ class TxnOffsetHandlers(OffsetHandlers):
                 if len(metadata) > max_meta:
                     results[key] = E.OFFSET_METADATA_TOO_LARGE
                     continue
-                value = OffsetCommitValue(p.offset, p.leader_epoch, metadata, self._wall_ms, -1)
-                self._record(offset_commit_record(req.group_id, topic.name, p.partition, value))
+                value = OffsetCommitValue(p.offset, p.leader_epoch, metadata, self.ctx.wall_ms, -1)
+                self.ctx.record(offset_commit_record(req.group_id, topic.name, p.partition, value))
                 results[key] = E.NONE
-        self._respond(
+        self.ctx.respond(
             token,
             TxnOffsetCommitResponse(
                 tuple(
@@ -134,7 +131,7 @@ class TxnOffsetHandlers(OffsetHandlers):
         if req.generation_id < 0 and group.state is S.EMPTY:
             return None
         if req.generation_id >= 0 or req.member_id or req.group_instance_id is not None:
-            error = self._validate_member(group, req.member_id, req.group_instance_id)
+            error = group.validate_member(req.member_id, req.group_instance_id)
             if error is not None:
                 return error
             if req.generation_id != group.generation_id:
@@ -163,26 +160,26 @@ class TxnOffsetHandlers(OffsetHandlers):
         if (
             not member.uses_classic_protocol
             and req.generation_id == member.previous_member_epoch
-            and self._owns_all(member, req.topics)
+            and member.owns_all(self.ctx.image, req.topics)
         ):
             return None
         return E.ILLEGAL_GENERATION
 
     # ================================================================= replay
 
-    def _replay_txn_offset(
+    def replay_offset(
         self, producer_id: int, key: OffsetCommitKey, offset: CommittedOffset | None
     ) -> None:
         """A record of a transactional batch: pending until its transaction ends."""
-        pending, by_group = self._txn_state()
+        pending, by_group = self.pending, self.open_by_group
         if offset is None:  # a tombstone inside a transaction: Kafka never writes one
             return
         pending.setdefault(producer_id, {})[(key.group, key.topic, key.partition)] = offset
         by_group.setdefault(key.group, set()).add(producer_id)
 
-    def _forget_pending(self, group_id: str, topic: str, partition: int) -> None:
+    def forget_pending(self, group_id: str, topic: str, partition: int) -> None:
         """A tombstone for a partition also drops the pending offsets of it (Kafka)."""
-        pending, by_group = self._txn_state()
+        pending, by_group = self.pending, self.open_by_group
         for pid in by_group.get(group_id, ()):
             pending.get(pid, {}).pop((group_id, topic, partition), None)
 
@@ -192,8 +189,7 @@ class TxnOffsetHandlers(OffsetHandlers):
         Replaying it commits nothing of a call: it is written by the runtime
         between calls, on behalf of the transaction coordinator.
         """
-        self._last_journal = None
-        pending, by_group = self._txn_state()
+        pending, by_group = self.pending, self.open_by_group
         offsets = pending.pop(producer_id, None)
         if offsets is None:
             return
@@ -206,7 +202,7 @@ class TxnOffsetHandlers(OffsetHandlers):
         if not commit:
             return
         for (group_id, topic, partition), offset in offsets.items():
-            group = self.groups.get(group_id) or self._get_or_create(group_id)
+            group = self.groups.get(group_id) or self.classic.get_or_create(group_id)
             current = group.offsets.get((topic, partition))
             # The most recent record wins when transactional and plain commits mix.
             if current is None or offset.record_offset > current.record_offset:
@@ -214,16 +210,16 @@ class TxnOffsetHandlers(OffsetHandlers):
 
     # ================================================================= queries
 
-    def has_pending_txn_offset(self, group_id: str, topic: str, partition: int) -> bool:
-        pending, by_group = self._txn_state()
+    def has_pending(self, group_id: str, topic: str, partition: int) -> bool:
+        pending, by_group = self.pending, self.open_by_group
         return any(
             (group_id, topic, partition) in pending.get(pid, {})
             for pid in by_group.get(group_id, ())
         )
 
     def has_open_transactions(self, group_id: str) -> bool:
-        return group_id in self._txn_state()[1]
+        return group_id in self.open_by_group
 
-    def pending_txn_offsets(self, producer_id: int) -> dict[OffsetKey, CommittedOffset]:
+    def pending_offsets(self, producer_id: int) -> dict[OffsetKey, CommittedOffset]:
         """What ``producer_id``'s open transaction committed here (tests, inspection)."""
-        return dict(self._txn_state()[0].get(producer_id, {}))
+        return dict(self.pending.get(producer_id, {}))

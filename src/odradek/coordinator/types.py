@@ -11,6 +11,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from odradek.protocol.errors import ErrorCode
+
 # Opaque handle the runtime passes with a request; responses come back tagged
 # with it, possibly from a later call (parked JoinGroup/SyncGroup).
 RequestToken = Any
@@ -213,7 +215,7 @@ class OffsetFetchPartitionResponse:
     committed_offset: int
     committed_leader_epoch: int
     metadata: str
-    error_code: int = 0
+    error_code: int = int(ErrorCode.NONE)
 
 
 @dataclass(frozen=True, slots=True)

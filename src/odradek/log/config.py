@@ -24,7 +24,8 @@ class LogConfig:
     flush_ms: int = _LONG_MAX  # flush.ms
     max_message_bytes: int = 1048588  # max.message.bytes
     message_timestamp_type: str = "CreateTime"  # message.timestamp.type: or "LogAppendTime"
-    cleanup_policy: str = "delete"  # cleanup.policy: "delete" | "compact" | "compact,delete"
+    # cleanup.policy: "delete" | "compact" | "compact,delete" | "" (neither: kept forever)
+    cleanup_policy: str = "delete"
     delete_retention_ms: int = 86400000  # delete.retention.ms: how long tombstones survive
     min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
     # message.decompressed.max.bytes (broker-wide, no Kafka equivalent): the most one
@@ -49,7 +50,7 @@ class LogConfig:
         if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
             raise ValueError("min_cleanable_dirty_ratio must be within [0, 1]")
         policies = {p.strip() for p in self.cleanup_policy.split(",") if p.strip()}
-        if not policies or not policies <= {"delete", "compact"}:
+        if not policies <= {"delete", "compact"}:
             raise ValueError(f"unknown cleanup_policy {self.cleanup_policy!r}")
 
     @property

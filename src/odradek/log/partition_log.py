@@ -1482,6 +1482,64 @@ class PartitionLog:
                     log.warning("cannot rename %s for deletion: %s", self.directory, exc)
         shutil.rmtree(self.directory, ignore_errors=True)
 
+    # ------------------------------------------------------------------ relocation (JBOD)
+    # For odradek.log.dir_move, which copies this log to another log directory while it
+    # serves and then swaps: the object stays (everything holding it keeps working), its
+    # files change.
+
+    # What a relocated log keeps of its own: the locks other threads may be waiting on,
+    # whether a close or delete has begun, pending background work (whose callbacks
+    # discard from that very set), and the leader epoch replication stamps.
+    _KEPT_ON_RELOCATION = (
+        "_lock",
+        "_maintenance",
+        "_finishing",
+        "_closing",
+        "_background",
+        "leader_epoch",
+    )
+
+    @property
+    def truncations(self) -> int:
+        """How many truncations this log has had: a copy of its files taken while it
+        serves may only be extended, never re-read, if this has not changed since."""
+        return self._truncations
+
+    def relocate(self, finish_copy: Callable[[Path], Path]) -> None:
+        """Continue from a copy of this log's files made in another directory.
+
+        Under the maintenance lock and the lock (appends, reads and maintenance wait),
+        the files are closed as ``close()`` closes them, so they are complete and quiet
+        (the bulk of its fsyncs is done first, before appends have to wait);
+        ``finish_copy(directory)`` then completes the copy and returns its directory, and
+        the log reopens there (cheaply: the copy carries the clean-shutdown record) and
+        takes that state over. If ``finish_copy`` raises, the log reopens where it was
+        and the error propagates. ValueError if the log is closing or closed.
+        """
+        with self._maintenance:
+            self.drain()
+            self.flush()
+            with self._lock:
+                self._check_open()
+                if self._closing:
+                    raise ValueError(f"partition log {self.directory} is closing")
+                self._close_locked()
+                failure: BaseException | None = None
+                try:
+                    where = finish_copy(self.directory)
+                except BaseException as exc:
+                    where, failure = self.directory, exc
+                moved = PartitionLog.open(
+                    where, self.config, now_ms=self._now_ms, files=self._files
+                )
+                # One update, in which this object's own lock never changes: a thread
+                # waiting for it keeps waiting for the one this thread holds.
+                state = dict(moved.__dict__)
+                state.update({name: self.__dict__[name] for name in self._KEPT_ON_RELOCATION})
+                self.__dict__.update(state)
+                if failure is not None:
+                    raise failure
+
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError(f"partition log {self.directory} is closed")

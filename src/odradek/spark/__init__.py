@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql.datasource import DataSource
+from odradek.extras import imports_of
 
-from .arrow import schema_ddl
-from .options import OptionError, ReadOptions, WriteOptions, lower, parse_bool
+with imports_of("spark", "odradek.spark"):  # without pyspark: one line naming the extra
+    from pyspark.sql.datasource import DataSource
+
+    from .arrow import schema_ddl
+    from .options import OptionError, ReadOptions, WriteOptions, lower, parse_bool
 
 FORMAT = "odradek"
 

@@ -14,6 +14,7 @@ transaction markers.
 """
 
 from odradek.coordinator.routing import partition_for
+from odradek.protocol.errors import ErrorCode
 from odradek.transaction.shard import (
     ProducerIdSource,
     TransactionCoordinatorShard,
@@ -21,10 +22,16 @@ from odradek.transaction.shard import (
     error_response,
     loading_response,
 )
-from odradek.transaction.state import TxnState
-from odradek.transaction.types import TxnConfig, TxnError, TxnRecord, TxnResult
+from odradek.transaction.state import TXN_TRANSITIONS, TxnState
+from odradek.transaction.types import TxnConfig, TxnRecord, TxnResult
+
+# The runtimes' former name of the one table of error codes, kept until broker/ imports
+# ``ErrorCode`` itself: an alias, not a second table.
+TxnError = ErrorCode
 
 __all__ = [
+    "TXN_TRANSITIONS",
+    "ErrorCode",
     "ProducerIdSource",
     "TransactionCoordinatorShard",
     "TxnConfig",

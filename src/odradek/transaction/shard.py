@@ -13,13 +13,13 @@ transactional ids use the wall clock.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from odradek.coordinator.timer import Timer
+from odradek.coordinator.timer import Timer, parse_timer_key, timer_key
 from odradek.linear_regex import RegexError, compile_linear
+from odradek.protocol.errors import ErrorCode
 from odradek.transaction.records import (
     TxnLogValue,
     decode_txn_key,
@@ -28,7 +28,7 @@ from odradek.transaction.records import (
     encode_txn_value,
     fits_record,
 )
-from odradek.transaction.state import TxnState, check_transition
+from odradek.transaction.state import TXN_TRANSITIONS, TxnState
 from odradek.transaction.types import (
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -51,14 +51,13 @@ from odradek.transaction.types import (
     Response,
     TopicPartition,
     TxnConfig,
-    TxnError,
     TxnEvent,
     TxnRecord,
     TxnResult,
 )
 
 S = TxnState
-E = TxnError
+E = ErrorCode
 
 TIMEOUT = "txn-timeout"  # per transactional id: abort the transaction when it runs too long
 EXPIRE = "txn-expire"  # periodic: forget transactional ids idle past their expiration
@@ -68,15 +67,6 @@ class ProducerIdSource(Protocol):
     """Where new producer ids come from (the broker's persisted id blocks)."""
 
     def next_producer_id(self) -> int: ...
-
-
-def timer_key(kind: str, *parts: str) -> str:
-    return kind + "|" + json.dumps(list(parts), separators=(",", ":"))
-
-
-def _parse_key(key: str) -> tuple[str, list[str]]:
-    kind, _, rest = key.partition("|")
-    return kind, [str(p) for p in json.loads(rest)] if rest else []
 
 
 def epoch_exhausted(epoch: int) -> bool:
@@ -99,6 +89,12 @@ class TxnMetadata:
     last_update_ms: int  # wall clock of the last change
     # Soft state, not in records:
     deadline_ms: int | None = None  # monotonic: an Ongoing transaction is aborted then
+
+    def transit(self, state: TxnState, **changes: object) -> TxnMetadata:
+        """The metadata after moving to ``state`` (Kafka's ``prepareTransitionTo``): the one
+        way a transactional id changes state, checked against ``TXN_TRANSITIONS``."""
+        TXN_TRANSITIONS.check(self.state, state)
+        return replace(self, state=state, **changes)  # type: ignore[arg-type]
 
     def to_value(self) -> TxnLogValue:
         return TxnLogValue(
@@ -178,7 +174,7 @@ class TransactionCoordinatorShard:
 
     def on_timer(self, now_ms: int, key: str, *, wall_ms: int | None = None) -> TxnResult:
         """A timer fired (possibly early or stale: every expiry re-checks its deadline)."""
-        kind, parts = _parse_key(key)
+        kind, parts = parse_timer_key(key)
 
         def body() -> None:
             if not self.loaded:
@@ -348,15 +344,13 @@ class TransactionCoordinatorShard:
             )
         if expected is not None and not self._valid_producer_id(meta, *expected):
             return InitProducerIdResponse(int(E.PRODUCER_FENCED))
-        if meta.state.preparing:
-            return InitProducerIdResponse(int(E.CONCURRENT_TRANSACTIONS))
         if meta.state is S.ONGOING:
             # Abort the open transaction with a bumped epoch (fencing whoever holds the
             # old one) and have the client retry: its retry bumps the epoch again.
             self._fence_and_abort(meta, "InitProducerId for a transactional id in use")
             return InitProducerIdResponse(int(E.CONCURRENT_TRANSACTIONS))
-        if meta.state not in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
-            raise AssertionError(f"{txn_id} found in state {meta.state.label}")
+        if not TXN_TRANSITIONS.allows(meta.state, S.EMPTY):
+            return InitProducerIdResponse(int(E.CONCURRENT_TRANSACTIONS))  # markers pending
         if epoch_exhausted(meta.producer_epoch) and (
             expected is None or expected[1] == meta.producer_epoch
         ):
@@ -419,7 +413,7 @@ class TransactionCoordinatorShard:
     # ================================================================= AddPartitions / AddOffsets
 
     def _add_partitions(self, req: AddPartitionsRequest) -> AddPartitionsResponse:
-        def answer(error: TxnError) -> AddPartitionsResponse:
+        def answer(error: ErrorCode) -> AddPartitionsResponse:
             return AddPartitionsResponse(int(error), req.partitions)
 
         if not req.transactional_id:
@@ -429,12 +423,12 @@ class TransactionCoordinatorShard:
             return answer(E.INVALID_PRODUCER_ID_MAPPING)
         if meta.producer_epoch != req.producer_epoch:
             return answer(E.PRODUCER_FENCED)
-        if meta.state.preparing:
-            return answer(E.CONCURRENT_TRANSACTIONS)
+        if not TXN_TRANSITIONS.allows(meta.state, S.ONGOING):
+            return answer(E.CONCURRENT_TRANSACTIONS)  # its markers are being written
         added = frozenset(req.partitions)
         if meta.state is S.ONGOING and added <= meta.partitions:
             return answer(E.NONE)
-        starting = meta.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+        starting = meta.state is not S.ONGOING
         self._transit(
             meta,
             state=S.ONGOING,
@@ -459,12 +453,11 @@ class TransactionCoordinatorShard:
         if state.preparing:
             # Its markers are being written (Kafka's pending transition).
             return EndTxnResponse(int(E.CONCURRENT_TRANSACTIONS))
-        if state is S.ONGOING:
+        if TXN_TRANSITIONS.allows(state, S.PREPARE_COMMIT if req.commit else S.PREPARE_ABORT):
             self._prepare_end(meta, commit=req.commit, producer_epoch=meta.producer_epoch)
             return EndTxnResponse(int(E.NONE), meta.producer_id, meta.producer_epoch)
-        if (state is S.COMPLETE_COMMIT and req.commit) or (
-            state is S.COMPLETE_ABORT and not req.commit
-        ):
+        if state is (S.COMPLETE_COMMIT if req.commit else S.COMPLETE_ABORT):
+            # A retry of the EndTxn that ended it.
             return EndTxnResponse(int(E.NONE), meta.producer_id, meta.producer_epoch)
         return EndTxnResponse(int(E.INVALID_TXN_STATE))
 
@@ -520,7 +513,7 @@ class TransactionCoordinatorShard:
                 and meta.last_update_ms <= horizon
                 and txn_id not in self._pending
             ):
-                check_transition(meta.state, S.DEAD)
+                meta.transit(S.DEAD)  # checked; Dead is written as the id's tombstone
                 self._out.records.append(TxnRecord(encode_txn_key(txn_id), None))
                 self._event(
                     "transactional_id_expired", meta, idle_ms=self._wall - meta.last_update_ms
@@ -588,7 +581,7 @@ class TransactionCoordinatorShard:
         producer_id: int,
         producer_epoch: int,
         partition: TopicPartition,
-    ) -> TxnError:
+    ) -> ErrorCode:
         """Is ``partition`` in this producer's open transaction? (KIP-890 part 1)
 
         NONE, or the error Kafka's AddPartitionsToTxn(verifyOnly) answers:
@@ -610,10 +603,9 @@ class TransactionCoordinatorShard:
 
     def _transit(self, meta: TxnMetadata, *, state: TxnState, **changes: object) -> TxnMetadata:
         """Compute ``meta``'s next metadata, record it as pending and emit its record."""
-        check_transition(meta.state, state)
         if meta.transactional_id in self._pending:
             raise AssertionError(f"{meta.transactional_id} already has a pending transition")
-        new = replace(meta, state=state, **changes)  # type: ignore[arg-type]
+        new = meta.transit(state, **changes)
         self._pending[meta.transactional_id] = new
         self._call.append(meta.transactional_id)
         self._out.records.append(
@@ -644,7 +636,7 @@ def loading_response(request: Request) -> Response:
     return error_response(request, E.COORDINATOR_LOAD_IN_PROGRESS)
 
 
-def error_response(request: Request, error: TxnError | int) -> Response:
+def error_response(request: Request, error: ErrorCode | int) -> Response:
     """A response of the request's shape carrying ``error`` everywhere."""
     code = int(error)
     if isinstance(request, InitProducerIdRequest):

@@ -1,12 +1,15 @@
-"""The states of a transactional id (Kafka's ``TransactionState``), with their ids and names.
+"""The states of a transactional id (Kafka's ``TransactionState``): ids, names, transitions.
 
 The id is what ``__transaction_state`` records store; the name is what
-DescribeTransactions and ListTransactions report.
+DescribeTransactions and ListTransactions report; ``TXN_TRANSITIONS`` is the table
+of legal transitions.
 """
 
 from __future__ import annotations
 
 from enum import Enum
+
+from odradek.coordinator.transitions import TransitionTable
 
 
 class TxnState(Enum):
@@ -43,8 +46,9 @@ class TxnState(Enum):
 
     @property
     def expirable(self) -> bool:
-        """Kafka's ``isExpirationAllowed``: an idle transactional id here may be forgotten."""
-        return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        """Kafka's ``isExpirationAllowed``: an idle transactional id here may be forgotten
+        (exactly the states it may die from)."""
+        return TXN_TRANSITIONS.allows(self, TxnState.DEAD)
 
     @property
     def preparing(self) -> bool:
@@ -54,23 +58,26 @@ class TxnState(Enum):
 
 S = TxnState
 
-# Kafka's validPreviousStates, by target state.
-VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
-    S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
-    S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
-    S.PREPARE_COMMIT: frozenset({S.ONGOING}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
-    S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
-    S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
-    S.DEAD: frozenset({S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT}),
-    S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING}),
-}
-
-
-class IllegalTransition(Exception):
-    """A transition Kafka's state table does not allow: a bug, never a client error."""
-
-
-def check_transition(src: TxnState, dst: TxnState) -> None:
-    if src not in VALID_PREVIOUS[dst]:
-        raise IllegalTransition(f"transaction state {src.label} cannot become {dst.label}")
+# Kafka's validPreviousStates, by target state, for transaction version 1 (the one
+# Odradek speaks: Kafka 4.1 also lets PrepareAbort follow Empty, CompleteCommit and
+# CompleteAbort, for transaction version 2's EndTxn when the client is unsure).
+# ``TxnMetadata.transit`` checks every change against it. Odradek fences a producer by
+# going Ongoing -> PrepareAbort with the epoch bumped in one record, so
+# PrepareEpochFence, which Kafka's records may hold, is in the table but never entered.
+# Dead is never written either: an expired id's record is a tombstone, once its state
+# allows it (``expirable``). A transactional id starts Empty.
+TXN_TRANSITIONS: TransitionTable[TxnState] = TransitionTable(
+    "transaction",
+    {
+        S.EMPTY: {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},  # InitProducerId
+        S.ONGOING: {S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},  # AddPartitions
+        S.PREPARE_COMMIT: {S.ONGOING},  # EndTxn(commit)
+        S.PREPARE_ABORT: {S.ONGOING, S.PREPARE_EPOCH_FENCE},  # EndTxn(abort), a fence
+        S.COMPLETE_COMMIT: {S.PREPARE_COMMIT},  # every marker written
+        S.COMPLETE_ABORT: {S.PREPARE_ABORT},  # every marker written
+        S.DEAD: {S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT},  # expired
+        S.PREPARE_EPOCH_FENCE: {S.ONGOING},
+    },
+    initial={S.EMPTY},
+    label=lambda state: state.label,
+)

@@ -1,13 +1,12 @@
 """Neutral requests, responses and results of the transaction coordinator core.
 
 Not wire types: the broker translates each API version into them and back.
-Error codes are Kafka's numbers (``TxnError``).
+Error codes are Kafka's numbers (``odradek.protocol.errors.ErrorCode``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Any
 
 RequestToken = Any
@@ -16,23 +15,6 @@ TopicPartition = tuple[str, int]
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 MAX_EPOCH = 32767  # Short.MaxValue: epochs stop one below it so a fence always fits
-
-
-class TxnError(IntEnum):
-    UNKNOWN_SERVER_ERROR = -1
-    NONE = 0
-    COORDINATOR_LOAD_IN_PROGRESS = 14
-    COORDINATOR_NOT_AVAILABLE = 15
-    NOT_COORDINATOR = 16
-    INVALID_REQUEST = 42
-    INVALID_PRODUCER_EPOCH = 47
-    INVALID_TXN_STATE = 48
-    INVALID_PRODUCER_ID_MAPPING = 49
-    INVALID_TRANSACTION_TIMEOUT = 50
-    CONCURRENT_TRANSACTIONS = 51
-    PRODUCER_FENCED = 90
-    TRANSACTIONAL_ID_NOT_FOUND = 105
-    TRANSACTION_ABORTABLE = 120
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,16 @@ dynamic and persisted with the topic. Topic configs are described as Kafka
 describes them: every config Kafka defines, its type and documentation, its
 source (a topic override, a broker setting given at start-up, or the default)
 and its synonyms (the override, then the broker setting it falls back to).
+
+`min.insync.replicas` is reported as a Kafka 4.1 cluster reports it: with
+eligible leader replicas (KIP-966, on by default in 4.1) the controller writes
+the cluster-wide dynamic default ``min.insync.replicas`` (its static value, else 1)
+when it activates (ConfigurationControlManager.maybeGenerateElrSafetyRecords),
+so every topic without an override shows it with source
+DYNAMIC_DEFAULT_BROKER_CONFIG, not as a default; its synonyms are that dynamic
+default, the static setting if one was given, then Kafka's default. Odradek's
+value is the broker's `min.insync.replicas` setting (static here: it cannot be
+altered at run time).
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from odradek.protocol.apikeys import ApiKey
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 CONFIG_TYPES = {BOOL: 1, STRING: 2, INT: 3, LONG: 5, DOUBLE: 6, LIST: 7, PASSWORD: 9}
@@ -41,6 +52,9 @@ INVALID_REQUEST = 42
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 TOPIC_AUTHORIZATION_FAILED = 29
 CLUSTER_AUTHORIZATION_FAILED = 31
+# Broker settings a Kafka 4.1 controller writes as cluster-wide dynamic defaults (see
+# the module docstring): described with source DYNAMIC_DEFAULT_BROKER_CONFIG.
+CLUSTER_DYNAMIC_DEFAULTS = frozenset({"min.insync.replicas"})
 
 
 def _check_access(ctx: RequestContext, operation: AclOperation, resource: Any) -> None:
@@ -90,18 +104,38 @@ class _Describer:
         }
 
     def broker_source(self, setting_name: str) -> int:
+        if setting_name in CLUSTER_DYNAMIC_DEFAULTS:
+            return SOURCE_DYNAMIC_DEFAULT_BROKER
+        return self.static_source(setting_name)
+
+    def static_source(self, setting_name: str) -> int:
         return (
             SOURCE_DEFAULT
             if self.ctx.broker.config.is_default(setting_name)
             else SOURCE_STATIC_BROKER
         )
 
+    def broker_synonyms(self, setting_name: str) -> list[dict[str, Any]]:
+        """Where a broker setting's value comes from, most specific first (Kafka's order:
+        dynamic cluster default, static setting, default)."""
+        config = self.ctx.broker.config
+        value = format_value(config[setting_name])
+        if setting_name not in CLUSTER_DYNAMIC_DEFAULTS:
+            return [
+                {"name": setting_name, "value": value, "source": self.static_source(setting_name)}
+            ]
+        synonyms = [{"name": setting_name, "value": value, "source": SOURCE_DYNAMIC_DEFAULT_BROKER}]
+        if not config.is_default(setting_name):
+            synonyms.append({"name": setting_name, "value": value, "source": SOURCE_STATIC_BROKER})
+        default = format_value(SETTINGS[setting_name].default)
+        synonyms.append({"name": setting_name, "value": default, "source": SOURCE_DEFAULT})
+        return synonyms
+
     def topic(self, name: str, keys: set[str] | None) -> list[dict[str, Any]]:
         manager = self.ctx.broker.topics
         topic = manager.get(name)
         if topic is None:
             raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        config = self.ctx.broker.config
         out = []
         for config_name, value, is_default in manager.effective_topic_configs(topic):
             if keys is not None and config_name not in keys:
@@ -113,14 +147,7 @@ class _Describer:
                     {"name": config_name, "value": value, "source": SOURCE_DYNAMIC_TOPIC}
                 )
             if definition.synonym is not None:
-                broker_value = format_value(config[definition.synonym])
-                synonyms.append(
-                    {
-                        "name": definition.synonym,
-                        "value": broker_value,
-                        "source": self.broker_source(definition.synonym),
-                    }
-                )
+                synonyms.extend(self.broker_synonyms(definition.synonym))
             if not is_default:
                 source = SOURCE_DYNAMIC_TOPIC
             elif definition.synonym is not None:
@@ -156,7 +183,11 @@ class _Describer:
         for name, value, source, type_name, doc in sorted(rows):
             if keys is not None and name not in keys:
                 continue
-            synonyms = [{"name": name, "value": value, "source": source}]
+            synonyms = (
+                self.broker_synonyms(name)
+                if name in CLUSTER_DYNAMIC_DEFAULTS
+                else [{"name": name, "value": value, "source": source}]
+            )
             out.append(self.entry(name, value, source, type_name, doc, synonyms, read_only=True))
         return out
 
@@ -186,10 +217,10 @@ class _Describer:
             ),
             (
                 "log.dirs",
-                str(broker.topics.data_dir.resolve()),
+                ",".join(str(path) for path in broker.topics.log_dirs.paths),
                 SOURCE_STATIC_BROKER,
                 STRING,
-                "Where partition logs live (--data-dir).",
+                "Where partition logs live (--data-dir or log.dirs); the metadata in the first.",
             ),
             ("broker.id", str(broker.node_id), node_source, INT, "Same as node.id."),
             (

@@ -1,0 +1,112 @@
+"""The broker's hand-written Produce reader reads what kio reads, every version."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from odradek.broker.apis.produce import read_request
+from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.codec import (
+    DecodeError,
+    RequestHeader,
+    build,
+    decode_request_body,
+    encode_request,
+    parse_request_header,
+    request_type,
+)
+from odradek.protocol.produce import (
+    FIRST_TOPIC_ID_VERSION,
+    MIN_VERSION,
+    READ_MAX_VERSION,
+    ZERO_COPY_RECORDS_BYTES,
+)
+
+partitions = st.lists(
+    st.tuples(st.integers(-(2**31), 2**31 - 1), st.none() | st.binary(max_size=300)), max_size=4
+)
+topics = st.lists(st.tuples(st.text(min_size=1, max_size=20), st.uuids(), partitions), max_size=4)
+
+
+def request_bytes(version: int, tid: str | None, acks: int, timeout: int, data: list) -> bytes:
+    by_id = version >= FIRST_TOPIC_ID_VERSION
+    entity = build(
+        request_type(ApiKey.PRODUCE, version),
+        {
+            "transactional_id": tid,
+            "acks": acks,
+            "timeout": timeout,
+            "topic_data": [
+                {
+                    **({"topic_id": topic_id} if by_id else {"name": name}),
+                    "partition_data": [{"index": i, "records": r} for i, r in parts],
+                }
+                for name, topic_id, parts in data
+            ],
+        },
+    )
+    return encode_request(RequestHeader(ApiKey.PRODUCE, version, 7, "client"), entity)[4:]
+
+
+def both_readers(payload: bytes) -> tuple[object, object]:
+    header, pos = parse_request_header(payload)
+    return read_request(header, payload, pos), decode_request_body(header, payload, pos)
+
+
+@pytest.mark.parametrize("version", range(MIN_VERSION, READ_MAX_VERSION + 1))
+@settings(max_examples=40, deadline=None)
+@given(
+    tid=st.none() | st.text(max_size=10),
+    acks=st.integers(-(2**15), 2**15 - 1),
+    timeout=st.integers(0, 2**31 - 1),
+    data=topics,
+)
+def test_reads_what_kio_reads(version: int, tid, acks: int, timeout: int, data) -> None:
+    ours, kio = both_readers(request_bytes(version, tid, acks, timeout, data))
+    assert ours.transactional_id == kio.transactional_id
+    assert ours.acks == kio.acks
+    assert ours.timeout == round(kio.timeout.total_seconds() * 1000)
+    assert len(ours.topic_data) == len(kio.topic_data)
+    for mine, theirs in zip(ours.topic_data, kio.topic_data, strict=True):
+        if version >= FIRST_TOPIC_ID_VERSION:
+            assert mine.topic_id == theirs.topic_id
+        else:
+            assert mine.name == theirs.name and mine.topic_id is None
+        assert [(p.index, p.records) for p in mine.partition_data] == [
+            (p.index, p.records) for p in theirs.partition_data
+        ]
+
+
+@pytest.mark.parametrize("version", [8, 12, 13])
+def test_large_records_are_read_only_views_of_the_request(version: int) -> None:
+    records = bytes(range(256)) * (ZERO_COPY_RECORDS_BYTES // 256 + 5)
+    data = [("t", uuid.uuid4(), [(0, records), (1, b"small")])]
+    payload = request_bytes(version, None, -1, 30_000, data)
+    ours, _ = both_readers(payload)
+    large, small = (p.records for p in ours.topic_data[0].partition_data)
+    assert isinstance(large, memoryview) and large.readonly and large.obj is payload
+    assert large == records
+    assert type(small) is bytes and small == b"small"
+
+
+@pytest.mark.parametrize("version", [3, 9, 13])
+def test_a_cut_request_is_a_decode_error(version: int) -> None:
+    payload = request_bytes(
+        version, "txn", 1, 1000, [("topic", uuid.uuid4(), [(0, b"records"), (1, None)])]
+    )
+    header, pos = parse_request_header(payload)
+    for end in range(pos, len(payload)):
+        with pytest.raises(DecodeError):
+            read_request(header, payload[:end], pos)
+
+
+def test_a_null_topic_array_is_a_decode_error() -> None:
+    payload = request_bytes(8, None, 1, 1000, [])
+    header, pos = parse_request_header(payload)
+    broken = payload[: len(payload) - 4] + b"\xff\xff\xff\xff"  # topic_data: null
+    with pytest.raises(DecodeError, match="null topic_data"):
+        read_request(header, broken, pos)
