@@ -207,6 +207,15 @@ def _read_clean_record(directory: str, names: list[str]) -> dict[str, int] | Non
     return record if isinstance(record, dict) else {}
 
 
+def _recorded_active_end(record: dict[str, int], bases: list[int]) -> int | None:
+    """The end offset a clean-shutdown record gives for the segment that is still the
+    last one, or None (it names another segment, or is unreadable)."""
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        if int(record["active_base"]) == bases[-1]:
+            return int(record["end_offset"])
+    return None
+
+
 def _read_start_offset(directory: Path) -> int | None:
     with contextlib.suppress(FileNotFoundError, ValueError):
         return int((directory / LOG_START_FILE).read_text().strip())
@@ -288,12 +297,18 @@ class PartitionLog:
             names = []
         bases = _segment_bases(names)
         record = _read_clean_record(where, names)
+        recorded_end = None
         if record and bases and not any(n.endswith(_LEFTOVER_SUFFIXES) for n in names):
             inst = cls._open_clean(directory, config, now_ms, files, names, bases, record)
             if inst is not None:
                 return inst
-            record = None  # the files changed after the clean shutdown: recover
-        return cls._open_recovering(directory, config, now_ms, files, record is not None)
+            # The files changed after the clean shutdown: recover, judging the active
+            # segment by the end the log had acknowledged then.
+            recorded_end = _recorded_active_end(record, bases)
+            record = None
+        return cls._open_recovering(
+            directory, config, now_ms, files, record is not None, recorded_end
+        )
 
     @classmethod
     def _open_clean(
@@ -344,8 +359,12 @@ class PartitionLog:
         now_ms: Callable[[], int],
         files: FileCache,
         clean: bool,
+        recorded_end: int | None = None,
     ) -> PartitionLog:
-        """Clean up leftovers, then scan the last segment (unless shut down cleanly)."""
+        """Clean up leftovers, then scan the last segment (unless shut down cleanly).
+
+        ``recorded_end``: the end a clean shutdown recorded for the last segment,
+        whose file changed since (``Segment.recover``)."""
         marker = directory / CLEAN_SHUTDOWN_FILE
         if marker.exists():  # an old-style or stale marker: gone before anything changes
             marker.unlink()
@@ -375,7 +394,7 @@ class PartitionLog:
             if clean:
                 last.ensure_loaded()
             else:
-                last.recover(truncate_torn_tail=True)
+                last.recover(truncate_torn_tail=True, recorded_end=recorded_end)
                 last.write_index_files(fsync=False)
             end = last.next_offset
             start = max(segments[0].base_offset, min(_read_start_offset(directory) or 0, end))

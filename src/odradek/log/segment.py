@@ -59,6 +59,7 @@ __all__ = ["Damage", "Hole", "Segment", "segment_name"]
 log = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 1 << 20  # recovery / resync / full scans read 1 MiB at a time
+_IN_PLACE_LOOKAHEAD = 8  # batches a damaged base offset's judgement looks ahead
 _MAX_REL_OFFSET = 2**32 - 1
 _CRC_START = 21
 _MAGIC_POS = 16
@@ -269,16 +270,20 @@ class Segment:
         if not self.load_indexes():
             self.recover(truncate_torn_tail=False)
             self.write_index_files(fsync=False)
-        if assumed_end is not None and assumed_end != self.next_offset:
+        if assumed_end is not None:
+            self._check_recorded_end(assumed_end)
+        self.loaded = True
+        self._recorded_end = None
+
+    def _check_recorded_end(self, recorded_end: int) -> None:
+        if recorded_end != self.next_offset:
             log.error(
                 "%s: segment %d ends at offset %d, not at %d as recorded at shutdown",
                 self.directory,
                 self.base_offset,
                 self.next_offset,
-                assumed_end,
+                recorded_end,
             )
-        self.loaded = True
-        self._recorded_end = None
 
     def note_batch(
         self, pos: int, base_offset: int, next_offset: int, max_ts: int, size: int
@@ -407,6 +412,7 @@ class Segment:
         """
         pos = start
         pending: tuple[int, RawHeader, int] | None = None  # yielded once confirmed
+        copies_from = -1  # where the ranges passed while judging the pending batch start
         buf, buf_start = prefetch if prefetch is not None else (b"", start)
         base = self.base_offset
         with self.files.use(self.file) as fd:
@@ -434,39 +440,91 @@ class Segment:
                             size = t[1] + LOG_OVERHEAD
                             reason = _broken(t, pos, size, size_now, expected, upper, base)
                 if pending is not None:
+                    # Bytes that hold nothing (a copy of a batch the chain holds, or a
+                    # range already skipped) say nothing about the pending batch: it is
+                    # judged by what comes after them, and the walk comes back to them
+                    # once it is (so a copy is recorded where the chain then stands).
+                    passed = (hole is not None and not hole.lost) or (
+                        hole is None
+                        and t is not None
+                        and t[0] < expected
+                        and self._copy_of(fd, pos, t, upper) is not None
+                    )
+                    if passed:
+                        if copies_from < 0:
+                            copies_from = pos
+                        pos = hole.end_position if hole is not None else pos + t[1] + LOG_OVERHEAD
+                        continue
                     p0, t0, expected0 = pending
                     pending = None
-                    lined_up = (
-                        pos == size_now
-                        or (hole is not None and pos == hole.position)
-                        or (t is not None and reason is None and t[0] == expected)
-                    )
-                    # The next base falls inside what the pending batch claims, and the
-                    # pending batch itself jumped ahead of the chain: its base is damaged.
-                    # Unless the next batch is the odd one (another writer's, or a copy:
-                    # see ``_overlap``): one claiming the same base offset (damage would
-                    # have to turn the base into exactly the next batch's), or one after
-                    # which the chain goes on from the pending batch's end.
-                    goes_back_into_it = (
-                        not lined_up
-                        and t is not None
+                    continued = t is not None and reason is None and t[0] == expected
+                    # A batch that jumped ahead of the chain and that nothing continues
+                    # (the file ends, or a torn or damaged tail follows) would, had it
+                    # started where the chain was, end exactly where the clean shutdown
+                    # said the segment ends: its base offset is damaged. (The file changed
+                    # after that shutdown, so the recorded end is evidence, not a bound.)
+                    ends_off_record = (
+                        not continued
+                        and hole is None
+                        and not self.loaded
+                        and self._recorded_end is not None
                         and t0[0] > expected0
-                        and t[0] != t0[0]
-                        and expected0 <= t[0] < expected
-                        and _broken(t, pos, t[1] + LOG_OVERHEAD, size_now, expected0, upper, base)
-                        is None
-                        and not _resumes_at(fd, pos + t[1] + LOG_OVERHEAD, size_now, expected)
+                        and expected0 + t0[6] + 1 == self._recorded_end
                     )
-                    if goes_back_into_it or (
-                        (verify_crc or not lined_up) and not _crc_ok(fd, p0, t0)
-                    ):
-                        why = (
-                            "its base offset is damaged" if goes_back_into_it else "CRC32C mismatch"
+                    lined_up = not ends_off_record and (
+                        pos == size_now or (hole is not None and pos == hole.position) or continued
+                    )
+                    # The pending batch jumped ahead of the chain and its base is damaged
+                    # when, started where the chain was, it (and any batches after it
+                    # whose bases do not fit either) ends exactly where a later batch
+                    # starts: one flipped bit explains that, the other reading needs a
+                    # gap of just that size and a second writer. Or when the next base
+                    # falls inside what it claims, unless the next batch is the odd one
+                    # (another writer's: see ``_overlap``): one claiming the same base
+                    # offset, or one after which the chain goes on from its end.
+                    # Unreadable bytes in between are looked past, as copies are.
+                    nxt = None
+                    if not lined_up and t0[0] > expected0:
+                        nxt = self._next_batch(fd, pos, t, expected0, upper)
+                    goes_back_into_it = nxt is not None and (
+                        self._in_place(fd, nxt, expected0 + t0[6] + 1, upper, then_no_gap=True)
+                        or (
+                            expected0 <= nxt[1][0] < expected
+                            and nxt[1][0] != t0[0]
+                            and _broken(
+                                nxt[1],
+                                nxt[0],
+                                nxt[1][1] + LOG_OVERHEAD,
+                                size_now,
+                                expected0,
+                                upper,
+                                base,
+                            )
+                            is None
+                            and not _resumes_at(
+                                fd,
+                                self._past_copies(fd, nxt[0] + nxt[1][1] + LOG_OVERHEAD, upper),
+                                size_now,
+                                expected,
+                            )
                         )
+                    )
+                    if goes_back_into_it:
+                        why = "the next batch goes back into its offsets"
+                    elif ends_off_record and _crc_ok(fd, p0, t0):
+                        why = f"the segment ended at {self._recorded_end} at a clean shutdown"
+                    elif (verify_crc or not lined_up) and not _crc_ok(fd, p0, t0):
+                        why = "CRC32C mismatch"
+                    else:
+                        why = None
+                    if why is not None:
                         self._quarantine(p0, expected0, why, t0)
-                        pos, expected, stale = p0, expected0, True
+                        pos, expected, stale, copies_from = p0, expected0, True, -1
                         continue
                     yield p0, t0
+                    if copies_from >= 0:  # back to the copies the judgement passed
+                        pos, copies_from = copies_from, -1
+                        continue
                 if hole is not None:
                     pos = max(pos, hole.end_position)
                     expected = max(expected, hole.end_offset)
@@ -486,10 +544,13 @@ class Segment:
 
     def _offset_bound(self) -> int | None:
         """Offsets in this segment stay below this (next segment, or the known end: while
-        a cleanly closed segment is loaded, the end its clean shutdown recorded)."""
+        a cleanly closed segment, still the size it was then, is loaded, the end its
+        clean shutdown recorded)."""
         if self.next_segment_base is not None:
             return self.next_segment_base
-        return self.next_offset if self.loaded else self._recorded_end
+        if self.loaded:
+            return self.next_offset
+        return self._recorded_end if self.assumed else None
 
     def _hole_at(self, pos: int) -> Hole | None:
         for hole in self.holes:
@@ -596,29 +657,30 @@ class Segment:
         if _broken(t, pos, size, self.size, first, upper, self.base_offset) is not None:
             return None
         with self.files.use(self.file) as fd:
-            data = os.pread(fd, size, pos)
-            if len(data) != size or crc32c(memoryview(data)[_CRC_START:]) != t[4]:
-                return None
-            original = self._batch_based_at(fd, first, pos)
+            original = self._copy_of(fd, pos, t, upper)
             if original is not None:
-                held = os.pread(fd, size, original)
-                if held[:12] == data[:12] and held[_MAGIC_POS:] == data[_MAGIC_POS:]:
-                    return Hole(
-                        pos,
-                        pos + size,
-                        expected,
-                        expected,
-                        f"a copy of the batch at byte {original} (offsets {first}-{last})",
-                    )
+                return Hole(
+                    pos,
+                    pos + size,
+                    expected,
+                    expected,
+                    f"a copy of the batch at byte {original} (offsets {first}-{last})",
+                )
+            if not _crc_ok(fd, pos, t):
+                return None
             # The chain's own batch with a damaged base offset (outside the CRC) looks
             # the same, but what follows it goes on from where it would end had it
             # started at ``expected``: that is damage, its offsets quarantined.
+            # (Copies after it are passed: they say nothing either way.)
             own_end = expected + t[6] + 1
-            if pos + size == self.size:
+            after = self._past_copies(fd, pos + size, upper)
+            if after == self.size:
                 known = self.next_offset if self.loaded else self._recorded_end
                 if own_end in (known, self.next_segment_base):
                     return None
-            elif _resumes_at(fd, pos + size, self.size, own_end):
+            elif after + BATCH_OVERHEAD <= self.size and self._in_place(
+                fd, (after, unpack_header(os.pread(fd, BATCH_OVERHEAD, after))), own_end, upper
+            ):
                 return None
         return Hole(
             pos,
@@ -628,6 +690,100 @@ class Segment:
             f"another writer's batch? offsets {first}-{last}, written when the log had "
             f"reached {expected - 1}; its records are not served",
         )
+
+    def _copy_of(self, fd: int, pos: int, t: RawHeader, upper: int | None) -> int | None:
+        """Where the chain's batch that the CRC-valid batch at ``pos`` copies is (same
+        base offset, length and bytes, the leader epoch aside), or None."""
+        size = t[1] + LOG_OVERHEAD
+        if _broken(t, pos, size, self.size, t[0], upper, self.base_offset) is not None:
+            return None
+        original = self._batch_based_at(fd, t[0], pos)
+        if original is None:
+            return None
+        data = os.pread(fd, size, pos)
+        if len(data) != size or crc32c(memoryview(data)[_CRC_START:]) != t[4]:
+            return None
+        held = os.pread(fd, size, original)
+        if held[:12] == data[:12] and held[_MAGIC_POS:] == data[_MAGIC_POS:]:
+            return original
+        return None
+
+    def _next_batch(
+        self, fd: int, pos: int, t: RawHeader | None, expected: int, upper: int | None
+    ) -> tuple[int, RawHeader] | None:
+        """The batch at ``pos`` (header ``t``) if it is whole and based at ``expected`` or
+        later, or whole and CRC-valid (whatever its base offset), else the first CRC-valid
+        one based at ``expected`` or later after the unreadable bytes there, or None."""
+        if t is not None:
+            size = t[1] + LOG_OVERHEAD
+            if _broken(t, pos, size, self.size, expected, upper, self.base_offset) is None:
+                return pos, t
+            whole = t[1] >= MIN_BATCH_LENGTH and t[3] == 2 and t[6] >= 0
+            if whole and pos + size <= self.size and _crc_ok(fd, pos, t):
+                return pos, t
+        found = self._find_next_batch(pos + 1, expected, upper)
+        if found is None:
+            return None
+        return found[0], unpack_header(os.pread(fd, BATCH_OVERHEAD, found[0]))
+
+    def _in_place(
+        self,
+        fd: int,
+        nxt: tuple[int, RawHeader],
+        at: int,
+        upper: int | None,
+        *,
+        then_no_gap: bool = False,
+    ) -> bool:
+        """Do the batches from ``nxt`` meet the chain at ``at`` (where it would stand had
+        a batch with a damaged base offset been where the chain was)? Whole, CRC-valid
+        batches whose offsets cannot be this segment's at all (damaged bases too) are
+        counted in place, at most ``_IN_PLACE_LOOKAHEAD`` of them; any other batch ends
+        the look-ahead (it may be another writer's, or a gap's end). ``then_no_gap``:
+        the batch met must also be followed by the file's end or by its next offset (in
+        a log with gaps, meeting ``at`` may be a second writer's coincidence)."""
+        pos, t = nxt
+        for _ in range(_IN_PLACE_LOOKAHEAD):
+            if t[0] == at:
+                if not then_no_gap:
+                    return True
+                after = self._past_copies(fd, pos + t[1] + LOG_OVERHEAD, upper)
+                return after >= self.size or _resumes_at(fd, after, self.size, t[0] + t[6] + 1)
+            size = t[1] + LOG_OVERHEAD
+            if (
+                _broken(t, pos, size, self.size, t[0], upper, self.base_offset) is None
+                or t[1] < MIN_BATCH_LENGTH
+                or t[3] != 2
+                or t[6] < 0
+                or pos + size > self.size
+                or not _crc_ok(fd, pos, t)
+            ):
+                return False
+            at += t[6] + 1
+            pos = self._past_copies(fd, pos + size, upper)
+            raw = os.pread(fd, BATCH_OVERHEAD, pos)
+            if len(raw) < BATCH_OVERHEAD:
+                return False
+            t = unpack_header(raw)
+        return False
+
+    def _past_copies(self, fd: int, pos: int, upper: int | None) -> int:
+        """``pos``, or where the copies and skipped ranges starting there end."""
+        while pos < self.size:
+            hole = self._hole_at(pos)
+            if hole is not None:
+                if hole.lost:
+                    return pos
+                pos = hole.end_position
+                continue
+            raw = os.pread(fd, BATCH_OVERHEAD, pos)
+            if len(raw) < BATCH_OVERHEAD:
+                return pos
+            t = unpack_header(raw)
+            if self._copy_of(fd, pos, t, upper) is None:
+                return pos
+            pos += t[1] + LOG_OVERHEAD
+        return pos
 
     def _misplaced(
         self, pos: int, expected: int, reason: str, t: RawHeader, upper: int | None
@@ -764,14 +920,28 @@ class Segment:
 
     # ------------------------------------------------------------------ recovery
 
-    def recover(self, *, truncate_torn_tail: bool) -> int:
+    def recover(self, *, truncate_torn_tail: bool, recorded_end: int | None = None) -> int:
         """Rebuild indexes by a CRC-checked scan, quarantining what does not check out.
 
         A tail that is plainly a torn write (a header cut off, a length running
         past the end of the file, or zeros) is cut off when ``truncate_torn_tail``
         (the last segment after an unclean stop); anything else that fails is
         quarantined in place. Returns the number of bytes truncated.
+
+        ``recorded_end``: the end offset a clean shutdown recorded for this segment
+        whose file changed after it (its size differs: a copy or another writer's
+        bytes were written into it). What the log had acknowledged, so the scan
+        judges its last batch and a damaged tail by it; not a bound on the offsets
+        the file now holds.
         """
+        if recorded_end is not None:
+            self._recorded_end = recorded_end
+            try:
+                truncated = self.recover(truncate_torn_tail=truncate_torn_tail)
+            finally:
+                self._recorded_end = None
+            self._check_recorded_end(recorded_end)
+            return truncated
         self.offset_index = OffsetIndex()
         self.time_index = TimeIndex()
         self.next_offset = self.base_offset
