@@ -21,6 +21,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,11 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.errors import CorruptRecordError
+from kio.serial import entity_reader
 
 from odradek.cli.main import main as odradek_main
+from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.codec import RequestHeader, build, encode_request
 from odradek.protocol.records import build_batch, iter_batches
 from odradek.testing import BrokerProcess, free_port
 
@@ -303,3 +307,87 @@ def test_two_writers_on_one_segment_never_stop_a_consumer_silently(
     partition = describe(proc.bootstrap, topic, capsys)
     assert partition["quarantined"] == [] and partition["log_start_offset"] == int(past)
     assert scrape(port, topic)["odradek_log_quarantined_ranges"] == 0
+
+
+def test_describe_log_dirs_over_two_directories_with_damage_in_each(tmp_path: Path) -> None:
+    """Two log directories, a damaged partition in each (a doubled batch in one, another
+    writer's batch past the end in the other). kafka-python's describe_log_dirs parses
+    the answer and lists both directories and every partition once; a request without
+    the ``include_damage`` tag gets Kafka's own bytes (kio's plain schema, which refuses
+    unknown tags, reads them to the end); with the tag, each partition's ranges are
+    there, from both directories. (confluent-kafka has no DescribeLogDirs call.)"""
+    first, second = tmp_path / "disk1", tmp_path / "disk2"
+    proc = BrokerProcess(first, extra_args=["--data-dir", str(second)]).start()
+    try:
+        topic = f"dirs-{uuid.uuid4().hex[:8]}"
+        with WireClient(proc.bootstrap) as client:
+            create_topic(client, topic, partitions=4)
+            for p in range(4):
+                for _ in range(BATCHES):
+                    assert produce(client, topic, _batch(0, PER_BATCH, "x"), p).error_code == 0
+        proc.stop()
+        # The partitions alternate between the directories: damage one in each.
+        doubled_dir = next(first.glob(f"{topic}-*"))
+        foreign_dir = next(second.glob(f"{topic}-*"))
+        end = BATCHES * PER_BATCH
+        for directory, extra in (
+            (doubled_dir, lambda b: b[4]),  # a copy of its fifth batch
+            (foreign_dir, lambda b: _batch(end - 5, 10, "b")),  # 5 offsets past the end
+        ):
+            (segment,) = directory.glob("*.log")
+            data = segment.read_bytes()
+            batches = [data[p : p + h.size] for p, h in iter_batches(data)]
+            segment.write_bytes(b"".join([*batches, extra(batches)]))
+        proc.start()
+        doubled = int(doubled_dir.name.rpartition("-")[2])
+        foreign = int(foreign_dir.name.rpartition("-")[2])
+
+        kp_admin = KafkaAdminClient(bootstrap_servers=proc.bootstrap)
+        try:
+            [answer] = kp_admin.describe_log_dirs()
+        finally:
+            kp_admin.close()
+        assert [d["log_dir"] for d in answer["log_dirs"]] == [str(first), str(second)]
+        seen: dict[int, str] = {}
+        for log_dir in answer["log_dirs"]:
+            assert log_dir["error_code"] == 0
+            for t in log_dir["topics"]:
+                if t["name"] == topic:
+                    for p in t["partitions"]:
+                        assert p["partition_index"] not in seen
+                        assert p["partition_size"] > 0
+                        seen[p["partition_index"]] = log_dir["log_dir"]
+        assert sorted(seen) == [0, 1, 2, 3]
+        assert (seen[doubled], seen[foreign]) == (str(first), str(second))
+
+        plain = import_module("kio.schema.describe_log_dirs.v4.response").DescribeLogDirsResponse
+        asked_for = import_module("kio.schema.describe_log_dirs.v4.request").DescribeLogDirsRequest
+        with WireClient(proc.bootstrap) as client:
+            header = RequestHeader(ApiKey.DESCRIBE_LOG_DIRS, 4, 7, "kafka-like")
+            client.send_raw(encode_request(header, build(asked_for, {"topics": None})))
+            frame = client.read_frame()
+            assert frame[:4] == (7).to_bytes(4, "big") and frame[4] == 0  # no header tags
+            body, size = entity_reader(plain)(frame, 5)
+            assert size == len(frame) - 5
+            assert [r.log_dir for r in body.results] == [str(first), str(second)]
+
+            reported = client.request(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None})
+            assert all(
+                not p.damage for r in reported.results for t in r.topics for p in t.partitions
+            )
+            reported = client.request(
+                ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None, "include_damage": True}
+            )
+        damage = {
+            (r.log_dir, p.partition_index): [(d.first_offset, d.end_offset) for d in p.damage]
+            for r in reported.results
+            for t in r.topics
+            if t.name == topic
+            for p in t.partitions
+        }
+        assert damage[str(first), doubled] == [(end, end)]  # skipped: no offset lost
+        assert damage[str(second), foreign] == [(end, end + 5)]  # quarantined: 300-304
+        others = [k for k in damage if k[1] not in (doubled, foreign)]
+        assert len(others) == 2 and all(damage[k] == [] for k in others)
+    finally:
+        proc.kill()
