@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,15 @@ def apply(written: Written, segment: Path, changes: list[Change]) -> int:
     return min(first_touched)
 
 
+def _base_damaged_onto_the_next(data: bytes, known: set[bytes]) -> bool:
+    """Is a batch not written as it is (a flipped bit) based at the next batch's base?"""
+    headers = list(iter_batches(data))
+    return any(
+        data[p : p + h.size] not in known and h.base_offset == following.base_offset
+        for (p, h), (_, following) in pairwise(headers)
+    )
+
+
 def read(log: PartitionLog, offset: int, max_bytes: int, region: bool) -> bytes:
     data = log.read(offset, max_bytes, region_from=0 if region else None)
     if isinstance(data, FileRegion):
@@ -203,9 +213,9 @@ changes_strategy = st.lists(
     keep_index=False,
     region=False,
 )
-# One-record batches: a base offset flipped from 0 to 1 claims exactly the next
-# batch's offset, and the chain goes on after both; it read as a gap at offset 0 and
-# the real batch 1 was set aside as another writer's.
+# One-record batches: a base offset flipped from 0 to 1, exactly the next batch's. That
+# cannot be told from another writer's batch behind a gap of one (the examples with
+# gap_seed 160 and 240 are that): it stays a gap, and no other check may fail.
 @example(
     counts=[1, 1, 1, 1, 1, 1],
     with_gaps=False,
@@ -299,6 +309,7 @@ def test_every_offset_below_the_end_is_served_or_refused(
     segment = segments[which_segment % len(segments)]
     before_bytes = segment.read_bytes()
     touched = apply(written, segment, changes)
+    damaged_onto_next = _base_damaged_onto_the_next(segment.read_bytes(), written.known)
     intact_before = {  # batches wholly before the first change, and other segments'
         p_h[1].base_offset for p_h in iter_batches(before_bytes) if p_h[0] + p_h[1].size <= touched
     } | {h.base_offset for s in segments if s != segment for _, h in iter_batches(s.read_bytes())}
@@ -315,8 +326,12 @@ def test_every_offset_below_the_end_is_served_or_refused(
     # either), and a damaged batch followed by another writer's batch for the same
     # offsets (which then reads as the chain going on).
     last_batch_flipped = segment == segments[-1] and batches - 1 in flipped
-    no_gap_expected = (clean or not last_batch_flipped) and not (
-        "foreign" in kinds and kinds & {"flip", "junk"}
+    # Nor a damaged batch whose base offset became exactly the next batch's: another
+    # writer's batch for the same offsets behind a gap of just that size looks the same.
+    no_gap_expected = (
+        (clean or not last_batch_flipped)
+        and not damaged_onto_next
+        and not ("foreign" in kinds and kinds & {"flip", "junk"})
     )
     log = PartitionLog.open(directory, CFG, now_ms=now)
     try:

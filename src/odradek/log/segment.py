@@ -476,36 +476,40 @@ class Segment:
                     )
                     # The pending batch jumped ahead of the chain and its base is damaged
                     # when, started where the chain was, it (and any batches after it
-                    # whose bases do not fit either) ends exactly where a later batch
-                    # starts: one flipped bit explains that, the other reading needs a
-                    # gap of just that size and a second writer. Or when the next base
-                    # falls inside what it claims, unless the next batch is the odd one
+                    # whose offsets cannot be the segment's) ends exactly where a later
+                    # batch starts and the chain goes on from there. Or when the next base
+                    # falls inside what it claims. Unless the next batch is the odd one
                     # (another writer's: see ``_overlap``): one claiming the same base
-                    # offset, or one after which the chain goes on from its end.
+                    # offset (a base damaged into exactly the next batch's cannot be told
+                    # from another writer's batch behind a gap: left as a gap), or one
+                    # after which the chain goes on from the pending batch's end.
                     # Unreadable bytes in between are looked past, as copies are.
                     nxt = None
                     if not lined_up and t0[0] > expected0:
                         nxt = self._next_batch(fd, pos, t, expected0, upper)
-                    goes_back_into_it = nxt is not None and (
-                        self._in_place(fd, nxt, expected0 + t0[6] + 1, upper, then_no_gap=True)
-                        or (
-                            expected0 <= nxt[1][0] < expected
-                            and nxt[1][0] != t0[0]
-                            and _broken(
-                                nxt[1],
-                                nxt[0],
-                                nxt[1][1] + LOG_OVERHEAD,
-                                size_now,
-                                expected0,
-                                upper,
-                                base,
-                            )
-                            is None
-                            and not _resumes_at(
-                                fd,
-                                self._past_copies(fd, nxt[0] + nxt[1][1] + LOG_OVERHEAD, upper),
-                                size_now,
-                                expected,
+                    goes_back_into_it = (
+                        nxt is not None
+                        and nxt[1][0] != t0[0]
+                        and (
+                            self._in_place(fd, nxt, expected0 + t0[6] + 1, upper, then_no_gap=True)
+                            or (
+                                expected0 <= nxt[1][0] < expected
+                                and _broken(
+                                    nxt[1],
+                                    nxt[0],
+                                    nxt[1][1] + LOG_OVERHEAD,
+                                    size_now,
+                                    expected0,
+                                    upper,
+                                    base,
+                                )
+                                is None
+                                and not _resumes_at(
+                                    fd,
+                                    self._past_copies(fd, nxt[0] + nxt[1][1] + LOG_OVERHEAD, upper),
+                                    size_now,
+                                    expected,
+                                )
                             )
                         )
                     )
