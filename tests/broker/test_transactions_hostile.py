@@ -112,3 +112,89 @@ def test_an_idempotent_init_producer_id_cannot_take_over_a_transactional_produce
         assert victim.add(0) == {(topic, 0): 0}
         assert victim.produce(0, b"mine") == 0
         assert victim.end(commit=True) == 0
+
+
+INVALID_PRODUCER_ID_MAPPING = 49
+
+
+def _init_idempotent(wire: WireClient) -> tuple[int, int]:
+    """A producer id from InitProducerId without a transactional id (an idempotent one)."""
+    r = wire.request(
+        ApiKey.INIT_PRODUCER_ID,
+        4,
+        {"transactional_id": None, "transaction_timeout": 60_000},
+    )
+    assert r.error_code == 0
+    return int(r.producer_id), int(r.producer_epoch)
+
+
+def test_a_transactional_batch_of_a_producer_without_a_transactional_id_is_refused(
+    odradek_session_broker: Broker, topic: str
+) -> None:
+    """Issue 24 item 3. Kafka 4.1 (KafkaApis.handleProduceRequest) refuses a Produce whose
+    batches set the transactional attribute and that names no transactional id with
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, whatever the batch's producer id (-1 included:
+    RequestUtils.hasTransactionalRecords looks at the attribute alone). With a
+    transactional id, a producer id the id does not map to is refused by the coordinator's
+    verification (KIP-890) with INVALID_PRODUCER_ID_MAPPING. Nothing is appended."""
+    with WireClient(odradek_session_broker.bootstrap, timeout_s=30) as wire:
+        end = latest(wire, topic, committed=False)
+        no_producer = _txn_batch(-1, -1, -1, b"no producer id")
+        assert _produce(wire, topic, no_producer, None) == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        pid, epoch = _init_idempotent(wire)
+        idempotent = _txn_batch(pid, epoch, 0, b"idempotent producer")
+        assert _produce(wire, topic, idempotent, None) == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        owner = Txn(wire, unique("owner"), topic)
+        owner.init()
+        assert _produce(wire, topic, idempotent, owner.txn_id) == INVALID_PRODUCER_ID_MAPPING
+        assert _produce(wire, topic, idempotent, unique("never-initialised")) == (
+            INVALID_PRODUCER_ID_MAPPING
+        )
+        assert latest(wire, topic, committed=False) == end, "nothing was appended"
+        assert latest(wire, topic, committed=True) == end, "no transaction was opened"
+        # The same producer's plain (idempotent) batch is fine.
+        plain = build_batch(
+            [(None, b"plain", ())],
+            timestamp_ms=int(time.time() * 1000),
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=0,
+        )
+        assert _produce(wire, topic, plain, None) == 0
+        assert latest(wire, topic, committed=True) == end + 1
+
+
+def test_a_refused_transactional_batch_fails_the_whole_request(
+    odradek_session_broker: Broker, topic: str
+) -> None:
+    """As Kafka, the refusal is for the request: a plain batch for another partition in the
+    same Produce is not written either."""
+    other = unique("txn-hostile-other")
+    admin = AdminClient({"bootstrap.servers": odradek_session_broker.bootstrap})
+    admin.create_topics([NewTopic(other, 1, 1)])[other].result(timeout=10)
+    with WireClient(odradek_session_broker.bootstrap, timeout_s=30) as wire:
+        r = wire.request(
+            ApiKey.PRODUCE,
+            9,
+            {
+                "transactional_id": None,
+                "acks": -1,
+                "timeout": 10_000,
+                "topic_data": [
+                    {
+                        "name": other,
+                        "partition_data": [{"index": 0, "records": _plain_batch(b"plain")}],
+                    },
+                    {
+                        "name": topic,
+                        "partition_data": [
+                            {"index": 0, "records": _txn_batch(-1, -1, -1, b"smuggled")}
+                        ],
+                    },
+                ],
+            },
+        )
+        codes = [int(p.error_code) for t in r.responses for p in t.partition_responses]
+        assert codes == [TRANSACTIONAL_ID_AUTHORIZATION_FAILED] * 2
+        assert latest(wire, other, committed=False) == 0
+        assert latest(wire, topic, committed=False) == 0

@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from odradek.protocol.records import iter_batches
+from odradek.protocol.records import build_batch, iter_batches
 from odradek.testing import BrokerProcess
 
 from ..broker.wire import WireClient
-from .log_helpers import LATEST, create_topic, fetch, list_offset
+from .log_helpers import LATEST, create_topic, fetch, list_offset, produce
 
 CORRUPT_MESSAGE = 2
+KAFKA_STORAGE_ERROR = 56
 RECORDS = 600
 PADDING = b"." * 8000  # 600 records fill several 1 MiB segments (Kafka's least segment.bytes)
 
@@ -141,3 +142,29 @@ def test_recovery_quarantines_damage_and_deletes_no_later_segment(broker: Broker
     broker.start()
     assert sorted(partition_dir.glob("*.log")) == segments
     _check_quarantined(broker, topic, lost)
+
+
+@pytest.mark.embedded
+def test_a_segment_that_cannot_be_read_answers_kafka_storage_error(broker: BrokerProcess) -> None:
+    """A disk error while reading gets Kafka's answer for one, KAFKA_STORAGE_ERROR (56),
+    on that partition only; before, the Fetch handler failed and the connection closed.
+    (An unreadable sealed segment: its file replaced by a directory while stopped.)"""
+    topic = f"unreadable-{uuid.uuid4().hex[:8]}"
+    big = build_batch([(None, b"v" * 700_000, ())], timestamp_ms=int(time.time() * 1000))
+    with WireClient(broker.bootstrap) as client:
+        create_topic(client, topic, segment_bytes=str(1 << 20))
+        for _ in range(3):
+            assert produce(client, topic, big).error_code == 0
+    broker.stop()
+    partition_dir = broker.data_dir / f"{topic}-0"
+    first, *later = sorted(partition_dir.glob("*.log"))
+    assert later, "the batches fill more than one segment"
+    first.unlink()
+    first.mkdir()
+    broker.start()
+    with WireClient(broker.bootstrap) as client:
+        assert fetch(client, topic, 0).error_code == KAFKA_STORAGE_ERROR
+        readable = int(later[-1].stem)
+        answer = fetch(client, topic, readable)  # the same connection goes on
+        assert answer.error_code == 0 and answer.records
+    assert "cannot read" in broker.log_path.read_text()

@@ -70,6 +70,8 @@ class Snapshot:
     logs: list[tuple[str, int, int, int, int]] = field(
         default_factory=list
     )  # topic, p, start, end, bytes
+    # topic, p, quarantined ranges, offsets in them, skipped ranges (PartitionLog.damage)
+    damage: list[tuple[str, int, int, int, int]] = field(default_factory=list)
     # Coordinator failures summed over the __consumer_offsets partitions.
     coordinator_operation_failures: int = 0
     coordinator_reloads: int = 0
@@ -150,6 +152,17 @@ def take_snapshot(broker: MeasuredBroker) -> Snapshot:
         for index, plog in enumerate(topic.partitions):
             snap.logs.append(
                 (topic.name, index, plog.start_offset, plog.end_offset, plog.size_bytes)
+            )
+            damage = plog.damage()
+            lost = [d for d in damage if d.lost]
+            snap.damage.append(
+                (
+                    topic.name,
+                    index,
+                    len(lost),
+                    sum(d.end_offset - d.first_offset for d in lost),
+                    len(damage) - len(lost),
+                )
             )
     return snap
 
@@ -233,8 +246,30 @@ class StateCollector(Collector):
             start.add_metric([topic, str(partition)], log_start)
             end.add_metric([topic, str(partition)], log_end)
             size.add_metric([topic, str(partition)], size_bytes)
+        labels = ["topic", "partition"]
+        ranges = GaugeMetricFamily(
+            "odradek_log_quarantined_ranges",
+            "Quarantined ranges found so far in the partition's log: their offsets answer "
+            "CORRUPT_MESSAGE (docs/operations.md, Recovery)",
+            labels=labels,
+        )
+        offsets = GaugeMetricFamily(
+            "odradek_log_quarantined_offsets",
+            "Offsets in the partition's quarantined ranges",
+            labels=labels,
+        )
+        skipped = GaugeMetricFamily(
+            "odradek_log_skipped_ranges",
+            "Ranges readers skip that hold no missing offset: copies of batches the log "
+            "holds, another writer's batches, unreadable bytes between batches",
+            labels=labels,
+        )
+        for topic, partition, lost, lost_offsets, passed in snap.damage:
+            ranges.add_metric([topic, str(partition)], lost)
+            offsets.add_metric([topic, str(partition)], lost_offsets)
+            skipped.add_metric([topic, str(partition)], passed)
         yield from (state, members, generation, assignment_epoch, groups, committed, lag)
-        yield from (start, end, size)
+        yield from (start, end, size, ranges, offsets, skipped)
         yield CounterMetricFamily(
             "odradek_coordinator_operation_failures",
             "Group requests or timers that failed alone and were undone (error in the "

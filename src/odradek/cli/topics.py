@@ -87,7 +87,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="partitions, leaders, log start / end offsets and configs",
         description="Describe topics: each partition's leader, replicas, in-sync replicas, "
         "log start and log end offsets, and the topic's configs (those that differ "
-        "from the defaults, or all with --all-configs). No TOPIC: every topic.",
+        "from the defaults, or all with --all-configs); and any range of a partition's "
+        "log its leader quarantined (offsets that answer CORRUPT_MESSAGE) or skipped "
+        "(docs/operations.md, Recovery). No TOPIC: every topic.",
     )
     describe.add_argument("topics", nargs="*", metavar="TOPIC", help="topic name(s)")
     describe.add_argument(
@@ -200,6 +202,9 @@ def _finish(done: list[str], failures: list[str]) -> int:
     for line in failures:
         print(f"odradek: {line}", file=sys.stderr)
     return Failed.exit_code
+
+
+DAMAGE_TIMEOUT_MS = 5_000  # describe's own look at damaged ranges never holds it up long
 
 
 def _records(start: int, end: int) -> int | None:
@@ -318,6 +323,7 @@ def _sum(values: Any) -> int | None:
 def run_describe(args: argparse.Namespace) -> int:
     from odradek.cli import render
     from odradek.client import ConfigResource
+    from odradek.client.errors import KafkaError
 
     names = list(dict.fromkeys(args.topics)) or None
     with admin_client(args) as admin:
@@ -328,10 +334,16 @@ def run_describe(args: argparse.Namespace) -> int:
                 if described
                 else {}
             )
-        sizes: dict[Any, tuple[str, int]] = {}
-        if args.log_dirs and described:
-            with failures_as_messages("cannot read log directories"):
-                sizes = _replica_sizes(admin, list(described))
+        replicas: dict[tuple[str, int], Any] | None = {}
+        if described:
+            if args.log_dirs:
+                with failures_as_messages("cannot read log directories"):
+                    replicas = _leader_replicas(admin, described)
+            else:  # damaged ranges are worth a short request, not a failure (not authorized)
+                try:
+                    replicas = _leader_replicas(admin, described, timeout_ms=DAMAGE_TIMEOUT_MS)
+                except KafkaError:
+                    replicas = None
     topics = []
     for name, d in described.items():
         entries = configs.get(ConfigResource.topic(name), {})
@@ -348,10 +360,14 @@ def run_describe(args: argparse.Namespace) -> int:
                 "log_end_offset": p.log_end_offset,
                 "records": _records(p.log_start_offset, p.log_end_offset),
             }
+            found = replicas.get((name, p.partition)) if replicas is not None else None
             if args.log_dirs:
-                log_dir, size = sizes.get((name, p.partition), (None, None))
-                partition["log_dir"] = log_dir
-                partition["size_bytes"] = size
+                partition["log_dir"] = found[0] if found else None
+                partition["size_bytes"] = found[1].size if found else None
+            # None: the leader did not say (not an Odradek broker, or not authorized).
+            damage = found[1].damage if found else None if replicas is None else ()
+            partition["quarantined"] = _ranges(damage, quarantined=True)
+            partition["skipped"] = _ranges(damage, quarantined=False)
             if args.under_replicated and not (
                 partition["under_replicated"] or partition["offline"]
             ):
@@ -391,23 +407,71 @@ def run_describe(args: argparse.Namespace) -> int:
 def _partition_state(partition: dict[str, Any]) -> str:
     if partition["offline"]:
         return "offline"
-    return "under-replicated" if partition["under_replicated"] else ""
+    if partition["under_replicated"]:
+        return "under-replicated"
+    return "quarantined" if partition["quarantined"] else ""
 
 
-def _replica_sizes(admin: Any, names: list[str]) -> dict[tuple[str, int], tuple[str, int]]:
-    """(topic, partition) -> (log dir, bytes) of the leader's replica."""
-    leaders = {
-        (name, p.partition): p.leader
-        for name, d in admin.describe_topics(names, include_offsets=False).items()
-        for p in d.partitions
-    }
-    out: dict[tuple[str, int], tuple[str, int]] = {}
-    for node, dirs in admin.describe_log_dirs(names).items():
+def _leader_replicas(
+    admin: Any, described: dict[str, Any], *, timeout_ms: int | None = None
+) -> dict[tuple[str, int], tuple[str, Any]]:
+    """(topic, partition) -> (log dir, ReplicaLogDirInfo) of the leader's replica, asked
+    of the leaders only (a broker that is down leads nothing)."""
+    leaders = {(name, p.partition): p.leader for name, d in described.items() for p in d.partitions}
+    brokers = sorted({node for node in leaders.values() if node >= 0})
+    if not brokers:
+        return {}
+    out: dict[tuple[str, int], tuple[str, Any]] = {}
+    answers = admin.describe_log_dirs(list(described), brokers=brokers, timeout_ms=timeout_ms)
+    for node, dirs in answers.items():
         for path, description in dirs.items():
             for tp, info in description.replicas.items():
                 if leaders.get((tp.topic, tp.partition)) == node and not info.is_future:
-                    out[(tp.topic, tp.partition)] = (path, info.size)
+                    out[(tp.topic, tp.partition)] = (path, info)
     return out
+
+
+def _ranges(damage: Any, *, quarantined: bool) -> list[dict[str, Any]] | None:
+    """The leader's quarantined (or skipped) ranges of a partition, for output."""
+    if damage is None:
+        return None
+    return [
+        {
+            "first_offset": d.first_offset,
+            "last_offset": d.end_offset - 1,
+            "segment": d.segment,
+            "position": d.position,
+            "end_position": d.end_position,
+            "reason": d.reason,
+        }
+        for d in damage
+        if d.quarantined == quarantined
+    ]
+
+
+def _print_damage(out: Any, parts: list[dict[str, Any]]) -> None:
+    """What the leaders set aside, after the partition table (nothing when all is well)."""
+    from odradek.cli import render
+
+    for key, title in (
+        (
+            "quarantined",
+            "Quarantined offsets (fetching them answers CORRUPT_MESSAGE; "
+            "docs/operations.md, Recovery):",
+        ),
+        ("skipped", "Set aside (no offset is missing; readers pass them):"),
+    ):
+        lines = [
+            f"  partition {p['partition']}: "
+            + (f"offsets {r['first_offset']}-{r['last_offset']}, " if key == "quarantined" else "")
+            + f"segment {r['segment']} bytes {r['position']}-{r['end_position']}: {r['reason']}"
+            for p in parts
+            for r in p[key] or ()
+        ]
+        if lines:
+            out.print()
+            out.print(render.text(title, "bold red" if key == "quarantined" else "bold"))
+            out.print(render.text("\n".join(lines)))
 
 
 def _print_topic(out: Any, topic: dict[str, Any], *, all_configs: bool) -> None:
@@ -442,8 +506,9 @@ def _print_topic(out: Any, topic: dict[str, Any], *, all_configs: bool) -> None:
     out.print()
     columns = ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG START", "LOG END", "RECORDS"]
     numeric = ("PARTITION", "LEADER", "LOG START", "LOG END", "RECORDS", "BYTES")
-    # A STATE column only when some partition is under-replicated or offline (a cluster).
-    any_flagged = any(p["under_replicated"] or p["offline"] for p in parts)
+    # A STATE column only when some partition is under-replicated, offline (a cluster)
+    # or has quarantined offsets.
+    any_flagged = any(_partition_state(p) for p in parts)
     t = render.table(
         *columns,
         *(["BYTES"] if with_sizes else []),
@@ -472,6 +537,7 @@ def _print_topic(out: Any, topic: dict[str, Any], *, all_configs: bool) -> None:
         if with_sizes:
             t.columns[7].footer = render.number(_sum(p["size_bytes"] for p in parts))
     out.print(t)
+    _print_damage(out, parts)
 
 
 # --------------------------------------------------------------------- delete

@@ -171,10 +171,28 @@ class TopicDescription(NamedTuple):
     partitions: list[PartitionDescription]
 
 
+class LogDamage(NamedTuple):
+    """A range an Odradek broker set aside in a replica's log (DescribeLogDirs' tagged
+    field, ``protocol/log_dirs.py``): offsets [first_offset, end_offset) answer
+    CORRUPT_MESSAGE; none (first == end) is a skipped range that readers pass."""
+
+    segment: int  # base offset of the segment file holding it
+    position: int  # byte range in that file
+    end_position: int
+    first_offset: int
+    end_offset: int
+    reason: str
+
+    @property
+    def quarantined(self) -> bool:
+        return self.end_offset > self.first_offset
+
+
 class ReplicaLogDirInfo(NamedTuple):
     size: int  # bytes on disk
     offset_lag: int  # how far a future replica is behind (0 without one)
     is_future: bool
+    damage: tuple[LogDamage, ...] = ()  # Odradek brokers only: ranges set aside
 
 
 class LogDirDescription(NamedTuple):
@@ -641,11 +659,13 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
         timeout_ms: int | None = None,
     ) -> dict[int, dict[str, LogDirDescription]]:
         """DescribeLogDirs: each broker's log directories with the size of every partition
-        replica in them (of ``topics`` only, when given). All brokers when ``brokers``
-        is None."""
+        replica in them (of ``topics`` only, when given), and from Odradek brokers the
+        ranges set aside in each replica's log (``ReplicaLogDirInfo.damage``). All
+        brokers when ``brokers`` is None."""
         timeout_s = self._timeout_s(timeout_ms)
         cluster = self._client.bootstrap()
-        body: dict[str, Any] = {"topics": None}
+        # include_damage: a tag Kafka brokers skip; Odradek brokers report damaged ranges.
+        body: dict[str, Any] = {"topics": None, "include_damage": True}
         if topics is not None:
             names = list(dict.fromkeys(topics))
             self._client.add_topics(names)
@@ -677,7 +697,20 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
                     usable if usable >= 0 else None,
                     {
                         TopicPartition(t.name, int(p.partition_index)): ReplicaLogDirInfo(
-                            int(p.partition_size), int(p.offset_lag), bool(p.is_future_key)
+                            int(p.partition_size),
+                            int(p.offset_lag),
+                            bool(p.is_future_key),
+                            tuple(
+                                LogDamage(
+                                    int(d.segment),
+                                    int(d.position),
+                                    int(d.end_position),
+                                    int(d.first_offset),
+                                    int(d.end_offset),
+                                    d.reason,
+                                )
+                                for d in getattr(p, "damage", ())
+                            ),
                         )
                         for t in result.topics
                         for p in t.partitions

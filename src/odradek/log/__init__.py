@@ -21,6 +21,7 @@ from odradek.log.errors import (
 from odradek.log.files import FileCache, set_max_open_files, shared_file_cache
 from odradek.log.partition_log import AppendInfo, PartitionLog
 from odradek.log.producer_state import BatchMetadata, ProducerEntry, ProducerStateManager
+from odradek.log.segment import Damage
 
 __all__ = [
     "AppendInfo",
@@ -28,6 +29,7 @@ __all__ = [
     "CompactionStats",
     "CorruptRecordError",
     "CorruptSegmentError",
+    "Damage",
     "DuplicateSequenceError",
     "FileCache",
     "InvalidProducerEpochError",

@@ -125,7 +125,7 @@ from odradek.log.files import FileCache, FileRegion, shared_file_cache
 from odradek.log.index import fsync_dir, write_file_atomic
 from odradek.log.leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache
 from odradek.log.producer_state import CompletedTxn, ProducerStateManager
-from odradek.log.segment import Segment, segment_name
+from odradek.log.segment import Damage, Segment, segment_name
 from odradek.log.txn_index import AbortedTxn
 from odradek.protocol.records import (
     BATCH_OVERHEAD,
@@ -205,6 +205,15 @@ def _read_clean_record(directory: str, names: list[str]) -> dict[str, int] | Non
     except (ValueError, FileNotFoundError):
         return {}
     return record if isinstance(record, dict) else {}
+
+
+def _recorded_active_end(record: dict[str, int], bases: list[int]) -> int | None:
+    """The end offset a clean-shutdown record gives for the segment that is still the
+    last one, or None (it names another segment, or is unreadable)."""
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        if int(record["active_base"]) == bases[-1]:
+            return int(record["end_offset"])
+    return None
 
 
 def _read_start_offset(directory: Path) -> int | None:
@@ -288,12 +297,18 @@ class PartitionLog:
             names = []
         bases = _segment_bases(names)
         record = _read_clean_record(where, names)
+        recorded_end = None
         if record and bases and not any(n.endswith(_LEFTOVER_SUFFIXES) for n in names):
             inst = cls._open_clean(directory, config, now_ms, files, names, bases, record)
             if inst is not None:
                 return inst
-            record = None  # the files changed after the clean shutdown: recover
-        return cls._open_recovering(directory, config, now_ms, files, record is not None)
+            # The files changed after the clean shutdown: recover, judging the active
+            # segment by the end the log had acknowledged then.
+            recorded_end = _recorded_active_end(record, bases)
+            record = None
+        return cls._open_recovering(
+            directory, config, now_ms, files, record is not None, recorded_end
+        )
 
     @classmethod
     def _open_clean(
@@ -344,8 +359,12 @@ class PartitionLog:
         now_ms: Callable[[], int],
         files: FileCache,
         clean: bool,
+        recorded_end: int | None = None,
     ) -> PartitionLog:
-        """Clean up leftovers, then scan the last segment (unless shut down cleanly)."""
+        """Clean up leftovers, then scan the last segment (unless shut down cleanly).
+
+        ``recorded_end``: the end a clean shutdown recorded for the last segment,
+        whose file changed since (``Segment.recover``)."""
         marker = directory / CLEAN_SHUTDOWN_FILE
         if marker.exists():  # an old-style or stale marker: gone before anything changes
             marker.unlink()
@@ -357,6 +376,7 @@ class PartitionLog:
         names = os.listdir(directory)
         bases = _segment_bases(names)
         live = {segment_name(b) for b in bases}
+        quarantined = {n[:20] for n in names if n.endswith(".corrupt")}
         for name in names:
             stem, _, suffix = name.partition(".")
             if suffix in ("index", "timeindex", "txnindex", "corrupt") and stem not in live:
@@ -365,6 +385,8 @@ class PartitionLog:
         segments: list[Segment] = []
         try:
             segments = [Segment.existing(directory, b, interval, files) for b in bases]
+            for seg in segments:
+                seg.marker_on_disk = segment_name(seg.base_offset) in quarantined
             if not segments:
                 segments.append(Segment.create(directory, 0, interval, files))
             _link(segments)
@@ -372,7 +394,7 @@ class PartitionLog:
             if clean:
                 last.ensure_loaded()
             else:
-                last.recover(truncate_torn_tail=True)
+                last.recover(truncate_torn_tail=True, recorded_end=recorded_end)
                 last.write_index_files(fsync=False)
             end = last.next_offset
             start = max(segments[0].base_offset, min(_read_start_offset(directory) or 0, end))
@@ -467,11 +489,25 @@ class PartitionLog:
 
     @property
     def quarantined(self) -> list[tuple[int, int, int]]:
-        """(segment base, first offset, end offset) of every quarantined range."""
+        """(segment base, first offset, end offset) of every quarantined range known so
+        far (offsets that answer CORRUPT_MESSAGE; never empty)."""
         return [
             (s.base_offset, h.first_offset, h.end_offset)
             for s in list(self._segments)
             for h in s.holes
+            if h.lost
+        ]
+
+    def damage(self) -> list[Damage]:
+        """Every range set aside so far at or after the log start, quarantined or skipped,
+        without loading a segment (one not used yet answers from its ``.corrupt``
+        record). Ranges below the log start (DeleteRecords past them) no longer count."""
+        start = self._start_offset
+        return [
+            Damage(s.base_offset, *h)
+            for s in list(self._segments)
+            for h in s.recorded_holes()
+            if h.end_offset > start or (not h.lost and h.end_offset == start)
         ]
 
     # ------------------------------------------------------------------ append
@@ -1077,9 +1113,32 @@ class PartitionLog:
                 return b""
             loc = self._locate(offset)
             if loc is None:
-                return b""
+                if offset >= self.end_offset:  # the end moved back as a segment was loaded
+                    return b""
+                raise self._nothing_at(offset, "no batch holds it or follows it")
             seg, pos, base = loc
-            return seg.read_from(pos, max_bytes, base, max_offset, region_from=region_from)
+            data = seg.read_from(pos, max_bytes, base, max_offset, region_from=region_from)
+            if (len(data) if not isinstance(data, FileRegion) else data.length) or (
+                max_offset is not None and base >= max_offset
+            ):
+                return data
+            # Records exist after ``offset`` but the read returned none: never answer
+            # that as "no error, no records", or consumers wait there for good.
+            raise self._nothing_at(
+                offset, f"the batch at byte {pos} of segment {seg.base_offset} could not be read"
+            )
+
+    def _nothing_at(self, offset: int, why: str) -> CorruptSegmentError:
+        log.error(
+            "%s: offset %d is below the log end %d but %s; answering CORRUPT_MESSAGE",
+            self.directory,
+            offset,
+            self.end_offset,
+            why,
+        )
+        return CorruptSegmentError(
+            f"offset {offset} cannot be read ({why})", resume_offset=offset + 1
+        )
 
     def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions with data in [fetch_offset, upper_bound) (read_committed).
@@ -1519,11 +1578,16 @@ def _link(segments: list[Segment]) -> None:
 
 
 def _headers_from(seg: Segment, offset: int) -> Iterator[tuple[int, BatchHeader]]:
-    """Headers of ``seg`` from the batch holding ``offset``; quarantined ranges skipped."""
-    try:
-        found = seg.find_batch(offset)
-    except CorruptSegmentError as exc:
-        found = seg.find_batch(exc.resume_offset) if exc.resume_offset < seg.next_offset else None
+    """Headers of ``seg`` from the batch holding ``offset``; quarantined ranges skipped
+    (several may follow one another)."""
+    found = None
+    seg.ensure_loaded()  # its end is known only then
+    while offset < seg.next_offset:
+        try:
+            found = seg.find_batch(offset)
+            break
+        except CorruptSegmentError as exc:
+            offset = exc.resume_offset
     if found is not None:
         yield from seg.iter_headers(*found)
 

@@ -6,13 +6,23 @@ shared ``FileCache`` for each operation, so idle partitions hold no files.
 
 Every walk over the batch chain checks each header against what must hold for
 a chain of batches written by this log (length, magic, offsets increasing and
-inside the segment). A walk that breaks has found corruption: the segment
-*quarantines* the broken range in place (``Hole``): it searches for the next
-CRC-valid batch, records the range and the offsets it held in ``<base>.corrupt``
-(kept until an operator acts), logs an error, and from then on reads skip the
-range and answer for offsets inside it with ``CorruptSegmentError``. Nothing is
-truncated or deleted here, except a torn tail by ``recover(truncate_torn_tail=True)``
-and a replica's diverged tail by ``truncate_to``.
+inside the segment). A walk that breaks has found damage and sets the broken
+range aside in place (``Hole``), recorded with its reason in ``<base>.corrupt``
+(kept until an operator acts) and logged; reads jump it from then on:
+
+- a range that held offsets is *quarantined*: reads answer for those offsets
+  with ``CorruptSegmentError`` (CORRUPT_MESSAGE), never with nothing;
+- a range that holds no offset the log is missing is *skipped* silently for
+  readers: a byte-identical copy of a batch the log holds (a doubled or replayed
+  write), or unreadable bytes between two batches whose offsets follow on;
+- a CRC-valid batch whose offsets go back but that is not such a copy is a
+  second writer's: set aside too (logged as an error), the log's own batches at
+  those offsets stay what readers get, and its offsets past the log's, which
+  nothing else holds, are quarantined (``_overlap``).
+
+A quarantined range is never empty, so no offset below the end answers "no
+error, no records". Nothing is truncated or deleted here, except a torn tail by
+``recover(truncate_torn_tail=True)`` and a replica's diverged tail by ``truncate_to``.
 
 Not thread-safe on its own: the partition log serializes access; the fields a
 worker thread reads without that lock (a sealed segment's size, indexes, holes)
@@ -44,11 +54,12 @@ from odradek.protocol.records import (
     unpack_header,
 )
 
-__all__ = ["Hole", "Segment", "segment_name"]
+__all__ = ["Damage", "Hole", "Segment", "segment_name"]
 
 log = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 1 << 20  # recovery / resync / full scans read 1 MiB at a time
+_IN_PLACE_LOOKAHEAD = 8  # batches a damaged base offset's judgement looks ahead
 _MAX_REL_OFFSET = 2**32 - 1
 _CRC_START = 21
 _MAGIC_POS = 16
@@ -61,12 +72,42 @@ def segment_name(base_offset: int) -> str:
 
 
 class Hole(NamedTuple):
-    """A quarantined byte range and the offsets it held: [first_offset, end_offset)."""
+    """A byte range reads jump over, and the offsets it held: [first_offset, end_offset).
+
+    With offsets (``lost``) it is *quarantined*: those offsets answer
+    CORRUPT_MESSAGE. Without any (first_offset == end_offset) it is only
+    *skipped*: bytes that hold no offset the log is missing (a copy of a batch
+    the log already holds, or unreadable bytes between two batches whose offsets
+    follow on), so reads pass it and nothing answers with an error.
+    """
 
     position: int
     end_position: int
     first_offset: int
     end_offset: int
+    reason: str = ""
+
+    @property
+    def lost(self) -> bool:
+        """Does the range hold offsets that cannot be read (a quarantine, not a skip)?"""
+        return self.end_offset > self.first_offset
+
+
+class Damage(NamedTuple):
+    """A range set aside in a partition's log (``PartitionLog.damage``): a ``Hole`` and
+    the base offset of the segment holding it."""
+
+    segment: int
+    position: int
+    end_position: int
+    first_offset: int
+    end_offset: int
+    reason: str = ""
+
+    @property
+    def lost(self) -> bool:
+        """Quarantined (offsets answer CORRUPT_MESSAGE), not only skipped."""
+        return self.end_offset > self.first_offset
 
 
 class Segment:
@@ -76,6 +117,7 @@ class Segment:
         "_hint_offset",
         "_hint_pos",
         "_hole_lock",
+        "_recorded_end",
         "_truncate_torn_tail",
         "assumed",
         "base_offset",
@@ -121,6 +163,7 @@ class Segment:
         self.time_index = TimeIndex()
         self.holes: tuple[Hole, ...] = ()
         self._hole_lock = threading.RLock()
+        self._recorded_end: int | None = None  # while a clean shutdown's end is being checked
         self._truncate_torn_tail = False  # only while recover(truncate_torn_tail=True) runs
         self.truncated = 0
         self._hint_offset = -1
@@ -220,21 +263,27 @@ class Segment:
         if self.loaded:
             return
         assumed_end = self.next_offset if self.assumed else None
+        self._recorded_end = assumed_end  # what damage at the tail held (``_quarantine``)
         self.size = os.stat(self.log_path).st_size
         if self.marker_on_disk is not False:
             self.holes = self._read_corrupt_marker()
         if not self.load_indexes():
             self.recover(truncate_torn_tail=False)
             self.write_index_files(fsync=False)
-        if assumed_end is not None and assumed_end != self.next_offset:
+        if assumed_end is not None:
+            self._check_recorded_end(assumed_end)
+        self.loaded = True
+        self._recorded_end = None
+
+    def _check_recorded_end(self, recorded_end: int) -> None:
+        if recorded_end != self.next_offset:
             log.error(
                 "%s: segment %d ends at offset %d, not at %d as recorded at shutdown",
                 self.directory,
                 self.base_offset,
                 self.next_offset,
-                assumed_end,
+                recorded_end,
             )
-        self.loaded = True
 
     def note_batch(
         self, pos: int, base_offset: int, next_offset: int, max_ts: int, size: int
@@ -363,6 +412,7 @@ class Segment:
         """
         pos = start
         pending: tuple[int, RawHeader, int] | None = None  # yielded once confirmed
+        copies_from = -1  # where the ranges passed while judging the pending batch start
         buf, buf_start = prefetch if prefetch is not None else (b"", start)
         base = self.base_offset
         with self.files.use(self.file) as fd:
@@ -390,33 +440,95 @@ class Segment:
                             size = t[1] + LOG_OVERHEAD
                             reason = _broken(t, pos, size, size_now, expected, upper, base)
                 if pending is not None:
+                    # Bytes that hold nothing (a copy of a batch the chain holds, or a
+                    # range already skipped) say nothing about the pending batch: it is
+                    # judged by what comes after them, and the walk comes back to them
+                    # once it is (so a copy is recorded where the chain then stands).
+                    passed = (hole is not None and not hole.lost) or (
+                        hole is None
+                        and t is not None
+                        and t[0] < expected
+                        and self._copy_of(fd, pos, t, upper) is not None
+                    )
+                    if passed:
+                        if copies_from < 0:
+                            copies_from = pos
+                        pos = hole.end_position if hole is not None else pos + t[1] + LOG_OVERHEAD
+                        continue
                     p0, t0, expected0 = pending
                     pending = None
-                    lined_up = (
-                        pos == size_now
-                        or (hole is not None and pos == hole.position)
-                        or (t is not None and reason is None and t[0] == expected)
-                    )
-                    # The next base falls inside what the pending batch claims, and the
-                    # pending batch itself jumped ahead of the chain: its base is damaged.
-                    goes_back_into_it = (
-                        not lined_up
-                        and t is not None
+                    continued = t is not None and reason is None and t[0] == expected
+                    # A batch that jumped ahead of the chain and that nothing continues
+                    # (the file ends, or a torn or damaged tail follows) would, had it
+                    # started where the chain was, end exactly where the clean shutdown
+                    # said the segment ends: its base offset is damaged. (The file changed
+                    # after that shutdown, so the recorded end is evidence, not a bound.)
+                    ends_off_record = (
+                        not continued
+                        and hole is None
+                        and not self.loaded
+                        and self._recorded_end is not None
                         and t0[0] > expected0
-                        and expected0 <= t[0] < expected
-                        and _broken(t, pos, t[1] + LOG_OVERHEAD, size_now, expected0, upper, base)
-                        is None
+                        and expected0 + t0[6] + 1 == self._recorded_end
                     )
-                    if goes_back_into_it or (
-                        (verify_crc or not lined_up) and not _crc_ok(fd, p0, t0)
-                    ):
-                        why = (
-                            "its base offset is damaged" if goes_back_into_it else "CRC32C mismatch"
+                    lined_up = not ends_off_record and (
+                        pos == size_now or (hole is not None and pos == hole.position) or continued
+                    )
+                    # The pending batch jumped ahead of the chain and its base is damaged
+                    # when, started where the chain was, it (and any batches after it
+                    # whose offsets cannot be the segment's) ends exactly where a later
+                    # batch starts and the chain goes on from there. Or when the next base
+                    # falls inside what it claims. Unless the next batch is the odd one
+                    # (another writer's: see ``_overlap``): one claiming the same base
+                    # offset (a base damaged into exactly the next batch's cannot be told
+                    # from another writer's batch behind a gap: left as a gap), or one
+                    # after which the chain goes on from the pending batch's end.
+                    # Unreadable bytes in between are looked past, as copies are.
+                    nxt = None
+                    if not lined_up and t0[0] > expected0:
+                        nxt = self._next_batch(fd, pos, t, expected0, upper)
+                    goes_back_into_it = (
+                        nxt is not None
+                        and nxt[1][0] != t0[0]
+                        and (
+                            self._in_place(fd, nxt, expected0 + t0[6] + 1, upper, then_no_gap=True)
+                            or (
+                                expected0 <= nxt[1][0] < expected
+                                and _broken(
+                                    nxt[1],
+                                    nxt[0],
+                                    nxt[1][1] + LOG_OVERHEAD,
+                                    size_now,
+                                    expected0,
+                                    upper,
+                                    base,
+                                )
+                                is None
+                                and not _resumes_at(
+                                    fd,
+                                    self._past_copies(fd, nxt[0] + nxt[1][1] + LOG_OVERHEAD, upper),
+                                    size_now,
+                                    expected,
+                                )
+                            )
                         )
+                    )
+                    if goes_back_into_it:
+                        why = "the next batch goes back into its offsets"
+                    elif ends_off_record and _crc_ok(fd, p0, t0):
+                        why = f"the segment ended at {self._recorded_end} at a clean shutdown"
+                    elif (verify_crc or not lined_up) and not _crc_ok(fd, p0, t0):
+                        why = "CRC32C mismatch"
+                    else:
+                        why = None
+                    if why is not None:
                         self._quarantine(p0, expected0, why, t0)
-                        pos, expected, stale = p0, expected0, True
+                        pos, expected, stale, copies_from = p0, expected0, True, -1
                         continue
                     yield p0, t0
+                    if copies_from >= 0:  # back to the copies the judgement passed
+                        pos, copies_from = copies_from, -1
+                        continue
                 if hole is not None:
                     pos = max(pos, hole.end_position)
                     expected = max(expected, hole.end_offset)
@@ -435,16 +547,27 @@ class Segment:
                 pos += size
 
     def _offset_bound(self) -> int | None:
-        """Offsets in this segment stay below this (next segment, or the known end)."""
+        """Offsets in this segment stay below this (next segment, or the known end: while
+        a cleanly closed segment, still the size it was then, is loaded, the end its
+        clean shutdown recorded)."""
         if self.next_segment_base is not None:
             return self.next_segment_base
-        return self.next_offset if self.loaded else None
+        if self.loaded:
+            return self.next_offset
+        return self._recorded_end if self.assumed else None
 
     def _hole_at(self, pos: int) -> Hole | None:
         for hole in self.holes:
             if hole.position <= pos < hole.end_position:
                 return hole
         return None
+
+    def recorded_holes(self) -> tuple[Hole, ...]:
+        """The ranges set aside in this segment, without loading it: one not used yet
+        answers from its ``.corrupt`` record, if the directory listing showed one."""
+        if self.loaded or self.holes or not self.marker_on_disk:
+            return self.holes
+        return self._read_corrupt_marker()
 
     def hole_for_offset(self, offset: int) -> Hole | None:
         for hole in self.holes:
@@ -456,76 +579,296 @@ class Segment:
         """Raise CorruptSegmentError when ``offset`` lies in a quarantined range."""
         hole = self.hole_for_offset(offset)
         if hole is not None:
-            raise CorruptSegmentError(
-                f"offset {offset} is in a corrupt part of segment {self.base_offset} "
-                f"({self.log_path}, bytes {hole.position}-{hole.end_position}, offsets "
-                f"{hole.first_offset}-{hole.end_offset - 1}), quarantined: see {self.corrupt_path}",
-                resume_offset=hole.end_offset,
-            )
+            raise self._corrupt_error(offset, hole)
+
+    def _corrupt_error(self, offset: int, hole: Hole) -> CorruptSegmentError:
+        where = "in" if hole.first_offset <= offset else "just before"
+        return CorruptSegmentError(
+            f"offset {offset} is {where} a corrupt part of segment {self.base_offset} "
+            f"({self.log_path}, bytes {hole.position}-{hole.end_position}, offsets "
+            f"{hole.first_offset}-{hole.end_offset - 1}: {hole.reason or 'damaged'}), "
+            f"quarantined: see {self.corrupt_path}",
+            resume_offset=hole.end_offset,
+        )
 
     def _quarantine(
         self, pos: int, expected: int, reason: str, header: RawHeader | None
     ) -> Hole | None:
-        """Record the damaged range starting at ``pos`` (idempotent, thread-safe).
+        """Record the broken range starting at ``pos`` (idempotent, thread-safe).
 
-        The range ends at the next CRC-valid batch, or at the end of the file;
-        its offsets run from ``expected`` to that batch's base (or, at the end,
-        past whatever the damaged header plausibly claims). During a recovery
-        that may truncate, a torn tail is cut off instead (returns None).
+        A CRC-valid batch whose offsets go back is a copy or a second writer's
+        batch (``_overlap``). Anything else ends at the next CRC-valid batch, or
+        at the end of the file; its offsets run from ``expected`` to that batch's
+        base (or, at the end, past whatever the damaged header plausibly claims),
+        and none at all when that batch's base is ``expected`` (a skip). During a
+        recovery that may truncate, a torn tail is cut off instead (returns None).
         """
         with self._hole_lock:
             existing = self._hole_at(pos)
             if existing is not None:
                 return existing
-            upper = self._offset_bound() if self.loaded else self.next_segment_base
-            found = self._find_next_batch(pos + 1, expected, upper)
-            if found is None and self._truncate_torn_tail and self._torn_from(pos, header):
-                log.warning(
-                    "%s: truncating %d bytes of a torn write from segment %d",
-                    self.directory,
-                    self.size - pos,
-                    self.base_offset,
-                )
-                with self.files.use(self.file) as fd:
-                    os.ftruncate(fd, pos)
-                self.truncated += self.size - pos
-                self.size = pos
-                return None
-            if found is not None:
-                end_pos, end_offset = found
-            else:
-                end_pos = self.size
-                end_offset = max(expected, _claimed_end(header, expected, upper))
-                if self.loaded:
-                    end_offset = max(end_offset, self.next_offset)
-                if self.next_segment_base is not None:
-                    end_offset = max(end_offset, self.next_segment_base)
-            hole = self._add_hole(Hole(pos, end_pos, expected, end_offset))
-        log.error(
-            "%s: segment %d is corrupt at byte %d (%s): bytes %d-%d, offsets %d-%d quarantined "
-            "in place, nothing deleted; reading those offsets fails with CORRUPT_MESSAGE until "
-            "an operator acts (docs/operations.md, Recovery)",
-            self.directory,
-            self.base_offset,
-            pos,
-            reason,
-            hole.position,
-            hole.end_position,
-            hole.first_offset,
-            hole.end_offset - 1,
-        )
+            upper = self._offset_bound()
+            hole = None
+            if header is not None and header[0] < expected:
+                hole = self._overlap(pos, expected, header, upper)
+            if hole is None and header is not None:
+                hole = self._misplaced(pos, expected, reason, header, upper)
+            if hole is None:
+                found = self._find_next_batch(pos + 1, expected, upper)
+                if found is None and self._truncate_torn_tail and self._torn_from(pos, header):
+                    log.warning(
+                        "%s: truncating %d bytes of a torn write from segment %d",
+                        self.directory,
+                        self.size - pos,
+                        self.base_offset,
+                    )
+                    with self.files.use(self.file) as fd:
+                        os.ftruncate(fd, pos)
+                    self.truncated += self.size - pos
+                    self.size = pos
+                    return None
+                if found is not None:
+                    end_pos, end_offset = found
+                else:
+                    end_pos = self.size
+                    end_offset = max(expected, _claimed_end(header, expected, upper))
+                    if self.loaded:
+                        end_offset = max(end_offset, self.next_offset)
+                    elif self._recorded_end is not None:  # acknowledged up to there
+                        end_offset = max(end_offset, self._recorded_end)
+                    if self.next_segment_base is not None:
+                        end_offset = max(end_offset, self.next_segment_base)
+                hole = Hole(pos, end_pos, expected, end_offset, reason)
+            hole = self._add_hole(hole)
+        self._report(hole)
         return hole
+
+    def _overlap(self, pos: int, expected: int, t: RawHeader, upper: int | None) -> Hole | None:
+        """The range to set aside for a well-formed, CRC-valid batch at ``pos`` whose
+        offsets go back (below ``expected``), or None if it is no such batch.
+
+        A single writer never goes back, so this is a copy or another writer's
+        batch. A copy (same base offset, length, CRC32C and bytes, the leader
+        epoch aside, as the log's own batch at that base) holds nothing new: its
+        bytes are skipped. Another writer's batch for offsets the log already
+        holds is set aside the same way, but logged as an error: the log's own
+        batches at those offsets (written first) stay what readers get, and its
+        records are left in place for the operator. Its offsets past the log's
+        (from ``expected`` on), which nothing else holds, are quarantined.
+        """
+        size = t[1] + LOG_OVERHEAD
+        first, last = t[0], t[0] + t[6]
+        if _broken(t, pos, size, self.size, first, upper, self.base_offset) is not None:
+            return None
+        with self.files.use(self.file) as fd:
+            original = self._copy_of(fd, pos, t, upper)
+            if original is not None:
+                return Hole(
+                    pos,
+                    pos + size,
+                    expected,
+                    expected,
+                    f"a copy of the batch at byte {original} (offsets {first}-{last})",
+                )
+            if not _crc_ok(fd, pos, t):
+                return None
+            # The chain's own batch with a damaged base offset (outside the CRC) looks
+            # the same, but what follows it goes on from where it would end had it
+            # started at ``expected``: that is damage, its offsets quarantined.
+            # (Copies after it are passed: they say nothing either way.)
+            own_end = expected + t[6] + 1
+            after = self._past_copies(fd, pos + size, upper)
+            if after == self.size:
+                known = self.next_offset if self.loaded else self._recorded_end
+                if own_end in (known, self.next_segment_base):
+                    return None
+            elif after + BATCH_OVERHEAD <= self.size and self._in_place(
+                fd, (after, unpack_header(os.pread(fd, BATCH_OVERHEAD, after))), own_end, upper
+            ):
+                return None
+        return Hole(
+            pos,
+            pos + size,
+            expected,
+            max(expected, last + 1),
+            f"another writer's batch? offsets {first}-{last}, written when the log had "
+            f"reached {expected - 1}; its records are not served",
+        )
+
+    def _copy_of(self, fd: int, pos: int, t: RawHeader, upper: int | None) -> int | None:
+        """Where the chain's batch that the CRC-valid batch at ``pos`` copies is (same
+        base offset, length and bytes, the leader epoch aside), or None."""
+        size = t[1] + LOG_OVERHEAD
+        if _broken(t, pos, size, self.size, t[0], upper, self.base_offset) is not None:
+            return None
+        original = self._batch_based_at(fd, t[0], pos)
+        if original is None:
+            return None
+        data = os.pread(fd, size, pos)
+        if len(data) != size or crc32c(memoryview(data)[_CRC_START:]) != t[4]:
+            return None
+        held = os.pread(fd, size, original)
+        if held[:12] == data[:12] and held[_MAGIC_POS:] == data[_MAGIC_POS:]:
+            return original
+        return None
+
+    def _next_batch(
+        self, fd: int, pos: int, t: RawHeader | None, expected: int, upper: int | None
+    ) -> tuple[int, RawHeader] | None:
+        """The batch at ``pos`` (header ``t``) if it is whole and based at ``expected`` or
+        later, or whole and CRC-valid (whatever its base offset), else the first CRC-valid
+        one based at ``expected`` or later after the unreadable bytes there, or None."""
+        if t is not None:
+            size = t[1] + LOG_OVERHEAD
+            if _broken(t, pos, size, self.size, expected, upper, self.base_offset) is None:
+                return pos, t
+            whole = t[1] >= MIN_BATCH_LENGTH and t[3] == 2 and t[6] >= 0
+            if whole and pos + size <= self.size and _crc_ok(fd, pos, t):
+                return pos, t
+        found = self._find_next_batch(pos + 1, expected, upper)
+        if found is None:
+            return None
+        return found[0], unpack_header(os.pread(fd, BATCH_OVERHEAD, found[0]))
+
+    def _in_place(
+        self,
+        fd: int,
+        nxt: tuple[int, RawHeader],
+        at: int,
+        upper: int | None,
+        *,
+        then_no_gap: bool = False,
+    ) -> bool:
+        """Do the batches from ``nxt`` meet the chain at ``at`` (where it would stand had
+        a batch with a damaged base offset been where the chain was)? Whole, CRC-valid
+        batches whose offsets cannot be this segment's at all (damaged bases too) are
+        counted in place, at most ``_IN_PLACE_LOOKAHEAD`` of them; any other batch ends
+        the look-ahead (it may be another writer's, or a gap's end). ``then_no_gap``:
+        the batch met must also be followed by the file's end or by its next offset (in
+        a log with gaps, meeting ``at`` may be a second writer's coincidence)."""
+        pos, t = nxt
+        for _ in range(_IN_PLACE_LOOKAHEAD):
+            if t[0] == at:
+                if not then_no_gap:
+                    return True
+                after = self._past_copies(fd, pos + t[1] + LOG_OVERHEAD, upper)
+                return after >= self.size or _resumes_at(fd, after, self.size, t[0] + t[6] + 1)
+            size = t[1] + LOG_OVERHEAD
+            if (
+                _broken(t, pos, size, self.size, t[0], upper, self.base_offset) is None
+                or t[1] < MIN_BATCH_LENGTH
+                or t[3] != 2
+                or t[6] < 0
+                or pos + size > self.size
+                or not _crc_ok(fd, pos, t)
+            ):
+                return False
+            at += t[6] + 1
+            pos = self._past_copies(fd, pos + size, upper)
+            raw = os.pread(fd, BATCH_OVERHEAD, pos)
+            if len(raw) < BATCH_OVERHEAD:
+                return False
+            t = unpack_header(raw)
+        return False
+
+    def _past_copies(self, fd: int, pos: int, upper: int | None) -> int:
+        """``pos``, or where the copies and skipped ranges starting there end."""
+        while pos < self.size:
+            hole = self._hole_at(pos)
+            if hole is not None:
+                if hole.lost:
+                    return pos
+                pos = hole.end_position
+                continue
+            raw = os.pread(fd, BATCH_OVERHEAD, pos)
+            if len(raw) < BATCH_OVERHEAD:
+                return pos
+            t = unpack_header(raw)
+            if self._copy_of(fd, pos, t, upper) is None:
+                return pos
+            pos += t[1] + LOG_OVERHEAD
+        return pos
+
+    def _misplaced(
+        self, pos: int, expected: int, reason: str, t: RawHeader, upper: int | None
+    ) -> Hole | None:
+        """A whole batch that passes its CRC32C but whose base offset (outside the CRC)
+        does not fit the chain is the chain's next batch with a damaged base offset:
+        the offsets it held, from ``expected``, are quarantined (its own bytes only).
+        None when the header is not such a batch."""
+        size = t[1] + LOG_OVERHEAD
+        held = t[6] + 1
+        if (
+            t[1] < MIN_BATCH_LENGTH
+            or t[3] != 2
+            or t[6] < 0
+            or pos + size > self.size
+            or (upper is not None and expected + held > upper)
+            or expected + held - self.base_offset > _MAX_REL_OFFSET
+        ):
+            return None
+        with self.files.use(self.file) as fd:
+            if not _crc_ok(fd, pos, t):
+                return None
+        return Hole(
+            pos, pos + size, expected, expected + held, f"{reason}: its base offset is damaged"
+        )
+
+    def _batch_based_at(self, fd: int, offset: int, before: int) -> int | None:
+        """Position of the chain's batch based at ``offset`` before byte ``before``, or None
+        (a walk of headers from the offset index's entry, jumping set-aside ranges)."""
+        _, p = self.offset_index.lookup(max(offset - self.base_offset, 0))
+        while p < before:
+            hole = self._hole_at(p)
+            if hole is not None:
+                p = hole.end_position
+                continue
+            raw = os.pread(fd, BATCH_OVERHEAD, p)
+            if len(raw) < BATCH_OVERHEAD:
+                return None
+            h = unpack_header(raw)
+            if h[0] >= offset or h[1] < MIN_BATCH_LENGTH or h[3] != 2:
+                return p if h[0] == offset else None
+            p += h[1] + LOG_OVERHEAD
+        return None
+
+    def _report(self, hole: Hole) -> None:
+        """One log line per range set aside, with what it costs readers."""
+        where = (
+            f"{self.directory}: segment {self.base_offset}, bytes "
+            f"{hole.position}-{hole.end_position}"
+        )
+        if hole.lost:
+            log.error(
+                "%s (%s): offsets %d-%d quarantined in place, nothing deleted; reading them "
+                "fails with CORRUPT_MESSAGE until an operator acts (docs/operations.md, Recovery)",
+                where,
+                hole.reason,
+                hole.first_offset,
+                hole.end_offset - 1,
+            )
+        elif hole.reason.startswith("a copy of"):
+            log.warning("%s (%s): skipped, the log already holds those records", where, hole.reason)
+        else:
+            log.error(
+                "%s (%s): set aside in place, readers pass it; no offset is missing (the "
+                "offsets around it follow on); see docs/operations.md, Recovery",
+                where,
+                hole.reason,
+            )
 
     def _add_hole(self, hole: Hole) -> Hole:
         before = [h for h in self.holes if h.end_position <= hole.position]
         after = [h for h in self.holes if h.position >= hole.end_position]
         for h in self.holes:
             if h not in before and h not in after:  # overlapping: merge
+                reasons = dict.fromkeys(r for r in (h.reason, hole.reason) if r)
                 hole = Hole(
                     min(h.position, hole.position),
                     max(h.end_position, hole.end_position),
                     min(h.first_offset, hole.first_offset),
                     max(h.end_offset, hole.end_offset),
+                    "; ".join(reasons),
                 )
         self.holes = (*before, hole, *after)
         self.next_offset = max(self.next_offset, hole.end_offset)
@@ -581,14 +924,28 @@ class Segment:
 
     # ------------------------------------------------------------------ recovery
 
-    def recover(self, *, truncate_torn_tail: bool) -> int:
+    def recover(self, *, truncate_torn_tail: bool, recorded_end: int | None = None) -> int:
         """Rebuild indexes by a CRC-checked scan, quarantining what does not check out.
 
         A tail that is plainly a torn write (a header cut off, a length running
         past the end of the file, or zeros) is cut off when ``truncate_torn_tail``
         (the last segment after an unclean stop); anything else that fails is
         quarantined in place. Returns the number of bytes truncated.
+
+        ``recorded_end``: the end offset a clean shutdown recorded for this segment
+        whose file changed after it (its size differs: a copy or another writer's
+        bytes were written into it). What the log had acknowledged, so the scan
+        judges its last batch and a damaged tail by it; not a bound on the offsets
+        the file now holds.
         """
+        if recorded_end is not None:
+            self._recorded_end = recorded_end
+            try:
+                truncated = self.recover(truncate_torn_tail=truncate_torn_tail)
+            finally:
+                self._recorded_end = None
+            self._check_recorded_end(recorded_end)
+            return truncated
         self.offset_index = OffsetIndex()
         self.time_index = TimeIndex()
         self.next_offset = self.base_offset
@@ -736,6 +1093,23 @@ class Segment:
         its CRC32C) and answers a ``FileRegion``: the checked bytes, left in the
         file for ``sendfile``, the descriptor pinned until the region is released.
         """
+        while True:
+            if self.holes:  # a read never starts on bytes that hold nothing (a skipped copy)
+                pos = self._past_skips(pos)
+            data = self._read_at(pos, max_bytes, expected, stop_offset, region_from)
+            empty = not (data.length if isinstance(data, FileRegion) else len(data))
+            if not (empty and self.holes and self._past_skips(pos) != pos):
+                return data
+            # This read found a skipped range right where it started: again, after it.
+
+    def _read_at(
+        self,
+        pos: int,
+        max_bytes: int,
+        expected: int,
+        stop_offset: int | None,
+        region_from: int | None,
+    ) -> bytearray | FileRegion:
         limit = pos + max(max_bytes, 0)
         if region_from is not None and limit - pos > region_from:
             return self._read_region(pos, limit, expected, region_from, stop_offset)
@@ -845,12 +1219,34 @@ class Segment:
             end = p + t[1] + LOG_OVERHEAD
             next_off = t[0] + t[6] + 1
         if end == pos:
-            if stop_offset is None or expected < stop_offset:
-                self.check_readable(expected)  # the batch at ``pos`` was just quarantined
+            self._raise_if_quarantined(pos, expected, stop_offset)
             return pos
         self._hint_offset = next_off
-        self._hint_pos = end
+        self._hint_pos = self._past_skips(end) if self.holes else end
         return end
+
+    def _raise_if_quarantined(self, pos: int, expected: int, stop_offset: int | None) -> None:
+        """A read from ``pos`` found nothing to return: if a quarantined range is what
+        comes first (just found, or after a gap), answer with its error, never with
+        nothing. Offsets at or past ``stop_offset`` are not this read's to answer for."""
+        if stop_offset is not None and expected >= stop_offset:
+            return
+        self.check_readable(expected)
+        hole = self._hole_at(pos)
+        if (
+            hole is not None
+            and hole.lost
+            and (stop_offset is None or hole.first_offset < stop_offset)
+        ):
+            raise self._corrupt_error(expected, hole)
+
+    def _past_skips(self, pos: int) -> int:
+        """``pos``, or where the skipped ranges (no offsets of their own) starting there end."""
+        hole = self._hole_at(pos)
+        while hole is not None and not hole.lost:
+            pos = hole.end_position
+            hole = self._hole_at(pos)
+        return pos
 
     def read_batch_at(self, pos: int, size: int) -> bytes:
         return self.pread(size, pos)
@@ -923,6 +1319,14 @@ def _broken(
     if upper is not None and t[0] + t[6] >= upper:
         return f"offsets reach {t[0] + t[6]}, past the segment's end {upper}"
     return None
+
+
+def _resumes_at(fd: int, pos: int, file_size: int, offset: int) -> bool:
+    """Does a batch based at ``offset`` start at ``pos``?"""
+    if pos + BATCH_OVERHEAD > file_size:
+        return False
+    raw = os.pread(fd, BATCH_OVERHEAD, pos)
+    return len(raw) == BATCH_OVERHEAD and unpack_header(raw)[0] == offset
 
 
 def _crc_ok(fd: int, pos: int, t: RawHeader) -> bool:

@@ -21,6 +21,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.protocol import Entity
 
 from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.log_dirs import extended_request, extended_response
 
 _HEADER_FIXED = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 _CORRELATION = struct.Struct(">i")
@@ -97,11 +98,15 @@ def skip_tagged_fields(frame: bytes, pos: int) -> int:
 
 @cache
 def request_type(api_key: int, version: int) -> type[Entity]:
+    if api_key == ApiKey.DESCRIBE_LOG_DIRS and (extended := extended_request(version)):
+        return cast(type[Entity], extended)  # Odradek's damage report (protocol.log_dirs)
     return load_request_schema(api_key, version)
 
 
 @cache
 def response_type(api_key: int, version: int) -> type[Entity]:
+    if api_key == ApiKey.DESCRIBE_LOG_DIRS and (extended := extended_response(version)):
+        return cast(type[Entity], extended)
     return load_response_schema(api_key, version)
 
 

@@ -11,8 +11,10 @@ odradek.broker.log_dirs) answers KAFKA_STORAGE_ERROR with no partitions and -1
 bytes, as Kafka answers for an offline directory.
 
 Topics asked for that do not exist are left out, as Kafka leaves them out; in a
-cluster, only the replicas this broker holds are listed. With an authorizer,
-DESCRIBE on the cluster is needed.
+cluster, only the replicas this broker holds are listed. A request that asks for it
+(Odradek's tagged field, ``protocol/log_dirs.py``) also gets each current replica's
+damaged ranges: quarantined offsets and skipped bytes (``PartitionLog.damage``).
+With an authorizer, DESCRIBE on the cluster is needed.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     manager = ctx.broker.topics
     # log directory -> topic -> partition entries
     listed: dict[Path, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    with_damage = bool(getattr(request, "include_damage", False))
     for topic, indexes in _wanted(ctx, request):
         for index in indexes:
             plog = topic.partitions[index]
@@ -79,6 +82,7 @@ def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
                     "partition_size": plog.size_bytes,
                     "offset_lag": 0,
                     "is_future_key": False,
+                    "damage": [d._asdict() for d in plog.damage()] if with_damage else (),
                 }
             )
             move = manager.moves.get((topic.name, index))
@@ -89,6 +93,7 @@ def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
                         "partition_size": move.mover.copied_bytes,
                         "offset_lag": move.mover.offset_lag,
                         "is_future_key": True,
+                        "damage": (),
                     }
                 )
     results = []

@@ -19,6 +19,13 @@ the response by ``protocol/fetch.py`` as a spliced part that the connection
 sends with ``sendfile``. Smaller reads, and every read for a TLS listener, are
 bytes, as before.
 
+An offset the log cannot serve answers with an error, never with nothing: one
+in (or just before) a quarantined range CORRUPT_MESSAGE, which consumers report
+(``odradek.log.segment``; docs/operations.md, Recovery), a disk error
+KAFKA_STORAGE_ERROR as Kafka answers for an I/O error. Below the high watermark
+an empty answer means only what it means in Kafka: the response's byte budget
+was spent on earlier partitions, or (read_committed) the last stable offset.
+
 ``isolation_level=1`` (read_committed) returns batches only below the last
 stable offset, with the aborted transactions of that range (producer id and
 first offset, from the segments' aborted-transaction indexes) so the client
@@ -28,6 +35,7 @@ drops their batches; every response carries the LSO.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
@@ -41,6 +49,7 @@ from odradek.broker.fetch_sessions import (
 )
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from odradek.broker.topics import KAFKA_STORAGE_ERROR, storage_failures
 from odradek.log.errors import LogError
 from odradek.log.files import FileRegion
 from odradek.protocol.apikeys import ApiKey
@@ -214,8 +223,16 @@ def _read_partitions(
             try:
                 limit = min(wanted.max_bytes, remaining)
                 data = plog.read(offset, max(limit, 1), region_from=region_from, max_offset=upper)
-            except LogError as exc:
+            except LogError as exc:  # a quarantined range: CORRUPT_MESSAGE, never nothing
                 entry["error_code"] = exc.error_code
+                any_error = True
+                continue
+            except OSError as exc:
+                # A disk error: Kafka's answer (its log directory goes offline there).
+                storage_failures.log(
+                    "fetch", logging.ERROR, "cannot read %s-%d: %s", name, key[1], exc
+                )
+                entry["error_code"] = KAFKA_STORAGE_ERROR
                 any_error = True
                 continue
             size = data.length if isinstance(data, FileRegion) else len(data)

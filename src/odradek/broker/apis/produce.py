@@ -17,12 +17,15 @@ Batches are stored as sent unless the topic's compression.type names a codec
 recompressed to it (with the topic's compression.<codec>.level) after their
 CRC is checked. This is the one case where Produce reads inside a batch.
 
-Transactional batches need WRITE on the request's transactional id. A
-transaction's first write to a partition (its producer has no transaction open
-there yet) is checked with the transaction coordinator first (KIP-890 part 1):
-a partition that is not in the producer's transaction, e.g. a late request of a
-transaction that already ended, would otherwise open a transaction nobody ever
-closes and hold the partition's last stable offset back for good.
+Transactional batches need WRITE on the request's transactional id; a request
+with a batch that sets the transactional attribute (whatever its producer id)
+and no transactional id is refused whole with TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+as Kafka 4.1's KafkaApis.handleProduceRequest does. A transaction's first write
+to a partition (its producer has no transaction open there yet) is checked with
+the transaction coordinator first (KIP-890 part 1): a partition that is not in
+the producer's transaction, e.g. a late request of a transaction that already
+ended, would otherwise open a transaction nobody ever closes and hold the
+partition's last stable offset back for good.
 
 Requests are read by hand (``protocol/produce.py``): kio copies every
 partition's records holding the GIL, and a 100 MB request stopped the event loop
@@ -132,14 +135,28 @@ def _transactional_producer(records: bytes | None) -> tuple[int, int] | None:
     return found if found is not None and found[0] >= 0 else None
 
 
-def _has_transactional_records(request: Any) -> bool:
-    def transactional(records: bytes | None) -> bool:
-        try:
-            return _transactional_producer(records) is not None
-        except InvalidRecordError:
+def _sets_transactional_bit(records: bytes | None) -> bool:
+    """Does any batch header carry the transactional attribute, whatever its producer id?
+    (A cheap walk of the headers; anything malformed is left to validation.)"""
+    pos, end = 0, len(records) if records else 0
+    while records and end - pos >= 61:
+        (length,) = _LENGTH.unpack_from(records, pos + 8)
+        if length <= 0:
+            return False
+        if _ATTRIBUTES.unpack_from(records, pos + 21)[0] & _TRANSACTIONAL_BIT:
             return True
+        pos += 12 + length
+    return False
 
-    return any(transactional(p.records) for t in request.topic_data for p in t.partition_data)
+
+def _has_transactional_records(request: Any) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords: a batch with the transactional
+    attribute, even one without a producer id (-1). Kafka 4.1's handleProduceRequest
+    refuses the whole request with TRANSACTIONAL_ID_AUTHORIZATION_FAILED when such a
+    request has no transactional id, before anything is appended."""
+    return any(
+        _sets_transactional_bit(p.records) for t in request.topic_data for p in t.partition_data
+    )
 
 
 def _unverified(
@@ -169,6 +186,17 @@ def _unverified(
     ):
         return ErrorCode.NOT_ENOUGH_REPLICAS  # retriable for every client version
     return int(error)
+
+
+INVALID_PRODUCER_ID_MAPPING = 49
+_UNVERIFIED_MESSAGES = {
+    INVALID_TXN_STATE: "the partition is not in the producer's transaction",
+    TRANSACTION_ABORTABLE: "the partition is not in the producer's transaction",
+    INVALID_PRODUCER_ID_MAPPING: "the producer id is not the transactional id's (a producer "
+    "id must come from InitProducerId with this transactional id)",
+    INVALID_PRODUCER_EPOCH: "the producer epoch is not the transactional id's current one",
+    NOT_ENOUGH_REPLICAS: "the transaction coordinator could not verify the partition yet",
+}
 
 
 def _partition_result(
@@ -267,7 +295,7 @@ async def _append(
             unverified = _unverified(ctx, txn_id, topic_name, index, producer)
             if unverified:
                 return _partition_result(
-                    index, unverified, "the partition is not in the producer's transaction"
+                    index, unverified, _UNVERIFIED_MESSAGES.get(unverified, "not verified")
                 )
         info = replicas.append(replica, records, validated=validated)
     except LogError as exc:  # NotLeaderError too: leadership moved meanwhile
