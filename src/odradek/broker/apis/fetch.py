@@ -49,7 +49,7 @@ from odradek.broker.fetch_sessions import (
 )
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from odradek.broker.topics import KAFKA_STORAGE_ERROR, storage_failures
+from odradek.broker.topics import storage_failures
 from odradek.log.errors import LogError
 from odradek.log.files import FileRegion
 from odradek.protocol.apikeys import ApiKey
@@ -232,7 +232,7 @@ def _read_partitions(
                 storage_failures.log(
                     "fetch", logging.ERROR, "cannot read %s-%d: %s", name, key[1], exc
                 )
-                entry["error_code"] = KAFKA_STORAGE_ERROR
+                entry["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
                 any_error = True
                 continue
             size = data.length if isinstance(data, FileRegion) else len(data)

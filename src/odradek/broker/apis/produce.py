@@ -188,14 +188,17 @@ def _unverified(
     return int(error)
 
 
-INVALID_PRODUCER_ID_MAPPING = 49
 _UNVERIFIED_MESSAGES = {
-    INVALID_TXN_STATE: "the partition is not in the producer's transaction",
-    TRANSACTION_ABORTABLE: "the partition is not in the producer's transaction",
-    INVALID_PRODUCER_ID_MAPPING: "the producer id is not the transactional id's (a producer "
-    "id must come from InitProducerId with this transactional id)",
-    INVALID_PRODUCER_EPOCH: "the producer epoch is not the transactional id's current one",
-    NOT_ENOUGH_REPLICAS: "the transaction coordinator could not verify the partition yet",
+    ErrorCode.INVALID_TXN_STATE: "the partition is not in the producer's transaction",
+    ErrorCode.TRANSACTION_ABORTABLE: "the partition is not in the producer's transaction",
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: (
+        "the producer id is not the transactional id's "
+        "(a producer id must come from InitProducerId with this transactional id)"
+    ),
+    ErrorCode.INVALID_PRODUCER_EPOCH: (
+        "the producer epoch is not the transactional id's current one"
+    ),
+    ErrorCode.NOT_ENOUGH_REPLICAS: "the transaction coordinator could not verify the partition yet",
 }
 
 
