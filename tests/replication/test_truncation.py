@@ -1,12 +1,22 @@
 """Where a follower cuts its log after a leader change (`replication.truncation`), with
-no leader, fetcher or etcd: the pure rule the fetcher applies to OffsetForLeaderEpoch."""
+no leader, fetcher or etcd: KIP-101's rule the fetcher applies today, and KIP-279's
+(`truncation_step`) with a model of replicated logs."""
 
 from __future__ import annotations
 
-from hypothesis import given
+from pathlib import Path
+
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.replication.truncation import UNDEFINED_EPOCH, divergence_offset
+from odradek.log.leader_epoch import LeaderEpochCache, end_offset_for
+from odradek.replication.truncation import (
+    UNDEFINED_EPOCH,
+    UNDEFINED_OFFSET,
+    TruncationStep,
+    divergence_offset,
+    truncation_step,
+)
 
 
 def cut(**kw: int) -> int | None:
@@ -66,3 +76,172 @@ def test_a_cut_is_inside_the_log_and_below_its_end(
         leader_end_offset=end_offset,
     )
     assert offset is None or start <= offset < end
+
+
+# --- KIP-279: Kafka 4.1's full rule (truncation_step) ----------------------------------------
+
+
+def step(epochs: list[tuple[int, int]], **kw: int) -> TruncationStep:
+    base = {"log_end": 100, "high_watermark": 80, "leader_epoch": 3, "leader_end_offset": 100}
+    return truncation_step(epochs, **{**base, **kw})
+
+
+def test_the_issue_21_sequence_cuts_the_old_leaders_suffix() -> None:
+    """Replicas [A, C, B]; a-10..a-19 at epoch 0 on A and B; C led epoch 1 and wrote
+    c-10..c-14; B leads epoch 2. C asks B about epoch 1; B never had it and answers
+    epoch 0 ending at 20. C's own epoch 0 ends at 10: C cuts to 10 and is done."""
+    c_epochs = [(0, 0), (1, 10)]
+    b_epochs = [(0, 0), (2, 20)]
+    leader_epoch, leader_end = end_offset_for(b_epochs, 1, 20)
+    assert (leader_epoch, leader_end) == (0, 20)
+    assert truncation_step(
+        c_epochs,
+        log_end=15,
+        high_watermark=10,
+        leader_epoch=leader_epoch,
+        leader_end_offset=leader_end,
+    ) == TruncationStep(10, complete=True)
+    # KIP-101's rule alone kept c-10..c-14 (the divergence the issue found)
+    assert (
+        divergence_offset(
+            latest_epoch=1,
+            log_start=0,
+            log_end=15,
+            high_watermark=10,
+            leader_epoch=leader_epoch,
+            leader_end_offset=leader_end,
+        )
+        is None
+    )
+
+
+def test_the_same_epoch_cuts_at_the_smaller_end() -> None:
+    epochs = [(1, 0), (3, 50)]
+    assert step(epochs) == TruncationStep(100, complete=True)  # agreed: nothing to cut
+    assert step(epochs, leader_end_offset=90) == TruncationStep(90, complete=True)
+    assert step(epochs, leader_end_offset=150) == TruncationStep(100, complete=True)
+    # the leader answers an older epoch we also hold: our end of it (50) is smaller
+    assert step(epochs, leader_epoch=1, leader_end_offset=70) == TruncationStep(50, complete=True)
+    assert step(epochs, leader_epoch=1, leader_end_offset=30) == TruncationStep(30, complete=True)
+
+
+def test_an_epoch_the_follower_never_had_cuts_at_its_own_older_end_and_asks_again() -> None:
+    # leader answers epoch 2, we hold 1 then 3: our largest epoch <= 2 is 1, ending at 50
+    epochs = [(1, 0), (3, 50)]
+    assert step(epochs, leader_epoch=2, leader_end_offset=70) == TruncationStep(50, complete=False)
+
+
+def test_an_epoch_older_than_all_the_follower_knows_cuts_at_both_starts() -> None:
+    # Kafka's endOffsetFor below every entry: (requested, first start)
+    assert step([(4, 20), (5, 40)], leader_epoch=2, leader_end_offset=30, log_end=60) == (
+        TruncationStep(20, complete=True)
+    )
+
+
+def test_an_answer_without_an_end_offset_keeps_the_high_watermark() -> None:
+    answer = {"leader_epoch": UNDEFINED_EPOCH, "leader_end_offset": UNDEFINED_OFFSET}
+    assert step([(3, 0)], **answer) == TruncationStep(80, complete=True)
+    assert step([(3, 0)], high_watermark=120, **answer) == TruncationStep(100, complete=True)
+
+
+def test_an_answer_without_an_epoch_cuts_at_the_leaders_end() -> None:
+    assert step([(3, 0)], leader_epoch=UNDEFINED_EPOCH, leader_end_offset=60) == (
+        TruncationStep(60, complete=True)
+    )
+
+
+def test_an_empty_epoch_cache_cuts_at_the_leaders_end() -> None:
+    assert step([], leader_epoch=2, leader_end_offset=60) == TruncationStep(60, complete=True)
+
+
+# A model of replicated logs: each replica a list of records (epoch, id), offsets being
+# positions, and an epoch cache kept by Kafka's rules. Histories come from elections
+# (clean or not), leader appends, and replication that leaves a replica holding a prefix
+# of its leader's log; a replica that is not replicated to keeps whatever suffix it had.
+
+
+class ModelReplica:
+    def __init__(self) -> None:
+        self.log: list[tuple[int, int]] = []
+        self.cache = LeaderEpochCache(Path("unused"))
+
+    def truncate(self, offset: int) -> None:
+        del self.log[offset:]
+        self.cache.truncate_from_end(offset)
+
+    def copy_prefix_of(self, leader: ModelReplica, length: int) -> None:
+        self.log = list(leader.log[:length])
+        self.cache.clear()
+        for offset, (epoch, _) in enumerate(self.log):
+            self.cache.assign(epoch, offset)
+
+
+history_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("elect"), st.integers(0, 2), st.just(0)),
+        st.tuples(st.just("append"), st.integers(1, 4), st.just(0)),
+        st.tuples(st.just("replicate"), st.integers(0, 2), st.integers(0, 12)),
+    ),
+    max_size=30,
+)
+
+
+def run_history(ops: list[tuple[str, int, int]]) -> tuple[list[ModelReplica], int]:
+    replicas = [ModelReplica() for _ in range(3)]
+    leader, epoch, next_id = 0, 0, 0
+    replicas[0].cache.assign(0, 0)
+    for op, a, b in ops:
+        if op == "elect":
+            leader, epoch = a, epoch + 1
+            replicas[leader].cache.assign(epoch, len(replicas[leader].log))
+        elif op == "append":
+            for _ in range(a):
+                replicas[leader].log.append((epoch, next_id))
+                next_id += 1
+        elif a != leader:
+            source = replicas[leader]
+            common = shared_prefix(replicas[a].log, source.log)
+            replicas[a].copy_prefix_of(source, min(len(source.log), common + b))
+    return replicas, leader
+
+
+def shared_prefix(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+@settings(max_examples=400, deadline=None)
+@given(history_ops)
+def test_truncation_leaves_exactly_the_prefix_the_follower_shares_with_the_leader(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    """After the rounds of questions each follower holds a prefix of its leader's log,
+    and all of what it shared with it: no record the leader holds at the same offset is
+    cut, so nothing below a high watermark goes unless the leader's log differs there."""
+    replicas, leader_index = run_history(ops)
+    leader = replicas[leader_index]
+    for index, follower in enumerate(replicas):
+        if index == leader_index:
+            continue
+        keep = shared_prefix(follower.log, leader.log)
+        before = list(follower.log)
+        for _ in range(len(follower.cache.entries) + 1):  # each round drops an entry
+            answer = end_offset_for(
+                leader.cache.entries, follower.cache.latest_epoch, len(leader.log)
+            )
+            result = truncation_step(
+                follower.cache.entries,
+                log_end=len(follower.log),
+                high_watermark=keep,
+                leader_epoch=answer[0],
+                leader_end_offset=answer[1],
+            )
+            assert result.offset <= len(follower.log)
+            follower.truncate(result.offset)
+            if result.complete:
+                break
+        else:
+            raise AssertionError(f"no agreement after {len(before)} records: {follower.log}")
+        assert follower.log == before[:keep] == leader.log[:keep]
