@@ -1,6 +1,6 @@
 """Where a follower cuts its log after a leader change (`replication.truncation`), with
-no leader, fetcher or etcd: KIP-101's rule the fetcher applies today, and KIP-279's
-(`truncation_step`) with a model of replicated logs."""
+no leader, fetcher or etcd: Kafka's KIP-279 rule (`truncation_step`), case by case and
+against a model of replicated logs."""
 
 from __future__ import annotations
 
@@ -14,71 +14,8 @@ from odradek.replication.truncation import (
     UNDEFINED_EPOCH,
     UNDEFINED_OFFSET,
     TruncationStep,
-    divergence_offset,
     truncation_step,
 )
-
-
-def cut(**kw: int) -> int | None:
-    base = {
-        "latest_epoch": 3,
-        "log_start": 0,
-        "log_end": 100,
-        "high_watermark": 80,
-        "leader_epoch": 3,
-        "leader_end_offset": 100,
-    }
-    return divergence_offset(**{**base, **kw})
-
-
-def test_nothing_diverged_when_the_leader_holds_our_epoch_to_our_end_or_beyond() -> None:
-    assert cut() is None
-    assert cut(leader_end_offset=150) is None
-
-
-def test_a_suffix_past_the_leaders_end_of_our_epoch_goes() -> None:
-    assert cut(leader_end_offset=90) == 90
-    assert cut(leader_epoch=2, leader_end_offset=60) == 60  # the leader's largest epoch below
-
-
-def test_a_log_without_epochs_cannot_diverge() -> None:
-    assert cut(latest_epoch=UNDEFINED_EPOCH, leader_end_offset=10) is None
-
-
-def test_a_leader_that_knows_nothing_that_old_keeps_only_the_high_watermark() -> None:
-    assert cut(leader_epoch=UNDEFINED_EPOCH, leader_end_offset=-1) == 80
-    assert cut(leader_epoch=UNDEFINED_EPOCH, leader_end_offset=-1, high_watermark=120) is None
-
-
-def test_never_below_the_log_start() -> None:
-    assert cut(log_start=95, leader_end_offset=90) == 95
-    assert cut(log_start=100, leader_end_offset=90) is None  # nothing left to cut
-
-
-@given(
-    st.integers(0, 50),
-    st.integers(0, 100),
-    st.integers(0, 120),
-    st.integers(-1, 5),
-    st.integers(-1, 5),
-    st.integers(-1, 150),
-)
-def test_a_cut_is_inside_the_log_and_below_its_end(
-    start: int, length: int, hw: int, latest: int, epoch: int, end_offset: int
-) -> None:
-    end = start + length
-    offset = divergence_offset(
-        latest_epoch=latest,
-        log_start=start,
-        log_end=end,
-        high_watermark=hw,
-        leader_epoch=epoch,
-        leader_end_offset=end_offset,
-    )
-    assert offset is None or start <= offset < end
-
-
-# --- KIP-279: Kafka 4.1's full rule (truncation_step) ----------------------------------------
 
 
 def step(epochs: list[tuple[int, int]], **kw: int) -> TruncationStep:
@@ -101,18 +38,6 @@ def test_the_issue_21_sequence_cuts_the_old_leaders_suffix() -> None:
         leader_epoch=leader_epoch,
         leader_end_offset=leader_end,
     ) == TruncationStep(10, complete=True)
-    # KIP-101's rule alone kept c-10..c-14 (the divergence the issue found)
-    assert (
-        divergence_offset(
-            latest_epoch=1,
-            log_start=0,
-            log_end=15,
-            high_watermark=10,
-            leader_epoch=leader_epoch,
-            leader_end_offset=leader_end,
-        )
-        is None
-    )
 
 
 def test_the_same_epoch_cuts_at_the_smaller_end() -> None:
@@ -245,3 +170,32 @@ def test_truncation_leaves_exactly_the_prefix_the_follower_shares_with_the_leade
         else:
             raise AssertionError(f"no agreement after {len(before)} records: {follower.log}")
         assert follower.log == before[:keep] == leader.log[:keep]
+
+
+epoch_caches = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 10)), max_size=6).map(
+    lambda gaps: [
+        (sum(e for e, _ in gaps[: i + 1]) + i, sum(o for _, o in gaps[:i]))
+        for i in range(len(gaps))
+    ]
+)
+
+
+@given(
+    epoch_caches, st.integers(0, 5), st.integers(-1, 30), st.integers(-1, 80), st.integers(0, 80)
+)
+def test_every_step_stays_in_the_log_and_an_unfinished_one_drops_an_epoch(
+    epochs: list[tuple[int, int]], extra: int, leader_epoch: int, leader_end: int, hw: int
+) -> None:
+    """Whatever the leader answers: the cut is never past the log end, and a step that
+    asks again removes the latest epoch entry, so the rounds end (the fetcher's loop)."""
+    log_end = (epochs[-1][1] if epochs else 0) + extra
+    result = truncation_step(
+        epochs,
+        log_end=log_end,
+        high_watermark=hw,
+        leader_epoch=leader_epoch,
+        leader_end_offset=leader_end,
+    )
+    assert result.offset <= log_end
+    if not result.complete:
+        assert epochs and epochs[-1][1] >= result.offset

@@ -6,11 +6,9 @@ its own latest epoch ends (OffsetForLeaderEpoch; from Fetch v12 the leader also
 volunteers it, as a fetch response's ``DivergingEpoch``). What it holds past that
 point is a suffix an old leader wrote that the new leader never had.
 
-``divergence_offset`` is KIP-101's rule, the one the fetcher applies today: it
-cuts only when the leader's end of our epoch is below our log end, so a leader
-answering with an *older* epoch than asked (it never had ours) leaves the
-follower holding records the leader does not (issue 21, item 1).
-
+KIP-101's rule alone (cut only when the leader's end of our epoch is below our log
+end) missed a leader answering with an *older* epoch than asked (it never had
+ours): the follower kept records the leader does not have (issue 21, item 1).
 ``truncation_step`` is Kafka 4.1's full rule (KIP-279,
 ``AbstractFetcherThread.getOffsetTruncationState``): the follower looks the
 leader's answer epoch up in its *own* epoch cache (``end_offset_for``, Kafka's
@@ -31,7 +29,6 @@ __all__ = [
     "UNDEFINED_EPOCH",
     "UNDEFINED_OFFSET",
     "TruncationStep",
-    "divergence_offset",
     "truncation_step",
 ]
 
@@ -90,31 +87,3 @@ def truncation_step(
     if own_epoch != leader_epoch:
         return TruncationStep(min(own_end, log_end), complete=False)
     return TruncationStep(min(own_end, leader_end_offset, log_end), complete=True)
-
-
-def divergence_offset(
-    *,
-    latest_epoch: int,
-    log_start: int,
-    log_end: int,
-    high_watermark: int,
-    leader_epoch: int,
-    leader_end_offset: int,
-) -> int | None:
-    """The offset to truncate the follower's log to, or None when nothing diverged.
-
-    ``latest_epoch`` is the newest epoch in the follower's epoch cache (what it
-    asked about); ``leader_epoch`` and ``leader_end_offset`` are the leader's answer
-    (UNDEFINED_EPOCH and -1 when the leader knows nothing that old).
-    """
-    if latest_epoch == UNDEFINED_EPOCH:
-        return None  # nothing of ours carries an epoch: nothing can diverge
-    if leader_epoch == UNDEFINED_EPOCH or leader_end_offset < 0:
-        # The leader has nothing of our epoch: keep only what is surely committed.
-        cut = min(high_watermark, log_end)
-    elif leader_end_offset < log_end:
-        cut = leader_end_offset
-    else:
-        return None
-    cut = max(cut, log_start)
-    return cut if cut < log_end else None
