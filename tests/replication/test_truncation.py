@@ -1,6 +1,7 @@
 """Where a follower cuts its log after a leader change (`replication.truncation`), with
-no leader, fetcher or etcd: Kafka's KIP-279 rule (`truncation_step`), case by case and
-against a model of replicated logs."""
+no leader, fetcher or etcd: Kafka's KIP-279 rule (`truncation_step`) and the leader's
+DivergingEpoch check of a Fetch (`check_last_fetched_epoch`), case by case and against a
+model of replicated logs."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from odradek.log.leader_epoch import LeaderEpochCache, end_offset_for
+from odradek.protocol.errors import ErrorCode
 from odradek.replication.truncation import (
     UNDEFINED_EPOCH,
     UNDEFINED_OFFSET,
+    DivergingEpoch,
     TruncationStep,
+    check_last_fetched_epoch,
     truncation_step,
 )
 
@@ -199,3 +203,75 @@ def test_every_step_stays_in_the_log_and_an_unfinished_one_drops_an_epoch(
     assert result.offset <= log_end
     if not result.complete:
         assert epochs and epochs[-1][1] >= result.offset
+
+
+# --- the leader's side of Fetch v12+: DivergingEpoch -------------------------------------
+
+
+def check(**kw: int) -> object:
+    base = {"log_start": 0, "log_end": 30, "fetch_offset": 20, "last_fetched_epoch": 2}
+    return check_last_fetched_epoch([(0, 0), (2, 10), (4, 25)], **{**base, **kw})
+
+
+def test_a_fetch_that_follows_the_leaders_log_reads_on() -> None:
+    assert check() is None  # epoch 2 ends at 25 here: 20 is inside it
+    assert check(fetch_offset=25) is None
+    assert check(last_fetched_epoch=4, fetch_offset=30) is None
+    assert check(last_fetched_epoch=UNDEFINED_EPOCH) is None  # not sent
+
+
+def test_a_fetch_past_the_leaders_end_of_its_epoch_diverges_there() -> None:
+    assert check(fetch_offset=27) == DivergingEpoch(2, 25)
+    assert check(last_fetched_epoch=4, fetch_offset=31) == DivergingEpoch(4, 30)
+
+
+def test_an_epoch_the_leader_never_had_diverges_at_its_largest_below() -> None:
+    """The issue 21 case as a fetch: C fetches at 15 with epoch 1, B has 0 then 2."""
+    assert check_last_fetched_epoch(
+        [(0, 0), (2, 20)], log_start=0, log_end=20, fetch_offset=15, last_fetched_epoch=1
+    ) == DivergingEpoch(0, 20)
+    assert check(last_fetched_epoch=3, fetch_offset=12) == DivergingEpoch(2, 25)
+
+
+def test_what_the_leader_cannot_place_is_out_of_range() -> None:
+    assert check(last_fetched_epoch=5) == ErrorCode.OFFSET_OUT_OF_RANGE  # newer than ours
+    assert check(log_start=22) == ErrorCode.OFFSET_OUT_OF_RANGE  # below our log start
+
+
+@settings(max_examples=300, deadline=None)
+@given(history_ops)
+def test_fetching_with_the_last_epoch_ends_on_the_shared_prefix(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    """Followers that fetch with their last epoch and truncate on each DivergingEpoch
+    (Kafka's truncateOnFetchResponse) end, when the leader lets them read, holding
+    exactly the prefix they share with it."""
+    replicas, leader_index = run_history(ops)
+    leader = replicas[leader_index]
+    for index, follower in enumerate(replicas):
+        if index == leader_index:
+            continue
+        keep = shared_prefix(follower.log, leader.log)
+        before = list(follower.log)
+        for _ in range(len(follower.cache.entries) + 1):
+            answer = check_last_fetched_epoch(
+                leader.cache.entries,
+                log_start=0,
+                log_end=len(leader.log),
+                fetch_offset=len(follower.log),
+                last_fetched_epoch=follower.cache.latest_epoch,
+            )
+            if answer is None:
+                break
+            assert isinstance(answer, DivergingEpoch), answer
+            result = truncation_step(
+                follower.cache.entries,
+                log_end=len(follower.log),
+                high_watermark=keep,
+                leader_epoch=answer.epoch,
+                leader_end_offset=answer.end_offset,
+            )
+            follower.truncate(result.offset)
+        else:
+            raise AssertionError(f"still diverging: {follower.log} against {leader.log}")
+        assert follower.log == before[:keep] == leader.log[:keep]

@@ -16,6 +16,11 @@ leader's answer epoch up in its *own* epoch cache (``end_offset_for``, Kafka's
 that epoch, it cuts at the smaller of both ends and is done; if not (it never had
 the leader's epoch), it cuts at its own end of that older epoch and asks again
 about the latest epoch it has left, until the two logs agree.
+
+``check_last_fetched_epoch`` is the leader's side of Fetch v12+ (KIP-320): a
+follower names the epoch of its last fetched batch, and the leader answers a
+``DivergingEpoch`` instead of records when the logs part there, so a divergence
+found mid-epoch needs no separate OffsetForLeaderEpoch round trip.
 """
 
 from __future__ import annotations
@@ -24,11 +29,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from odradek.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET, end_offset_for
+from odradek.protocol.errors import ErrorCode
 
 __all__ = [
     "UNDEFINED_EPOCH",
     "UNDEFINED_OFFSET",
+    "DivergingEpoch",
     "TruncationStep",
+    "check_last_fetched_epoch",
     "truncation_step",
 ]
 
@@ -87,3 +95,38 @@ def truncation_step(
     if own_epoch != leader_epoch:
         return TruncationStep(min(own_end, log_end), complete=False)
     return TruncationStep(min(own_end, leader_end_offset, log_end), complete=True)
+
+
+@dataclass(frozen=True, slots=True)
+class DivergingEpoch:
+    """A Fetch response's ``DivergingEpoch`` (v12+): the leader's end of the largest
+    epoch it has at or below the follower's last fetched one. The follower treats it
+    as an OffsetForLeaderEpoch answer (``truncation_step``)."""
+
+    epoch: int
+    end_offset: int
+
+
+def check_last_fetched_epoch(
+    epochs: Sequence[tuple[int, int]],
+    *,
+    log_start: int,
+    log_end: int,
+    fetch_offset: int,
+    last_fetched_epoch: int,
+) -> ErrorCode | DivergingEpoch | None:
+    """The leader's check of a follower's Fetch (KIP-320, Kafka 4.1's
+    ``Partition.readRecords``) over the leader's epoch cache ``epochs``: None when
+    the follower's log agrees up to ``fetch_offset`` (read on), a `DivergingEpoch`
+    (answered with no records) when the leader's largest epoch at or below
+    ``last_fetched_epoch`` is older or ends before ``fetch_offset``,
+    OFFSET_OUT_OF_RANGE when the leader cannot place that epoch or the offset is
+    below its log start. ``last_fetched_epoch`` -1: not sent, nothing to check."""
+    if last_fetched_epoch == UNDEFINED_EPOCH:
+        return None
+    epoch, end = end_offset_for(epochs, last_fetched_epoch, log_end)
+    if epoch == UNDEFINED_EPOCH or end == UNDEFINED_OFFSET or fetch_offset < log_start:
+        return ErrorCode.OFFSET_OUT_OF_RANGE
+    if epoch < last_fetched_epoch or end < fetch_offset:
+        return DivergingEpoch(epoch, end)
+    return None
