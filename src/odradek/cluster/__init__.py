@@ -58,6 +58,7 @@ range reads come back in numeric order::
                                    partition is reassigned: {partition: [ids]})
     /topic_configs/<name>         {config: value}
     /partitions/<name>/<p>        {leader, leader_epoch, isr, partition_epoch}
+    /pending_topics/<name>        a batched topic write's claim   on its writer's lease
 
 Later metadata (ACLs, SCRAM credentials, producer-id blocks) goes under new
 siblings of these prefixes, written the same way.

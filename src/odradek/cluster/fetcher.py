@@ -9,8 +9,10 @@ leader wrote that the new leader never had. Fetched batches are appended as they
 are (offsets, epochs and producer ids kept: `PartitionLog.append_as_follower`), so
 idempotent producer state replicates with the log; the follower's high watermark
 is ``min(leader's, own log end)``. Where to truncate is the replica layer's pure rule
-(`odradek.replication.truncation`); the cut itself runs in a worker thread
-(`ReplicaManager.truncate`), awaited before the next fetch of that partition.
+(`odradek.replication.truncation`, Kafka's KIP-279: when the leader answers with an
+older epoch than asked, the follower cuts at its own end of that epoch and asks
+again, round after round, until the logs agree); the cut itself runs in a worker
+thread (`ReplicaManager.truncate`), awaited before the next fetch of that partition.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from odradek.protocol.codec import RequestHeader, build, decode_response, encode
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fetch import encode_fetch_request, parse_fetch_response
 from odradek.replication.replica import Replica, ReplicaManager, Role
-from odradek.replication.truncation import divergence_offset
+from odradek.replication.truncation import truncation_step
 
 log = logging.getLogger("odradek.replication")
 
@@ -221,28 +223,36 @@ class ReplicaFetcher:
             if answer is None or answer.error_code != ErrorCode.NONE:
                 continue  # asked again next round (the leader may not know its role yet)
             plog = replica.plog
-            cut = divergence_offset(
-                latest_epoch=plog.latest_epoch,
-                log_start=plog.start_offset,
+            epochs = plog.leader_epoch_entries
+            step = truncation_step(
+                epochs,
                 log_end=plog.end_offset,
                 high_watermark=replica.high_watermark,
                 leader_epoch=answer.leader_epoch,
                 leader_end_offset=answer.end_offset,
             )
-            if cut is not None:
+            if step.offset < plog.end_offset:
                 log.warning(
                     "%s-%d: truncating from %d to %d: the log diverged from leader %d (epoch %d)",
                     replica.topic,
                     replica.partition,
                     plog.end_offset,
-                    cut,
+                    step.offset,
                     self.leader_id,
                     replica.leader_epoch,
                 )
-                await self.manager.truncate(replica, cut)
-                if replica.leader != self.leader_id or replica.leader_epoch != asked_in_epoch:
-                    continue  # leadership moved while the cut ran: check again
-            replica.truncation_checked_epoch = asked_in_epoch
+            if step.offset < plog.start_offset:
+                await self.manager.start_over_at(replica, step.offset)  # Kafka's truncateFully
+            elif step.offset < plog.end_offset or (epochs and epochs[-1][1] >= step.offset):
+                # at the log end this drops only epochs led here without data: the next
+                # question must be about an older epoch
+                await self.manager.truncate(replica, step.offset)
+            if replica.leader != self.leader_id or replica.leader_epoch != asked_in_epoch:
+                continue  # leadership moved while the cut ran: check again
+            if step.complete:
+                replica.truncation_checked_epoch = asked_in_epoch
+            # else (KIP-279): the leader never had our epoch; ask again next round about
+            # the latest epoch left after the cut
 
     async def _fetch_once(self, connection: LeaderConnection, replicas: list[Replica]) -> None:
         ready = [r for r in replicas if r.truncation_checked_epoch == r.leader_epoch]

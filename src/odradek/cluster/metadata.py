@@ -35,11 +35,40 @@ Rules the store enforces (each one a single etcd transaction):
   fails and gets the current state back in the same round trip. A controller
   passes its `ControllerClaim` so the write also fails once it is no longer the
   controller (its key was deleted or recreated by another broker).
-* A topic is created with its configs and every partition's initial state in one
-  transaction, and only if the name is free.
+* A topic is created with its configs and every partition's initial state, only
+  if the name is free, atomically to readers (below: in one transaction, or in
+  batches behind a claim when it has more partitions than one transaction takes).
 * A topic's assignment (reassignment, added partitions) changes only by
   compare-and-swap on its key's ``mod_revision`` (`update_topic_assignment`),
   fenced by a `ControllerClaim` like partition states.
+
+Any partition count (issue 21, item 3). etcd refuses a transaction with more than
+``--max-txn-ops`` (default 128) compares, success or failure operations, so a
+topic and all its partition states fit in one only up to 125 partitions. Larger
+creations and growths (CreatePartitions) are written in batches that stay atomic
+to readers, the topic key last as the commit point:
+
+1. *Claim*: one transaction puts ``pending_topics/<name>`` (a fresh token, on a
+   short lease of the writer's own, `PENDING_CLAIM_TTL_S`) if no claim exists and
+   the topic key is absent (creation) or still at the revision the growth was
+   decided on, and deletes the partition states past the topic's current
+   partitions: leftovers of an attempt that died midway.
+2. *States*: the partition states, `STATES_PER_BATCH` per transaction, each
+   comparing that the claim still holds our token and the topic key is as in 1.
+3. *Commit*: the topic key (with the configs, on creation) under the same
+   compares, deleting the claim. The writer revokes its lease whatever happened.
+
+Until the commit, the states written belong to partitions the topic does not
+have (yet): `cluster` leaves out states of unknown topics and of partitions past
+a topic's count, and a broker's watcher does the same (``ClusterNode`` applies a
+state only to a partition of a topic it holds, and re-applies a topic's states
+when its key arrives). An attempt that fails (the topic created or changed by
+another writer, the claim's lease lost in a stall, a deposed controller) leaves
+states nobody reads, removed by the next claim. A second writer of the same
+topic meanwhile fails at its claim (creation: TopicExistsError; growth: the CAS
+answer with the current assignment). A reassignment (no added partitions) is
+not held up by a claim: it changes the topic's revision, so a growth in
+progress fails at its next batch.
 
 Watches (`watch_brokers`, `watch_controller`, `watch_topics`, `watch_partitions`,
 and `watch_cluster` for everything in one stream) start at a revision, so a reader
@@ -59,9 +88,10 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self, TypeVar
+from typing import Any, NoReturn, Self, TypeVar
 
 import aetcd
 import aetcd.exceptions
@@ -82,6 +112,7 @@ from odradek.replication.model import (
     ControllerInfo,
     LeaseLost,
     MetadataChange,
+    MetadataError,
     MetadataWatchLost,
     NotControllerError,
     PartitionChange,
@@ -109,6 +140,16 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CLUSTER_NAME = "default"
 _NUMBER_WIDTH = 10
+
+# etcd's default --max-txn-ops: a transaction's compares, its success operations and
+# its failure operations may each number at most this many (etcd's checkTxnRequest).
+ETCD_MAX_TXN_OPS = 128
+# Partition states per transaction of a batched creation or growth (one operation
+# left for the claim's range delete).
+STATES_PER_BATCH = ETCD_MAX_TXN_OPS - 1
+# The lease of a batched write's claim: a writer that dies midway frees the name
+# after this long.
+PENDING_CLAIM_TTL_S = 10
 
 # ---------------------------------------------------------------------------
 # Leases
@@ -186,6 +227,7 @@ class KeyLayout:
     partitions: bytes = field(init=False)
     producer_ids: bytes = field(init=False)
     security: bytes = field(init=False)
+    pending_topics: bytes = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.prefix.startswith(b"/") or self.prefix.endswith(b"/"):
@@ -199,6 +241,7 @@ class KeyLayout:
         object.__setattr__(self, "partitions", p + b"/partitions/")
         object.__setattr__(self, "producer_ids", p + b"/producer_id_block")
         object.__setattr__(self, "security", p + b"/security/")
+        object.__setattr__(self, "pending_topics", p + b"/pending_topics/")
 
     @classmethod
     def for_cluster(cls, cluster_name: str) -> Self:
@@ -214,6 +257,9 @@ class KeyLayout:
 
     def topic_config(self, name: str) -> bytes:
         return self.topic_configs + name.encode()
+
+    def pending_topic(self, name: str) -> bytes:
+        return self.pending_topics + name.encode()
 
     def topic_partitions(self, name: str) -> bytes:
         return self.partitions + name.encode() + b"/"
@@ -425,7 +471,9 @@ class EtcdMetadataStore:
         Without `initial_states`, each partition starts led by its first replica
         with every replica in the ISR at leader epoch 0 (what a controller does when
         all assigned replicas are live). Raises `TopicExistsError` if the name is
-        taken, `NotControllerError` if `controller` no longer holds the role.
+        taken (or another writer is creating it in batches), `NotControllerError`
+        if `controller` no longer holds the role. More partitions than one etcd
+        transaction takes are written in batches behind a claim (module doc).
         """
         name = assignment.name
         states = (
@@ -435,6 +483,8 @@ class EtcdMetadataStore:
         )
         if set(states) != set(assignment.replicas):
             raise ValueError(f"initial states must cover exactly the partitions of {name!r}")
+        if len(states) + 3 > ETCD_MAX_TXN_OPS:  # + topic, configs, read-back
+            return await self._create_in_batches(assignment, configs, states, controller)
         ops = [
             self._txn.Put(self.keys.topic(name), assignment.encode()),
             self._txn.Put(self.keys.topic_config(name), encode_value(dict(configs or {}))),
@@ -502,12 +552,16 @@ class EtcdMetadataStore:
         assignment adds (CreatePartitions) in the same transaction. On failure
         `TopicUpdate.current` is what is stored now (None if the topic is gone) so
         the caller decides again without another read. Raises
-        `NotControllerError` if `controller` no longer holds the role.
+        `NotControllerError` if `controller` no longer holds the role. More added
+        partitions than one etcd transaction takes are written in batches behind a
+        claim (module doc); another writer's claim fails the update as a change would.
         """
         name = assignment.name
         added = dict(added_partition_states or {})
         if not set(added) <= set(assignment.replicas):
             raise ValueError(f"added partition states name partitions {name!r} does not have")
+        if len(added) + 3 > ETCD_MAX_TXN_OPS:  # + topic, read-backs
+            return await self._grow_in_batches(assignment, expected_revision, added, controller)
         key = self.keys.topic(name)
         writes = [self._txn.Put(key, assignment.encode())]
         writes += [
@@ -561,7 +615,9 @@ class EtcdMetadataStore:
     async def partitions(
         self, topic: str | None = None
     ) -> Snapshot[dict[tuple[str, int], VersionedPartitionState]]:
-        """Every partition's state (of one topic, or of all topics)."""
+        """Every partition's state (of one topic, or of all topics) as stored: while a
+        batched creation or growth runs, also states of partitions the topic does not
+        have yet (`cluster` leaves those out)."""
         prefix = self.keys.partitions if topic is None else self.keys.topic_partitions(topic)
         result = await self._client.get_prefix(prefix)
         states = {}
@@ -634,6 +690,149 @@ class EtcdMetadataStore:
         """
         async for change in self._watch(self.keys.prefix + b"/", start_revision):
             yield change
+
+    # -- batched creation and growth (module doc: "Any partition count") -------
+
+    async def _create_in_batches(
+        self,
+        assignment: TopicAssignment,
+        configs: Mapping[str, str] | None,
+        states: Mapping[int, PartitionState],
+        controller: ControllerClaim | None,
+    ) -> int:
+        name = assignment.name
+        topic_key = self.keys.topic(name)
+        topic_absent = self._txn.Create(topic_key) == 0
+        async with self._claim(name, topic_absent, 0, controller) as holds:
+            if holds is None:
+                await self._raise_if_deposed(controller)
+                raise TopicExistsError(f"topic {name!r} already exists or is being created")
+            if not await self._put_states_in_batches(
+                name, states, [topic_absent, holds, *self._fence(controller)]
+            ):
+                await self._creation_failed(name, controller)
+            succeeded, responses = await self._client.transaction(
+                compare=[topic_absent, holds, *self._fence(controller)],
+                success=[
+                    self._txn.Put(topic_key, assignment.encode()),
+                    self._txn.Put(self.keys.topic_config(name), encode_value(dict(configs or {}))),
+                    self._txn.Delete(self.keys.pending_topic(name)),
+                    self._txn.Get(topic_key),
+                ],
+                failure=[],
+            )
+            if not succeeded:
+                await self._creation_failed(name, controller)
+            [(_, created)] = responses[-1]
+            return int(created.mod_revision)
+
+    async def _creation_failed(self, name: str, controller: ControllerClaim | None) -> NoReturn:
+        """Why a batched creation's compare failed: the controller deposed, the topic
+        created by another writer, or our claim lost (its lease ended in a stall)."""
+        await self._raise_if_deposed(controller)
+        if await self._client.get(self.keys.topic(name)) is not None:
+            raise TopicExistsError(f"topic {name!r} was created meanwhile")
+        raise MetadataError(f"creating topic {name!r} lost its claim midway; try again")
+
+    async def _grow_in_batches(
+        self,
+        assignment: TopicAssignment,
+        expected_revision: int,
+        added: Mapping[int, PartitionState],
+        controller: ControllerClaim | None,
+    ) -> TopicUpdate:
+        name = assignment.name
+        first_added = min(added)
+        if sorted(added) != list(range(first_added, len(assignment.replicas))):
+            # the claim removes every state from the first added partition on
+            raise ValueError(f"added partitions of {name!r} must be the last ones")
+        topic_key = self.keys.topic(name)
+        unchanged = self._txn.Mod(topic_key) == expected_revision
+        async with self._claim(name, unchanged, first_added, controller) as holds:
+            if holds is not None and await self._put_states_in_batches(
+                name, added, [unchanged, holds, *self._fence(controller)]
+            ):
+                succeeded, stored_now = await self._compare_and_swap(
+                    topic_key,
+                    expected_revision,
+                    [
+                        self._txn.Put(topic_key, assignment.encode()),
+                        self._txn.Delete(self.keys.pending_topic(name)),
+                    ],
+                    controller,
+                    also=[holds],
+                )
+                if stored_now is not None:
+                    value, kv = stored_now
+                    stored = TopicAssignment.decode(name, value)
+                    return TopicUpdate(succeeded, VersionedTopicAssignment(stored, kv.mod_revision))
+                return TopicUpdate(False, None)
+        await self._raise_if_deposed(controller)
+        try:
+            return TopicUpdate(False, await self.topic(name))
+        except UnknownTopicError:
+            return TopicUpdate(False, None)
+
+    @contextlib.asynccontextmanager
+    async def _claim(
+        self,
+        name: str,
+        topic_as_decided: aetcd.transactions.BaseCompare,
+        first_new_partition: int,
+        controller: ControllerClaim | None,
+    ) -> AsyncGenerator[aetcd.transactions.BaseCompare | None, None]:
+        """Claim `name` for a batched write while the topic key is as decided, removing
+        states from `first_new_partition` on (a failed attempt's); yields the compare
+        that the claim is still ours, or None if the claim failed. The claim's lease is
+        revoked on the way out (a crash lets it expire)."""
+        claim_key = self.keys.pending_topic(name)
+        token = encode_value({"token": str(uuid.uuid4())})
+        lease = await self._client.lease(PENDING_CLAIM_TTL_S)
+        keeper = LeaseKeeper(self._client, lease.id, lease.ttl)
+        stale_from = self.keys.partition(name, first_new_partition)
+        try:
+            succeeded, _ = await self._client.transaction(
+                compare=[
+                    topic_as_decided,
+                    self._txn.Create(claim_key) == 0,
+                    *self._fence(controller),
+                ],
+                success=[
+                    self._txn.Put(claim_key, token, lease=keeper.lease_id),
+                    self._txn.Delete(
+                        stale_from, range_end=_prefix_end(self.keys.topic_partitions(name))
+                    ),
+                ],
+                failure=[],
+            )
+            yield (self._txn.Value(claim_key) == token) if succeeded else None
+        finally:
+            with contextlib.suppress(aetcd.exceptions.ClientError):
+                await keeper.revoke()
+            await keeper.stop_keepalive()
+
+    async def _put_states_in_batches(
+        self,
+        name: str,
+        states: Mapping[int, PartitionState],
+        compare: list[aetcd.transactions.BaseCompare],
+    ) -> bool:
+        """Write `states` `STATES_PER_BATCH` at a time while `compare` holds; False once
+        it does not (the rest is not written)."""
+        ordered = sorted(states.items())
+        for start in range(0, len(ordered), STATES_PER_BATCH):
+            batch = ordered[start : start + STATES_PER_BATCH]
+            succeeded, _ = await self._client.transaction(
+                compare=compare,
+                success=[
+                    self._txn.Put(self.keys.partition(name, p), state.encode())
+                    for p, state in batch
+                ],
+                failure=[],
+            )
+            if not succeeded:
+                return False
+        return True
 
     # -- security documents (ACLs, SCRAM credentials) -------------------------
 
@@ -733,8 +932,8 @@ class EtcdMetadataStore:
             elif key.startswith(keys.topic_configs):
                 name = key[len(keys.topic_configs) :].decode()
                 configs[name] = {str(k): str(v) for k, v in decode_value(kv.value).items()}
-            elif key == keys.producer_ids:
-                pass  # read by allocate_producer_ids only
+            elif key == keys.producer_ids or key.startswith(keys.pending_topics):
+                pass  # read by allocate_producer_ids / batched topic writes only
             elif key.startswith(keys.security):
                 security[key[len(keys.security) :].decode()] = decode_value(kv.value)
             elif key.startswith(keys.partitions):
@@ -744,6 +943,12 @@ class EtcdMetadataStore:
                 )
             else:
                 log.warning("ignoring unknown metadata key %r", key)
+        # a batched creation or growth in progress: its states are not the topic's yet
+        partitions = {
+            key: state
+            for key, state in partitions.items()
+            if key[0] in topics and key[1] in topics[key[0]].replicas
+        }
         metadata = ClusterMetadata(
             brokers,
             controller,
@@ -783,15 +988,18 @@ class EtcdMetadataStore:
         expected_revision: int,
         writes: list[Any],
         controller: ControllerClaim | None,
+        *,
+        also: Sequence[aetcd.transactions.BaseCompare] = (),
     ) -> tuple[bool, tuple[bytes, Any] | None]:
         """`writes` if `key` is still at `expected_revision` (and `controller` still holds
-        the role): (succeeded, (value, kv) of `key` as stored now, None if it is gone).
-        Raises `NotControllerError` when the claim failed, whatever the key did."""
+        the role, and the compares in `also` hold): (succeeded, (value, kv) of `key` as
+        stored now, None if it is gone). Raises `NotControllerError` when the claim
+        failed, whatever the key did."""
         read_back = [self._txn.Get(key)]
         if controller is not None:
             read_back.append(self._txn.Get(self.keys.controller))
         succeeded, responses = await self._client.transaction(
-            compare=[self._txn.Mod(key) == expected_revision, *self._fence(controller)],
+            compare=[self._txn.Mod(key) == expected_revision, *self._fence(controller), *also],
             success=[*writes, *read_back],
             failure=read_back,
         )
@@ -863,7 +1071,7 @@ class EtcdMetadataStore:
         if key == keys.controller:
             info = ControllerInfo.decode(kv.value) if put else None
             return ControllerChange(kind, info, kv.mod_revision)
-        if key in (keys.controller_epoch, keys.producer_ids):
+        if key in (keys.controller_epoch, keys.producer_ids) or key.startswith(keys.pending_topics):
             return None
         if key.startswith(keys.security):
             document = decode_value(kv.value) if put else None

@@ -23,12 +23,19 @@ from __future__ import annotations
 import logging
 import os
 from bisect import bisect_right
+from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
 
 from odradek.log.index import fsync_dir, write_file_atomic
 
-__all__ = ["LEADER_EPOCH_FILE", "UNDEFINED_EPOCH", "UNDEFINED_OFFSET", "LeaderEpochCache"]
+__all__ = [
+    "LEADER_EPOCH_FILE",
+    "UNDEFINED_EPOCH",
+    "UNDEFINED_OFFSET",
+    "LeaderEpochCache",
+    "end_offset_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -88,28 +95,8 @@ class LeaderEpochCache:
         return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
-        """(epoch, end offset) as Kafka answers OffsetsForLeaderEpoch.
-
-        * the latest epoch: (it, the log end offset);
-        * an epoch with a newer one after it: (the largest known epoch <= requested,
-          the start offset of the first epoch > requested);
-        * below every known epoch: (requested, the first entry's start offset): the
-          data of older epochs is gone, the follower can start from there (Kafka
-          since 2.x; older releases answered UNDEFINED);
-        * UNDEFINED requested, newer than every known epoch, or an empty cache:
-          (UNDEFINED_EPOCH, UNDEFINED_OFFSET).
-        """
-        if requested_epoch == UNDEFINED_EPOCH or not self.entries:
-            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
-        if requested_epoch == self.entries[-1][0]:
-            return requested_epoch, log_end_offset
-        i = bisect_right(self.entries, (requested_epoch, 2**63))  # first epoch > requested
-        if i == len(self.entries):
-            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
-        higher_start = self.entries[i][1]
-        if i == 0:
-            return requested_epoch, higher_start
-        return self.entries[i - 1][0], higher_start
+        """(epoch, end offset) as Kafka answers OffsetsForLeaderEpoch (``end_offset_for``)."""
+        return end_offset_for(self.entries, requested_epoch, log_end_offset)
 
     def epoch_for_offset(self, offset: int) -> int:
         """The epoch the record at ``offset`` was written in per the cache, or -1."""
@@ -182,6 +169,35 @@ class LeaderEpochCache:
         except FileNotFoundError:
             return
         fsync_dir(self.path.parent)
+
+
+def end_offset_for(
+    entries: Sequence[tuple[int, int]], requested_epoch: int, log_end_offset: int
+) -> tuple[int, int]:
+    """(epoch, end offset) of ``requested_epoch`` in an epoch cache holding ``entries``,
+    as Kafka's ``LeaderEpochFileCache.endOffsetFor``: a leader answers
+    OffsetsForLeaderEpoch with it, a follower asks its own cache the same (KIP-279).
+
+    * the latest epoch: (it, the log end offset);
+    * an epoch with a newer one after it: (the largest known epoch <= requested,
+      the start offset of the first epoch > requested);
+    * below every known epoch: (requested, the first entry's start offset): the
+      data of older epochs is gone, the follower can start from there (Kafka
+      since 2.x; older releases answered UNDEFINED);
+    * UNDEFINED requested, newer than every known epoch, or an empty cache:
+      (UNDEFINED_EPOCH, UNDEFINED_OFFSET).
+    """
+    if requested_epoch == UNDEFINED_EPOCH or not entries:
+        return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+    if requested_epoch == entries[-1][0]:
+        return requested_epoch, log_end_offset
+    i = bisect_right(entries, (requested_epoch, 2**63))  # first epoch > requested
+    if i == len(entries):
+        return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+    higher_start = entries[i][1]
+    if i == 0:
+        return requested_epoch, higher_start
+    return entries[i - 1][0], higher_start
 
 
 def _strictly_increasing(entries: list[tuple[int, int]]) -> bool:
