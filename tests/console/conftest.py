@@ -147,7 +147,11 @@ class Member:
                 self.kill()
 
 
-@pytest.fixture(scope="session")
+# Module-scoped, not session: Playwright's sync API keeps an event loop running in
+# the main thread while it is open (every later asyncio.run() in the session would
+# fail), and an idle console would go on polling its broker through the rest of
+# the suite.
+@pytest.fixture(scope="module")
 def console_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     broker = BrokerProcess(
         tmp_path_factory.mktemp("console-broker") / "data",
@@ -161,7 +165,7 @@ def console_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerP
         broker.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def console(
     console_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ConsoleProcess]:
@@ -198,7 +202,7 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
