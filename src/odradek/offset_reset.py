@@ -45,6 +45,21 @@ class ResetTarget:
             raise ResetError("an offset is 0 or more")
 
 
+def scope_partitions(
+    scope: Mapping[str, list[int] | None], partition_counts: Mapping[str, int]
+) -> list[tuple[str, int]]:
+    """The (topic, partition) pairs a reset scope names (None: every partition of the
+    topic), in order; a partition the topic does not have is a ResetError."""
+    out = []
+    for topic, wanted in scope.items():
+        count = partition_counts[topic]
+        for p in wanted if wanted is not None else range(count):
+            if not 0 <= p < count:
+                raise ResetError(f"topic '{topic}' has partitions 0-{count - 1}, not {p}")
+            out.append((topic, p))
+    return out
+
+
 def parse_datetime(text: str) -> int:
     """An ISO 8601 time as epoch milliseconds (local time when it has no offset)."""
     value = text.strip()

@@ -618,16 +618,13 @@ def _scope_partitions(
         return sorted(committed)
     scope = parse_scope(specs)
     described = _describe_scope(admin, scope)
-    out = []
-    for topic, wanted in scope.items():
-        have = [p.partition for p in described[topic].partitions]
-        for p in wanted if wanted is not None else have:
-            if p not in have:
-                raise CliError(
-                    f"--topic {topic}:{p}: topic '{topic}' has partitions 0-{len(have) - 1}"
-                )
-            out.append(TopicPartition(topic, p))
-    return out
+    from odradek.offset_reset import ResetError, scope_partitions
+
+    counts = {topic: len(described[topic].partitions) for topic in scope}
+    try:
+        return [TopicPartition(t, p) for t, p in scope_partitions(scope, counts)]
+    except ResetError as exc:
+        raise CliError(f"--topic: {exc}") from None
 
 
 def reset_target(args: argparse.Namespace) -> Any:

@@ -334,7 +334,7 @@ class ConsoleService:
         has members, as ``odradek groups reset-offsets`` and Kafka's tool refuse."""
         from odradek.client import TopicPartition
         from odradek.client.errors import UnknownMemberIdError, UnknownTopicOrPartitionError
-        from odradek.offset_reset import ResetError, plan, read_bounds, refusal
+        from odradek.offset_reset import ResetError, plan, read_bounds, refusal, scope_partitions
 
         if execute and self.settings.read_only:
             raise ConsoleError("this console is read-only (--read-only)", 403)
@@ -350,15 +350,11 @@ class ConsoleService:
                     described = admin.describe_topics(list(scope), include_offsets=False)
                 except UnknownTopicOrPartitionError:
                     raise ConsoleError("a topic of the reset does not exist", 404) from None
-                tps = []
-                for topic, wanted in scope.items():
-                    have = [p.partition for p in described[topic].partitions]
-                    for p in wanted if wanted is not None else have:
-                        if p not in have:
-                            raise ConsoleError(
-                                f"topic '{topic}' has partitions 0-{len(have) - 1}, not {p}"
-                            )
-                        tps.append(TopicPartition(topic, p))
+                counts = {topic: len(described[topic].partitions) for topic in scope}
+                try:
+                    tps = [TopicPartition(t, p) for t, p in scope_partitions(scope, counts)]
+                except ResetError as exc:
+                    raise ConsoleError(str(exc)) from None
             else:
                 tps = sorted(committed)
             if not tps:
