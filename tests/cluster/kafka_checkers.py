@@ -163,7 +163,7 @@ class Analysis:
         self.polled: set[str] = set()
         self.max_polled: dict[str, int] = {}
         for op in self.done:
-            if op.type != "fail":
+            if self._visible(op):
                 for key, value, offset in _sends(op):
                     if offset is not None:
                         self.seen_at[(key, offset)][value].append(f"{op.f} #{op.index}")
@@ -173,7 +173,8 @@ class Analysis:
                 self.max_polled[key] = max(self.max_polled.get(key, -1), offset)
         for replica in self.replicas:
             for offset, value in replica.records:
-                if value != CONTROL and not self._aborted(value):
+                writer = self.writer.get(value)
+                if value != CONTROL and (writer is None or self._visible(writer)):
                     self.seen_at[(replica.key, offset)][value].append(
                         f"broker {replica.broker}'s log"
                     )
@@ -182,9 +183,12 @@ class Analysis:
             offsets[key].append(offset)
         self.version_order = {key: sorted(found) for key, found in offsets.items()}
 
-    def _aborted(self, value: str) -> bool:
-        writer = self.writer.get(value)
-        return writer is not None and writer.type == "fail"
+    @staticmethod
+    def _visible(writer: Op) -> bool:
+        """Whether what `writer` sent is in the version order: not when it failed, nor
+        a transaction not known to have committed (a read_committed reader skips an
+        aborted one's records, which must not count as skipped)."""
+        return writer.type == "ok" or (writer.type == "info" and writer.f != "txn")
 
     def index(self, key: str, offset: int) -> int:
         """The position of `offset` in `key`'s version order (every observed offset is in it)."""

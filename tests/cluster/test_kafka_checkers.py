@@ -254,6 +254,16 @@ def test_read_committed_polls_skip_aborted_records_and_markers() -> None:
     assert failing(check_all(script.history.ops(), logs)) == {}
 
 
+def test_a_transaction_of_unknown_outcome_skipped_by_read_committed_polls() -> None:
+    script = Script().assign("c0", K)
+    script.send("p0", K, "a0", 0)
+    script.txn("tx", "t1", [(K, "x1", 1)], "info")  # aborted after all; marker at 2
+    script.send("p0", K, "a3", 3)
+    script.poll("c0", (K, 0, "a0"), (K, 3, "a3"))
+    logs = [ReplicaLog(K, 1, 0, 4, [(0, "a0"), (1, "x1"), (2, CONTROL), (3, "a3")])]
+    assert failing(check_all(script.history.ops(), logs)) == {}
+
+
 def test_an_aborted_read() -> None:
     script = Script().assign("c0", K)
     script.send("p0", K, "a0", 0)
