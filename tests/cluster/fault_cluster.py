@@ -1,9 +1,11 @@
 """The cluster the fault suite runs: `LocalCluster`'s brokers on a three-member etcd
-(`etcd_quorum`), each broker advertising its `link_proxy` proxy, so the nemesis can kill
-etcd members and cut links between brokers (and between the clients and a broker).
+(`etcd_quorum`), each broker advertising its `link_proxy` proxy and reaching each etcd
+member through a proxy too, so the nemesis can kill etcd members and cut links between
+brokers, between the clients and a broker, and between a broker and etcd.
 
 Only how brokers are started differs from `LocalCluster` (``--etcd`` names every etcd
-member, ``--advertise`` the broker's proxy); starting, signals and state are its own.
+member's proxy, ``--advertise`` the broker's proxy); starting, signals and state are its
+own. The test's own etcd reads go to a running member directly.
 Clients bootstrap through the proxies too, so Metadata and FindCoordinator answers
 (the advertised addresses) lead them through the proxies as well.
 """
@@ -17,7 +19,7 @@ from typing import Any
 
 from cluster_harness import CLUSTER_SETTINGS, START_TIMEOUT_S, STOP_TIMEOUT_S
 from etcd_quorum import EtcdQuorum
-from link_proxy import LinkProxies
+from link_proxy import LinkProxies, Upstream
 
 from odradek.devcluster.launcher import LocalCluster, Member
 
@@ -34,7 +36,8 @@ class FaultCluster(LocalCluster):
 
     def broker_command(self, broker_id: int) -> list[str]:
         command = super().broker_command(broker_id)
-        command[command.index("--etcd") + 1] = self.quorum.endpoint_list()
+        etcd = ",".join(self.proxies.address(m) for m in etcd_upstreams(self.quorum))
+        command[command.index("--etcd") + 1] = etcd
         return [*command, "--advertise", self.proxies.address(broker_id)]
 
     def bootstrap_servers(self) -> str:
@@ -45,6 +48,11 @@ class FaultCluster(LocalCluster):
 
     def broker_pids(self) -> dict[int, int | None]:
         return {b: self.pid(b) for b in self.broker_ids}
+
+
+def etcd_upstreams(quorum: EtcdQuorum) -> list[str]:
+    """The proxies' names for the etcd members, in member order."""
+    return [member.name for member in quorum.members]
 
 
 @contextlib.contextmanager
@@ -62,10 +70,12 @@ def running_fault_cluster(
         **options,
     )
     cluster.quorum = quorum
-    upstreams = {b: cluster.state.brokers[b] for b in cluster.broker_ids}
-    cluster.proxies = LinkProxies(
-        {b: (r.host, r.port) for b, r in upstreams.items()}, cluster.broker_pids
-    )
+    upstreams: dict[Upstream, tuple[str, int]] = {
+        b: (cluster.state.brokers[b].host, cluster.state.brokers[b].port)
+        for b in cluster.broker_ids
+    }
+    upstreams.update(zip(etcd_upstreams(quorum), quorum.endpoints, strict=True))
+    cluster.proxies = LinkProxies(upstreams, cluster.broker_pids)
     try:
         quorum.start_all()
         cluster.proxies.start()

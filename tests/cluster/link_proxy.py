@@ -10,8 +10,9 @@ apart by the process at the other end: the caller's socket is found in /proc/net
 (local port = the accepted connection's peer port, remote port = the proxy's) and its
 inode among the brokers' open file descriptors (/proc/<pid>/fd). A connection from this
 test process is the ``CLIENT`` link. So every directed link (broker -> broker, clients ->
-broker) can be cut on its own. Linux only. Not covered: the brokers' links to etcd (they
-take etcd's endpoints directly; `etcd_quorum` kills etcd members instead).
+broker) can be cut on its own. Linux only. Brokers are also given a proxy per etcd member
+as their ``--etcd`` endpoints (an upstream named by a string), so a broker's links to
+etcd can be cut as well; etcd's own peer traffic goes direct.
 
 A cut link is a blackhole, as a firewall dropping packets: the proxy stops reading both
 ways, so bytes in flight stay in the kernel's buffers and the callers see timeouts, not
@@ -31,25 +32,28 @@ from dataclasses import dataclass
 CLIENT = "client"
 UNKNOWN = "unknown"
 Source = int | str  # a broker id, CLIENT or UNKNOWN
+Upstream = int | str  # a broker id, or another server's name (an etcd member's)
 CHUNK = 65536
 START_TIMEOUT_S = 10.0
 
 
 def _tcp_inode(local_port: int, remote_port: int) -> int | None:
-    """The inode of the loopback IPv4 socket bound to `local_port` connected to `remote_port`."""
-    try:
-        with open("/proc/net/tcp") as table:
-            next(table)
-            for line in table:
-                fields = line.split()
-                local, remote = fields[1], fields[2]
-                if (
-                    int(local.rsplit(":", 1)[1], 16) == local_port
-                    and int(remote.rsplit(":", 1)[1], 16) == remote_port
-                ):
-                    return int(fields[9])
-    except (OSError, StopIteration, IndexError, ValueError):
-        return None
+    """The inode of the loopback socket bound to `local_port` connected to `remote_port`
+    (IPv4, or IPv6 with a v4-mapped address, as gRPC's etcd client makes)."""
+    for table_path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table_path) as table:
+                next(table)
+                for line in table:
+                    fields = line.split()
+                    local, remote = fields[1], fields[2]
+                    if (
+                        int(local.rsplit(":", 1)[1], 16) == local_port
+                        and int(remote.rsplit(":", 1)[1], 16) == remote_port
+                    ):
+                        return int(fields[9])
+        except (OSError, StopIteration, IndexError, ValueError):
+            continue
     return None
 
 
@@ -87,25 +91,26 @@ class _Link:
 
 
 class LinkProxies:
-    """A proxy per broker on free loopback ports, run by a thread with its own event loop.
+    """A proxy per upstream (each broker, each etcd member) on free loopback ports, run
+    by a thread with its own event loop.
 
     `broker_pids` is asked on each new connection (brokers restart with new pids)."""
 
     def __init__(
         self,
-        upstreams: dict[int, tuple[str, int]],
+        upstreams: dict[Upstream, tuple[str, int]],
         broker_pids: Callable[[], dict[int, int | None]],
     ) -> None:
         self.upstreams = dict(upstreams)
         self.broker_pids = broker_pids
-        self.ports: dict[int, int] = {}
-        self.accepted: dict[tuple[Source, int], int] = {}  # (source, broker) -> connections
+        self.ports: dict[Upstream, int] = {}
+        self.accepted: dict[tuple[Source, Upstream], int] = {}  # (source, upstream) -> count
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="link-proxies", daemon=True
         )
         self._servers: list[asyncio.Server] = []
-        self._links: dict[tuple[Source, int], _Link] = {}
+        self._links: dict[tuple[Source, Upstream], _Link] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- from the test's thread ---------------------------------------------------
@@ -115,21 +120,23 @@ class LinkProxies:
         self._call(self._start_servers())
         return self
 
-    def address(self, broker_id: int) -> str:
-        return f"127.0.0.1:{self.ports[broker_id]}"
+    def address(self, upstream: Upstream) -> str:
+        return f"127.0.0.1:{self.ports[upstream]}"
 
     def bootstrap_servers(self) -> str:
-        return ",".join(self.address(b) for b in sorted(self.ports))
+        """The brokers' proxies."""
+        brokers = sorted(u for u in self.ports if isinstance(u, int))
+        return ",".join(self.address(b) for b in brokers)
 
-    def cut(self, links: Iterable[tuple[Source, int]]) -> None:
-        """Blackhole each (source, broker) link: `source`'s connections to `broker`."""
+    def cut(self, links: Iterable[tuple[Source, Upstream]]) -> None:
+        """Blackhole each (source, upstream) link: `source`'s connections to `upstream`."""
         self._call(self._set(list(links), False))
 
     def heal(self) -> None:
         """Every link forwards again."""
         self._call(self._set(list(self._links), True))
 
-    def cut_links(self) -> list[tuple[Source, int]]:
+    def cut_links(self) -> list[tuple[Source, Upstream]]:
         return sorted((k for k, link in self._links.items() if not link.open.is_set()), key=str)
 
     def stop(self) -> None:
@@ -145,40 +152,40 @@ class LinkProxies:
     # -- on the proxies' loop -----------------------------------------------------
 
     async def _start_servers(self) -> None:
-        for broker_id in sorted(self.upstreams):
+        for upstream in self.upstreams:
             server = await asyncio.start_server(
-                lambda r, w, b=broker_id: self._accept(b, r, w), "127.0.0.1", 0
+                lambda r, w, u=upstream: self._accept(u, r, w), "127.0.0.1", 0
             )
             self._servers.append(server)
-            self.ports[broker_id] = server.sockets[0].getsockname()[1]
+            self.ports[upstream] = server.sockets[0].getsockname()[1]
 
-    def _link(self, source: Source, broker_id: int) -> _Link:
-        link = self._links.get((source, broker_id))
+    def _link(self, source: Source, upstream: Upstream) -> _Link:
+        link = self._links.get((source, upstream))
         if link is None:
-            link = self._links[(source, broker_id)] = _Link(asyncio.Event())
+            link = self._links[(source, upstream)] = _Link(asyncio.Event())
             link.open.set()
         return link
 
-    async def _set(self, links: list[tuple[Source, int]], open_: bool) -> None:
-        for source, broker_id in links:
-            link = self._link(source, broker_id)
+    async def _set(self, links: list[tuple[Source, Upstream]], open_: bool) -> None:
+        for source, upstream in links:
+            link = self._link(source, upstream)
             if open_:
                 link.open.set()
             else:
                 link.open.clear()
 
     async def _accept(
-        self, broker_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, upstream: Upstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         peer_port = writer.get_extra_info("peername")[1]
-        source = identify_caller(peer_port, self.ports[broker_id], self.broker_pids())
-        self.accepted[(source, broker_id)] = self.accepted.get((source, broker_id), 0) + 1
-        link = self._link(source, broker_id)
+        source = identify_caller(peer_port, self.ports[upstream], self.broker_pids())
+        self.accepted[(source, upstream)] = self.accepted.get((source, upstream), 0) + 1
+        link = self._link(source, upstream)
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(
-                *self.upstreams[broker_id]
+                *self.upstreams[upstream]
             )
-        except OSError:  # the broker is down: as a refused connection
+        except OSError:  # the server is down: as a refused connection
             writer.close()
             return
         for pump in (

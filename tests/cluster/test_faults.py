@@ -13,7 +13,8 @@ reader, run while a seeded nemesis injects faults one after another:
 - two brokers SIGKILLed at once (the target and another), then both restarted;
 - the target cut from the other two brokers (every link between them blackholed both
   ways, `link_proxy`), or from the clients, then healed;
-- an etcd member SIGKILLed, then restarted (the quorum keeps two of three).
+- an etcd member SIGKILLed, then restarted (the quorum keeps two of three), or the
+  target cut from every etcd member, then healed.
 
 Every client operation goes into a Jepsen-shaped history (`kafka_history`, also written
 as JSONL next to the replicas' logs, so a failed run can be re-checked offline with
@@ -35,12 +36,14 @@ the producers stop, the consumers read to the end, the cluster stops cleanly, an
     time except where the earlier holder had been expelled (``on_lost``);
 (d) after each fault the group is Stable with 3 members, and every member has
     committed again, within `RECOVERY_BOUND_S` of the fault (of its end, for the faults
-    no cluster can serve through: two brokers down, a cut link).
+    no cluster can serve through: two brokers down, a broker cut from the other brokers
+    or from the clients).
 
 ``ODRADEK_FAULT_SEED`` picks the schedule (printed, in every assertion message and in the
 history's first line); the same seed gives the same faults, targets, durations and
-partitions. Which broker a target names depends on the run (who leads at that moment);
-it is printed and recorded too.
+partitions. ``ODRADEK_FAULT_KINDS`` (names of `Kind`, comma-separated, e.g.
+``etcd_cut,isolate``) narrows the kinds, to replay one kind of fault. Which broker a
+target names depends on the run (who leads at that moment); it is printed and recorded.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ from cluster_harness import (
 )
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from fault_cluster import FaultCluster, running_fault_cluster
+from fault_cluster import FaultCluster, etcd_upstreams, running_fault_cluster
 from kafka_checkers import (
     CONTROL,
     Analysis,
@@ -99,6 +102,7 @@ from odradek.protocol.consumer_protocol import flatten, parse_assignment
 from odradek.protocol.internal_topics import TRANSACTION_STATE_TOPIC
 
 SEED_ENV = "ODRADEK_FAULT_SEED"
+KINDS_ENV = "ODRADEK_FAULT_KINDS"
 SEEDS = (20261124, 7, 1021)  # the three seeds the suite must pass; the first by default
 TOPIC = "faults"
 TXN_TOPIC = "faults-txn"
@@ -138,6 +142,7 @@ class Kind(enum.Enum):
     ISOLATE = "cut from the other brokers"
     CUT_CLIENTS = "cut from the clients"
     ETCD_KILL = "SIGKILL+restart an etcd member"
+    ETCD_CUT = "cut from etcd"
 
 
 # how long each kind of fault lasts (down, paused, cut), seconds
@@ -148,22 +153,27 @@ DURATIONS = {
     Kind.ISOLATE: (2.0, 8.0),
     Kind.CUT_CLIENTS: (2.0, 6.0),
     Kind.ETCD_KILL: (2.0, 8.0),  # item 2: ~6 s of etcd downtime dropped every leadership
+    Kind.ETCD_CUT: (2.0, 8.0),  # some cuts outlast the broker's lease, some do not
 }
 # No cluster serves a partition whose replicas cannot reach each other (acks=all with
 # min.insync.replicas=2) or that its clients cannot reach: the group's recovery is
 # measured from the end of these faults, of the others from their start.
 RECOVERY_FROM_END = frozenset({Kind.TWO_DOWN, Kind.ISOLATE, Kind.CUT_CLIENTS})
-# TODO(issue 21, item 2 "etcd outages ridden out"): ETCD_KILL joins the default run once
-# a broker uses every etcd endpoint. On main a broker talks to the first member only, so
-# killing member 0 for ~5 s loses every broker's lease: roles dropped, ISRs shrunk to the
-# first broker back, leaders moved; the idempotent producers bumped their epoch (KIP-360)
-# and re-sent, and records were written twice (item 4: seed 20261124 with ETCD_KILL,
-# faults-0 offsets 525-528 at producer epoch 0 again at 533-536 at epoch 1). The soak
-# runs it.
-DEFAULT_KINDS = tuple(k for k in Kind if k is not Kind.ETCD_KILL)
+# TODO(issue 21, items 2 and 4): ETCD_KILL and ETCD_CUT join the default run once they
+# pass on main; the soak runs them meanwhile. Found on main (f5b8de2):
+# - ETCD_KILL, seed 20261124: a broker talks to the first etcd member only, so killing
+#   member 0 for 4.8 s lost broker 2's lease ("giving up every role"), ISRs shrank to the
+#   first broker back and leaders moved; both idempotent producers bumped their epoch
+#   (KIP-360) and re-sent: faults-0 offsets 525-528 (producer 2000, epoch 0, seq 259)
+#   again at 533-536 (epoch 1, seq 0), 7 records twice in all (item 2, then item 4).
+# - ETCD_CUT, seed 20261124 with ODRADEK_FAULT_KINDS=etcd_cut: broker 1, leader of
+#   faults-2, cut from etcd for 6.8 s; the controller moved the leadership to broker 3
+#   (epoch 1) and the batch of producer 1000 epoch 0 seq 308 at offsets 622-627 (on
+#   every replica) was written again at 635-640 as epoch 1 seq 0 (item 4).
+DEFAULT_KINDS = tuple(k for k in Kind if k not in (Kind.ETCD_KILL, Kind.ETCD_CUT))
 SOAK_KINDS = tuple(Kind)
-DEFAULT_FAULTS = 4  # a short run: four kinds of the five, a different four per seed
-SOAK_FAULTS = 12  # every kind twice
+DEFAULT_FAULTS = 4  # a short run: four of the default kinds, a different four per seed
+SOAK_FAULTS = 14  # every kind twice
 
 
 class Target(enum.Enum):
@@ -207,6 +217,13 @@ def fault_schedule(seed: int, count: int, kinds: tuple[Kind, ...] = DEFAULT_KIND
 def env_seed() -> int | None:
     raw = os.environ.get(SEED_ENV)
     return None if raw is None else int(raw)
+
+
+def env_kinds(default: tuple[Kind, ...]) -> tuple[Kind, ...]:
+    raw = os.environ.get(KINDS_ENV)
+    if not raw:
+        return default
+    return tuple(Kind[name.strip().upper()] for name in raw.split(","))
 
 
 # ---------------------------------------------------------------------------
@@ -613,6 +630,9 @@ def begin_fault(run: Run, fault: Fault) -> tuple[str, Callable[[], None]]:
             cluster.start(second)
 
         return f"brokers {broker} and {second}", restart_both
+    if fault.kind is Kind.ETCD_CUT:
+        cluster.proxies.cut([(broker, m) for m in etcd_upstreams(cluster.quorum)])
+        return f"broker {broker} from etcd", cluster.proxies.heal
     if fault.kind is Kind.ISOLATE:
         cluster.proxies.cut([(broker, o) for o in others] + [(o, broker) for o in others])
         return f"broker {broker} from brokers {others}", cluster.proxies.heal
@@ -994,7 +1014,13 @@ def test_faults_keep_acked_records_commits_group_and_every_checker_at_zero(
 ) -> None:
     """The short run: four faults of the default kinds (which four: the seed's)."""
     seed = env_seed()
-    run_faults(cluster, SEEDS[0] if seed is None else seed, DEFAULT_FAULTS, DEFAULT_KINDS, tmp_path)
+    run_faults(
+        cluster,
+        SEEDS[0] if seed is None else seed,
+        DEFAULT_FAULTS,
+        env_kinds(DEFAULT_KINDS),
+        tmp_path,
+    )
 
 
 @pytest.mark.soak
@@ -1003,4 +1029,4 @@ def test_faults_keep_acked_records_commits_group_and_every_checker_at_zero(
 def test_faults_soak(cluster: FaultCluster, tmp_path: Path, seed: int) -> None:
     """The long run, each of the three seeds (or ODRADEK_FAULT_SEED's): 12 faults, every
     kind (etcd member kills too) twice: `pytest -m soak tests/cluster/test_faults.py`."""
-    run_faults(cluster, seed, SOAK_FAULTS, SOAK_KINDS, tmp_path)
+    run_faults(cluster, seed, SOAK_FAULTS, env_kinds(SOAK_KINDS), tmp_path)

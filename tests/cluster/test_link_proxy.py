@@ -104,3 +104,18 @@ def test_links_are_told_apart_by_caller_and_cut_without_a_reset(echo) -> None:  
         proxies.stop()
         caller.kill()
         caller.wait(TIMEOUT_S)
+
+
+@pytest.mark.timeout(30)
+def test_a_caller_on_a_v4_mapped_ipv6_socket_is_recognised(echo) -> None:  # type: ignore[no-untyped-def]
+    """gRPC (the brokers' etcd client) connects from an IPv6 socket to ::ffff:127.0.0.1."""
+    proxies = LinkProxies({"etcd-0": echo}, dict).start()
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
+            sock.settimeout(TIMEOUT_S)
+            sock.connect(("::ffff:127.0.0.1", proxies.ports["etcd-0"]))
+            sock.sendall(b"v6")
+            assert sock.recv(100) == b"v6"
+        assert proxies.accepted == {(CLIENT, "etcd-0"): 1}
+    finally:
+        proxies.stop()
