@@ -219,14 +219,14 @@ def lost_writes(a: Analysis) -> CheckResult:
                     "writer": _op_ref(op),
                 },
             )
-    by_key: dict[str, list[ReplicaLog]] = defaultdict(list)
+    by_key: dict[str, list[tuple[ReplicaLog, dict[int, str]]]] = defaultdict(list)
     for replica in a.replicas:
-        by_key[replica.key].append(replica)
+        by_key[replica.key].append((replica, dict(replica.records)))
     for key, value, offset, op in a.acked:
         if offset is None:
             continue
-        for replica in by_key.get(key, ()):
-            found = dict(replica.records).get(offset)
+        for replica, values in by_key.get(key, ()):
+            found = values.get(offset)
             if found != value:
                 result.add(
                     "not-in-replica-log",

@@ -5,7 +5,7 @@ Three brokers on a three-member etcd, each broker behind a proxy of the test's o
 (`fault_cluster`); a topic with replication factor 3 and ``min.insync.replicas=2``; two
 confluent-kafka idempotent producers (acks=all) and a 3-member classic consumer group,
 and a transactional producer that aborts some of its transactions with a read_committed
-reader, run while a seeded nemesis injects faults one after another:
+reader (`fault_load`), run while a seeded nemesis injects faults one after another:
 
 - SIGKILL (then restart) or SIGSTOP (then SIGCONT: the broker keeps its sockets but
   answers nothing) of the leader of a data partition, the group's coordinator (leader of
@@ -75,9 +75,20 @@ from cluster_harness import (
     wait_for,
     wait_fully_replicated,
 )
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from fault_cluster import FaultCluster, etcd_upstreams, running_fault_cluster
+from fault_load import (
+    FLUSH_TIMEOUT_S,
+    GROUP,
+    PARTITIONS,
+    SESSION_TIMEOUT_MS,
+    TOPIC,
+    TXN_TOPIC,
+    GroupMember,
+    ProducerLoad,
+    TxnLoad,
+    TxnReader,
+)
 from kafka_checkers import (
     CONTROL,
     Analysis,
@@ -104,14 +115,9 @@ from odradek.protocol.internal_topics import TRANSACTION_STATE_TOPIC
 SEED_ENV = "ODRADEK_FAULT_SEED"
 KINDS_ENV = "ODRADEK_FAULT_KINDS"
 SEEDS = (20261124, 7, 1021)  # the three seeds the suite must pass; the first by default
-TOPIC = "faults"
-TXN_TOPIC = "faults-txn"
-PARTITIONS = 3
-GROUP = "fault-group"
 MEMBERS = 3
 PRODUCERS = 2
 
-SESSION_TIMEOUT_MS = 6000  # the broker's group.min.session.timeout.ms
 # The group must be Stable with every member committing again within this long of a
 # fault: the broker is declared dead when its lease ends (LEASE_TTL_MS); the
 # controller then elects new leaders from the ISR and the new coordinator loads the
@@ -124,14 +130,6 @@ RECOVERY_BOUND_S = SESSION_TIMEOUT_MS / 1000 + LEASE_TTL_MS / 1000 + LOAD_AND_EL
 HEALTHY_TIMEOUT_S = 60.0  # every ISR full and the group Stable before the next fault
 DRAIN_TIMEOUT_S = 60.0  # the consumers read every acknowledged record after the faults
 
-COMMIT_EVERY = 50  # messages a member consumes between synchronous commits
-MAX_IN_FLIGHT = 500  # per producer
-PRODUCE_INTERVAL_S = 0.01
-TXN_RECORDS = (1, 4)  # records per transaction, at most
-TXN_ABORT_CHANCE = 0.3
-TXN_TIMEOUT_S = 30.0
-TXN_END_ATTEMPTS = 3
-FLUSH_TIMEOUT_S = 30.0
 JOIN_TIMEOUT_S = 30.0
 
 
@@ -224,320 +222,6 @@ def env_kinds(default: tuple[Kind, ...]) -> tuple[Kind, ...]:
     if not raw:
         return default
     return tuple(Kind[name.strip().upper()] for name in raw.split(","))
-
-
-# ---------------------------------------------------------------------------
-# The load: every operation into the history
-
-
-class ProducerLoad(threading.Thread):
-    """An idempotent acks=all producer writing unique values round-robin over the
-    partitions until stopped; records each send, and what the broker acknowledged."""
-
-    def __init__(self, name: str, bootstrap: str, history: History) -> None:
-        super().__init__(name=name, daemon=True)
-        self.bootstrap = bootstrap
-        self.history = history
-        self.stopping = threading.Event()
-        self.acked: list[tuple[int, int, bytes]] = []  # (partition, offset, value)
-        self.failed: list[str] = []
-        self.fatal: list[str] = []
-        self.unflushed = -1
-        self.crash: BaseException | None = None
-
-    def _delivered(self, invocation):  # type: ignore[no-untyped-def]
-        def report(error: KafkaError | None, message: object) -> None:
-            if error is not None:
-                self.failed.append(f"{message.value()!r}: {error}")  # type: ignore[attr-defined]
-                # a delivery error does not say the record is not in the log
-                self.history.complete(invocation, "info", {"error": str(error)})
-            else:
-                partition, offset = message.partition(), message.offset()  # type: ignore[attr-defined]
-                self.acked.append((partition, offset, message.value()))  # type: ignore[attr-defined]
-                self.history.complete(invocation, "ok", {"offset": offset})
-
-        return report
-
-    def _error(self, error: KafkaError) -> None:
-        if error.fatal():
-            self.fatal.append(str(error))
-
-    def run(self) -> None:
-        try:
-            producer = Producer(
-                {
-                    "bootstrap.servers": self.bootstrap,
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 5,
-                    "error_cb": self._error,
-                }
-            )
-            sequence = 0
-            while not self.stopping.is_set():
-                if len(producer) >= MAX_IN_FLIGHT:
-                    producer.poll(0.05)
-                    continue
-                value = f"{self.name}-{sequence}"
-                partition = sequence % PARTITIONS
-                sequence += 1
-                invocation = self.history.invoke(
-                    self.name, "send", {"key": key_of(TOPIC, partition), "value": value}
-                )
-                producer.produce(
-                    TOPIC,
-                    value=value.encode(),
-                    partition=partition,
-                    on_delivery=self._delivered(invocation),
-                )
-                producer.poll(PRODUCE_INTERVAL_S)
-            self.unflushed = producer.flush(FLUSH_TIMEOUT_S)
-        except BaseException as exc:
-            self.crash = exc
-
-
-class TxnLoad(threading.Thread):
-    """A transactional producer: transactions of a few records over `TXN_TOPIC`'s
-    partitions, some aborted on purpose. Each is a ``txn`` operation: ok when committed,
-    fail when aborted, info when the outcome is unknown (an error on commit)."""
-
-    def __init__(self, name: str, bootstrap: str, history: History, seed: int) -> None:
-        super().__init__(name=name, daemon=True)
-        self.bootstrap = bootstrap
-        self.history = history
-        self.rng = random.Random(seed)
-        self.stopping = threading.Event()
-        self.committed = self.aborted = self.unknown = 0
-        self.errors: list[str] = []
-        self.crash: BaseException | None = None
-
-    def _producer(self) -> Producer:
-        producer = Producer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "transactional.id": f"{self.name}-txn",
-                "linger.ms": 5,
-            }
-        )
-        producer.init_transactions(TXN_TIMEOUT_S)
-        return producer
-
-    def run(self) -> None:
-        try:
-            producer = self._producer()
-            sequence = 0
-            while not self.stopping.is_set():
-                count = self.rng.randint(*TXN_RECORDS)
-                sends = []
-                for _ in range(count):
-                    partition = self.rng.randrange(PARTITIONS)
-                    sends.append(
-                        (key_of(TXN_TOPIC, partition), f"{self.name}-{sequence}", partition)
-                    )
-                    sequence += 1
-                abort = self.rng.random() < TXN_ABORT_CHANCE
-                producer = self._one(producer, sends, abort)
-                time.sleep(0.05)
-        except BaseException as exc:
-            self.crash = exc
-
-    def _one(self, producer: Producer, sends: list[tuple[str, str, int]], abort: bool) -> Producer:
-        txn_id = sends[0][1]
-        invocation = self.history.invoke(
-            self.name, "txn", {"txn_id": txn_id, "sends": [[k, v] for k, v, _ in sends]}
-        )
-        offsets: dict[str, int] = {}
-
-        def delivered(error: KafkaError | None, message: object) -> None:
-            if error is None:
-                offsets[message.value().decode()] = message.offset()  # type: ignore[attr-defined]
-
-        def outcome(type_: str, **extra: object) -> None:
-            done = [[k, v, offsets.get(v)] for k, v, _ in sends]
-            self.history.complete(invocation, type_, {"sends": done, **extra})  # type: ignore[arg-type]
-
-        try:
-            producer.begin_transaction()
-            for _, value, partition in sends:
-                producer.produce(
-                    TXN_TOPIC, value=value.encode(), partition=partition, on_delivery=delivered
-                )
-            end = producer.abort_transaction if abort else producer.commit_transaction
-            for attempt in range(TXN_END_ATTEMPTS):
-                try:
-                    end(TXN_TIMEOUT_S)
-                    break
-                except KafkaException as exc:  # a retriable error: the call may be repeated
-                    if not exc.args[0].retriable() or attempt == TXN_END_ATTEMPTS - 1:
-                        raise
-            if abort:
-                self.aborted += 1
-                outcome("fail")
-            else:
-                self.committed += 1
-                outcome("ok")
-            return producer
-        except KafkaException as exc:
-            error = exc.args[0]
-            self.errors.append(str(error))
-            if error.txn_requires_abort():
-                try:
-                    producer.abort_transaction(TXN_TIMEOUT_S)
-                    self.aborted += 1
-                    outcome("fail", error=str(error))  # certainly aborted now
-                    return producer
-                except KafkaException as again:
-                    self.errors.append(f"abort: {again}")
-            self.unknown += 1
-            outcome("info", error=str(error))
-            # a new producer (init_transactions fences this one and ends its transaction)
-            producer.flush(1)
-            return self._producer()
-
-
-class TxnReader(threading.Thread):
-    """A read_committed consumer assigned every partition of `TXN_TOPIC` from the start."""
-
-    def __init__(self, bootstrap: str, history: History) -> None:
-        super().__init__(name="txn-reader", daemon=True)
-        self.bootstrap = bootstrap
-        self.history = history
-        self.stopping = threading.Event()
-        self.consumed = 0
-        self.crash: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            consumer = Consumer(
-                {
-                    "bootstrap.servers": self.bootstrap,
-                    "group.id": "faults-txn-reader",  # not joined: assign() only
-                    "isolation.level": "read_committed",
-                    "enable.auto.commit": False,
-                }
-            )
-            partitions = [TopicPartition(TXN_TOPIC, p, 0) for p in range(PARTITIONS)]
-            consumer.assign(partitions)
-            self.history.event(
-                self.name, "assign", {"keys": [key_of(TXN_TOPIC, p) for p in range(PARTITIONS)]}
-            )
-            try:
-                while not self.stopping.is_set():
-                    invocation = self.history.invoke(self.name, "poll")
-                    messages = [m for m in consumer.consume(200, 0.2) if m.error() is None]
-                    self.consumed += len(messages)
-                    self.history.complete(invocation, "ok", {"records": records_of(messages)})
-            finally:
-                consumer.close()
-        except BaseException as exc:
-            self.crash = exc
-
-
-def records_of(messages: list) -> list[list[object]]:  # type: ignore[type-arg]
-    return [[key_of(m.topic(), m.partition()), m.offset(), m.value().decode()] for m in messages]
-
-
-@dataclass(slots=True)
-class Ownership:
-    """One consumer's rebalance callback: assign, revoke or lost, of these partitions."""
-
-    at: float
-    event: str
-    member_id: str
-    partitions: frozenset[int]
-
-
-class GroupMember(threading.Thread):
-    """A confluent-kafka consumer in the group (classic protocol, eager range assignor)
-    that commits synchronously every `COMMIT_EVERY` messages; its polls, commits and
-    rebalances go into the history, and it remembers what each commit acknowledged and
-    every assignment it was handed."""
-
-    def __init__(self, index: int, bootstrap: str, history: History) -> None:
-        super().__init__(name=f"member-{index}", daemon=True)
-        self.bootstrap = bootstrap
-        self.history = history
-        self.stopping = threading.Event()
-        self.ownership: list[Ownership] = []
-        self.commits: list[tuple[float, dict[int, int]]] = []  # (when, partition -> offset)
-        self.commit_failures: list[str] = []
-        self.consumed = 0
-        self.crash: BaseException | None = None
-
-    def _callback(self, event: str):  # type: ignore[no-untyped-def]
-        def record(consumer: Consumer, partitions: list[TopicPartition]) -> None:
-            self.ownership.append(
-                Ownership(
-                    time.monotonic(),
-                    event,
-                    consumer.memberid() or "",
-                    frozenset(tp.partition for tp in partitions),
-                )
-            )
-            keys = [key_of(tp.topic, tp.partition) for tp in partitions]
-            if event == "assign":
-                self.history.event(self.name, "assign", {"keys": keys})
-            else:
-                self.history.event(self.name, "revoke", {"keys": keys, "lost": event == "lost"})
-
-        return record
-
-    def last_commit_at(self) -> float:
-        return self.commits[-1][0] if self.commits else 0.0
-
-    def run(self) -> None:
-        try:
-            consumer = Consumer(
-                {
-                    "bootstrap.servers": self.bootstrap,
-                    "group.id": GROUP,
-                    "group.protocol": "classic",
-                    "partition.assignment.strategy": "range",
-                    "auto.offset.reset": "earliest",
-                    "enable.auto.commit": False,
-                    "session.timeout.ms": SESSION_TIMEOUT_MS,
-                    "heartbeat.interval.ms": 1000,
-                    "max.poll.interval.ms": 120_000,
-                }
-            )
-            consumer.subscribe(
-                [TOPIC],
-                on_assign=self._callback("assign"),
-                on_revoke=self._callback("revoke"),
-                on_lost=self._callback("lost"),
-            )
-            try:
-                since_commit = 0
-                while not self.stopping.is_set():
-                    invocation = self.history.invoke(self.name, "poll")
-                    messages = [m for m in consumer.consume(200, 0.2) if m.error() is None]
-                    self.history.complete(invocation, "ok", {"records": records_of(messages)})
-                    self.consumed += len(messages)
-                    since_commit += len(messages)
-                    if since_commit >= COMMIT_EVERY:
-                        since_commit = 0
-                        self._commit(consumer)
-            finally:
-                consumer.close()
-        except BaseException as exc:
-            self.crash = exc
-
-    def _commit(self, consumer: Consumer) -> None:
-        invocation = self.history.invoke(self.name, "commit")
-        try:
-            result = consumer.commit(asynchronous=False)
-        except KafkaException as exc:
-            self.commit_failures.append(str(exc))
-            self.history.complete(invocation, "fail", {"error": str(exc)})
-            return
-        done = {
-            tp.partition: tp.offset for tp in result or () if tp.error is None and tp.offset >= 0
-        }
-        self.history.complete(
-            invocation, "ok", {"offsets": {key_of(TOPIC, p): o for p, o in done.items()}}
-        )
-        if done:
-            self.commits.append((time.monotonic(), done))
 
 
 # ---------------------------------------------------------------------------
@@ -776,6 +460,7 @@ def run_faults(
     check_acked_records(run, final)
     check_commits(run, committed, final)
     check_generations(run, final)
+    check_client_errors(run)
 
 
 def drain(run: Run) -> None:
@@ -829,12 +514,7 @@ def check_history(run: Run, final, out_dir: Path) -> None:  # type: ignore[no-un
     results["internal_replica_divergence"] = replica_divergence(Analysis([], internal))
     results["internal_replica_divergence"].name = "replica divergence (internal topics)"
     summary = report(results)
-    txn = run.txn[0]
-    run.say(
-        f"history: {len(run.history)} operations; transactions committed {txn.committed}, "  # type: ignore[union-attr]
-        f"aborted {txn.aborted}, unknown {txn.unknown}; read_committed reader read "  # type: ignore[union-attr]
-        f"{run.txn[1].consumed}\n{summary}"  # type: ignore[union-attr]
-    )
+    run.say(f"history: {len(run.history)} operations\n{summary}")
     failed = [name for name, result in results.items() if not result.ok]
     assert not failed, (
         f"the checkers found anomalies ({', '.join(failed)}):\n{summary}\n"
@@ -847,19 +527,28 @@ def check_clients_ended(run: Run) -> None:
     for thread in (*run.producers, *run.members, *run.txn):
         assert not thread.is_alive(), f"{thread.name} did not stop\n{run.context()}"
         assert thread.crash is None, f"{thread.name} raised {thread.crash!r}\n{run.context()}"
-    for producer in run.producers:
-        assert not producer.fatal, (
-            f"{producer.name}: fatal errors {producer.fatal}\n{run.context()}"
-        )
-        assert producer.unflushed == 0, (
-            f"{producer.name}: {producer.unflushed} records never delivered\n{run.context()}"
-        )
+    txn = run.txn[0]
     run.say(
         f"acked {run.acked_count()} records, {sum(len(p.failed) for p in run.producers)} failed; "
         f"consumed {sum(m.consumed for m in run.members)}; "
         f"commits {sum(len(m.commits) for m in run.members)} "
-        f"({sum(len(m.commit_failures) for m in run.members)} failed)"
+        f"({sum(len(m.commit_failures) for m in run.members)} failed); transactions "
+        f"committed {txn.committed}, aborted {txn.aborted}, unknown {txn.unknown}, "  # type: ignore[union-attr]
+        f"errors {txn.errors[:5]}; read_committed reader read {run.txn[1].consumed}"  # type: ignore[union-attr]
     )
+
+
+def check_client_errors(run: Run) -> None:
+    """No client met a fatal error, and every record was delivered (checked last: the
+    history's checkers say more about what went wrong)."""
+    for producer in (*run.producers, run.txn[0]):
+        assert not producer.fatal, (  # type: ignore[union-attr]
+            f"{producer.name}: fatal errors {producer.fatal}\n{run.context()}"  # type: ignore[union-attr]
+        )
+    for producer in run.producers:
+        assert producer.unflushed == 0, (
+            f"{producer.name}: {producer.unflushed} records never delivered\n{run.context()}"
+        )
 
 
 def check_acked_records(run: Run, final) -> None:  # type: ignore[no-untyped-def]
