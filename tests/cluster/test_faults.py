@@ -424,6 +424,7 @@ def run_faults(
     run.txn = [TxnLoad("tx0", bootstrap, history, seed), TxnReader(bootstrap, history)]
     writers = [*run.producers, run.txn[0]]
     readers = [*run.members, run.txn[1]]
+    stuck: AssertionError | None = None  # a fault the cluster did not recover from
     try:
         for thread in (*writers, *readers):
             thread.start()
@@ -434,18 +435,25 @@ def run_faults(
         )
         wait_fully_replicated(cluster, HEALTHY_TIMEOUT_S, run.context)
         for index, fault in enumerate(schedule):
-            inject(run, index, fault)
+            try:
+                inject(run, index, fault)
+            except AssertionError as exc:
+                stuck = exc
+                break
         for thread in writers:
             thread.stopping.set()
         for thread in writers:
             thread.join(FLUSH_TIMEOUT_S + JOIN_TIMEOUT_S)
-        drain(run)
+        if stuck is None:
+            drain(run)
     finally:
         for thread in (*readers, *writers):
             thread.stopping.set()
         for thread in (*readers, *writers):
             thread.join(FLUSH_TIMEOUT_S + JOIN_TIMEOUT_S)
         history.close()
+    if stuck is not None:
+        check_history_after(run, stuck, out_dir)
     committed = wait_for(
         "the final committed offsets", lambda: run.probe.committed(GROUP), 30, run.context
     )
@@ -477,20 +485,30 @@ def drain(run: Run) -> None:
         time.sleep(1.0)
 
 
+def replica_log(run: Run, broker: int, topic: str, partition: int, as_text: Callable) -> ReplicaLog:  # type: ignore[type-arg]
+    log = read_replica_log(run.cluster, broker, topic, partition)
+    records = [(r.offset, CONTROL if r.is_control else as_text(r)) for r in log.records]
+    return ReplicaLog(key_of(topic, partition), broker, log.start_offset, log.end_offset, records)
+
+
 def replica_logs(run: Run, final, topic: str, as_text: Callable) -> list[ReplicaLog]:  # type: ignore[no-untyped-def, type-arg]
-    logs = []
-    for (name, partition), versioned in sorted(final.partitions.items()):
-        if name != topic:
-            continue
-        for broker in versioned.state.isr:
-            log = read_replica_log(run.cluster, broker, topic, partition)
-            records = [(r.offset, CONTROL if r.is_control else as_text(r)) for r in log.records]
-            logs.append(
-                ReplicaLog(
-                    key_of(topic, partition), broker, log.start_offset, log.end_offset, records
-                )
-            )
-    return logs
+    """Every replica of `topic` in the final ISRs."""
+    return [
+        replica_log(run, broker, topic, partition, as_text)
+        for (name, partition), versioned in sorted(final.partitions.items())
+        if name == topic
+        for broker in versioned.state.isr
+    ]
+
+
+def disk_replica_logs(run: Run, topic: str, as_text: Callable) -> list[ReplicaLog]:  # type: ignore[type-arg]
+    """Every replica of `topic` any broker holds on disk (the cluster stopped)."""
+    return [
+        replica_log(run, broker, topic, partition, as_text)
+        for partition in range(PARTITIONS)
+        for broker in run.cluster.broker_ids
+        if (run.cluster.layout.broker_dir(broker) / f"{topic}-{partition}").is_dir()
+    ]
 
 
 def check_history(run: Run, final, out_dir: Path) -> None:  # type: ignore[no-untyped-def]
@@ -521,6 +539,29 @@ def check_history(run: Run, final, out_dir: Path) -> None:  # type: ignore[no-un
         f"re-check offline: python tests/cluster/kafka_checkers.py {run.history.path} "
         f"{out_dir / 'replicas.json'}\n{run.context()}"
     )
+
+
+def check_history_after(run: Run, stuck: AssertionError, out_dir: Path) -> None:
+    """After a fault the cluster did not recover from: the checkers over the history so
+    far and the replicas on disk, with the failure (anomalies say more than a timeout).
+    Not drained, so unseen writes are left out, and replicas may lag: only their
+    divergence below their common end counts."""
+    run.probe.close()
+    run.cluster.stop_all()
+    replicas = [
+        replica
+        for topic in (TOPIC, TXN_TOPIC)
+        for replica in disk_replica_logs(run, topic, lambda r: r.value.decode())
+    ]
+    write_replicas(out_dir / "replicas.json", replicas)
+    results = check_all(run.history.ops())
+    del results["unseen_writes"]
+    results["replica_divergence"] = replica_divergence(Analysis([], replicas))
+    raise AssertionError(
+        f"{stuck}\n\nthe checkers over the history until then (not drained: unseen writes "
+        f"not checked; replicas compared below their common end only):\n{report(results)}\n"
+        f"history: {run.history.path}"
+    ) from stuck
 
 
 def check_clients_ended(run: Run) -> None:
