@@ -71,6 +71,11 @@ class RequestContext:
             return listener.advertised_host, listener.advertised_port
         return self.broker.advertised_host, self.broker.advertised_port
 
+    @property
+    def listener_name(self) -> str | None:
+        """The listener the request came in on (None outside a connection)."""
+        return self.session.listener.name if self.session is not None else None
+
     def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
         """Kafka's AuthHelper.authorize: always true when no authorizer is configured."""
         authorizer = self.broker.security.authorizer

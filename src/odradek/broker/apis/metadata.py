@@ -68,7 +68,8 @@ def _listed(ctx: RequestContext, topic: Topic) -> bool:
 
 
 def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
-    """Every live broker; this one at the address this client used (its listener's)."""
+    """Every live broker with the listener this request came in on, at its address there
+    (Kafka's getAliveBrokerNodes(listenerName)); this one at the address this client used."""
     own = ctx.broker.node_id
     host, port = ctx.advertised
     return [
@@ -78,7 +79,7 @@ def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
             "port": port if b.node_id == own else b.port,
             "rack": b.rack,
         }
-        for b in sorted(ctx.broker.control.live_brokers(), key=lambda b: b.node_id)
+        for b in sorted(ctx.broker.control.live_brokers(ctx.listener_name), key=lambda b: b.node_id)
     ]
 
 
