@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from odradek.broker.config import BrokerConfig, ConfigError
-from odradek.broker.security.inter_broker import InterBroker, inter_broker, may_act_as_replica
+from odradek.broker.context import RequestContext
+from odradek.broker.security.inter_broker import InterBroker, inter_broker
 from odradek.broker.security.listeners import parse_listeners
 from odradek.testing_tls import Pki
 
@@ -32,12 +33,12 @@ def two_listeners(**extra: str) -> dict[str, str]:
 
 
 def resolve(cluster: bool = True, **settings: str) -> InterBroker | None:
+    """As a cluster's control plane resolves them (`as_client`), or a lone node."""
     config = BrokerConfig()
-    if cluster:
-        config.set("etcd.endpoints", "127.0.0.1:2379")
     for name, value in settings.items():
         config.set(name, value)
-    return inter_broker(config, parse_listeners(config, ("127.0.0.1", 9092)))
+    listeners = parse_listeners(config, ("127.0.0.1", 9092))
+    return inter_broker(config, listeners, as_client=cluster)
 
 
 def test_a_cluster_broker_defaults_to_the_plaintext_listener() -> None:
@@ -181,10 +182,11 @@ def test_serve_refuses_a_bad_combination_in_one_line(tmp_path: Path) -> None:
 
 
 def request_context(listener: str, allowed: bool, inter: str | None) -> SimpleNamespace:
+    """What `RequestContext.may_act_as_replica` reads, the authorizer's answer given."""
     security = SimpleNamespace(inter_broker=InterBroker(inter, "SASL_SSL") if inter else None)
     return SimpleNamespace(
         broker=SimpleNamespace(security=security),
-        session=SimpleNamespace(listener=SimpleNamespace(name=listener)),
+        listener_name=listener,
         authorize=lambda *_: allowed,
     )
 
@@ -199,4 +201,5 @@ def request_context(listener: str, allowed: bool, inter: str | None) -> SimpleNa
     ],
 )
 def test_who_may_act_as_a_replica(listener: str, allowed: bool, inter: str, served: bool) -> None:
-    assert may_act_as_replica(request_context(listener, allowed, inter)) is served  # type: ignore[arg-type]
+    context = request_context(listener, allowed, inter)
+    assert RequestContext.may_act_as_replica(context) is served  # type: ignore[arg-type]

@@ -41,6 +41,7 @@ from odradek.broker.control_plane import (
     Quorum,
     Voter,
 )
+from odradek.broker.security.inter_broker import inter_broker
 from odradek.broker.topics import LEGACY_GROUP_EVENTS_TOPIC, NewTopic, Topic, TopicError
 from odradek.cluster.controller import Controller
 from odradek.cluster.fetcher import LeaderConnection, ReplicaFetcher
@@ -203,8 +204,10 @@ class ClusterNode:
         self._revision_seen = asyncio.Event()
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._connections: dict[int, LeaderConnection] = {}  # to other brokers (markers)
-        # Other brokers are reached on the inter-broker listener, authenticated there.
-        inter = broker.security.inter_broker
+        # Other brokers are reached on the inter-broker listener, authenticated there
+        # with this broker's own credentials (checked here, at start: one-line errors).
+        inter = inter_broker(config, broker.listeners, as_client=True)
+        broker.security.inter_broker = inter
         self.inter_broker_listener = inter.listener if inter is not None else None
         self.peers = PeerConnector(inter)
         self.controller: Controller | None = None

@@ -19,7 +19,6 @@ from typing import Any
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import AclOperation, ResourceType
-from odradek.broker.security.inter_broker import may_act_as_replica
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.errors import ErrorCode
 
@@ -48,7 +47,7 @@ def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     replica_id = int(getattr(request, "replica_id", -1))
     # Followers as for their Fetch (the inter-broker listener, CLUSTER_ACTION);
     # consumers DESCRIBE on the topic.
-    follower_refused = replica_id >= 0 and not may_act_as_replica(ctx)
+    follower_refused = replica_id >= 0 and not ctx.may_act_as_replica()
     topics = []
     for t in request.topics:
         if follower_refused:

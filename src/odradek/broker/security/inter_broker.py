@@ -19,7 +19,7 @@ as Kafka's BrokerBlockingSender builds its channel with
   certificate (used when the peer asks for one, ``ssl.client.auth``), and
   ``ssl.endpoint.identification.algorithm=https`` (the default) checks the host name.
 
-Who may act as a replica (`may_act_as_replica`): Kafka checks CLUSTER_ACTION on the
+Who may act as a replica (`RequestContext.may_act_as_replica`): Kafka checks CLUSTER_ACTION on the
 cluster for a follower's Fetch (KafkaApis.handleFetchRequest) and OffsetsForLeaderEpoch,
 which without an authorizer lets anyone in. Odradek also refuses replica requests that
 come in on any listener other than the inter-broker one: Kafka's own followers only
@@ -32,15 +32,10 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from odradek.broker.config import BrokerConfig, ConfigError, format_value
-from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.broker.security.listeners import PROTOCOLS, Listener, listener_value
 from odradek.protocol.jaas import JaasError, parse_jaas
-
-if TYPE_CHECKING:
-    from odradek.broker.context import RequestContext
 
 LISTENER_NAME = "inter.broker.listener.name"
 SECURITY_PROTOCOL = "security.inter.broker.protocol"
@@ -146,14 +141,19 @@ def client_ssl_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     return context
 
 
-def inter_broker(config: BrokerConfig, listeners: list[Listener]) -> InterBroker | None:
-    """The inter-broker listener and credentials, checked as Kafka checks them at start.
+def inter_broker(
+    config: BrokerConfig, listeners: list[Listener], *, as_client: bool
+) -> InterBroker | None:
+    """The inter-broker listener, checked as Kafka checks it at start, and with
+    `as_client` this broker's credentials and TLS context as a client of it.
 
-    A single node has no other broker: it checks them only when one of them is set
-    (a ported Kafka configuration), and answers None when none is; it needs no
-    credentials (a ported configuration may keep them in a JAAS file Odradek does not read).
+    Without `as_client` (what every broker knows: `BrokerSecurity`; a lone node has no
+    other broker to connect to) the settings are checked only when one of them is set
+    (a ported Kafka configuration), None when none is, and no credentials are read (a
+    ported configuration may keep them in a JAAS file, which Odradek does not read).
+    A cluster's control plane resolves them `as_client` (`odradek.cluster.node`).
     """
-    if not config.cluster_mode and all(config.is_default(s) for s in SETTINGS):
+    if not as_client and all(config.is_default(s) for s in SETTINGS):
         return None
     name, protocol = _listener_and_protocol(config, listeners)
     mechanism = username = password = None
@@ -172,24 +172,10 @@ def inter_broker(config: BrokerConfig, listeners: list[Listener]) -> InterBroker
                 f"used for inter-broker communication ({SASL_MECHANISM}={mechanism}, "
                 f"listener {name} enables {','.join(enabled)})"
             )
-        if not config.cluster_mode:
+        if not as_client:
             return InterBroker(name, protocol, mechanism)
         username, password = _credentials(config, name, mechanism)
     context = None
-    if protocol in ("SSL", "SASL_SSL") and config.cluster_mode:
+    if protocol in ("SSL", "SASL_SSL") and as_client:
         context = client_ssl_context(config, name)
     return InterBroker(name, protocol, mechanism, username, password, context)
-
-
-def may_act_as_replica(ctx: RequestContext) -> bool:
-    """Whether a Fetch or OffsetsForLeaderEpoch naming a replica id (>= 0) is served:
-    only on the inter-broker listener, and (Kafka's rule) to a principal with
-    CLUSTER_ACTION on the cluster when an authorizer is configured."""
-    inter = ctx.broker.security.inter_broker
-    if (
-        inter is not None
-        and ctx.session is not None
-        and ctx.session.listener.name != inter.listener
-    ):
-        return False
-    return ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)

@@ -61,8 +61,9 @@ class BrokerSecurity:
             if lst.uses_sasl:
                 self.mechanisms[lst.name] = self._mechanisms(lst)
                 self.plain_users[lst.name] = self._plain_users(lst)
-        # The listener other brokers are reached on, and this broker's credentials there.
-        self.inter_broker = inter_broker(config, listeners)
+        # The listener brokers reach each other on (a cluster's control plane replaces it
+        # with the full form, this broker's credentials included: cluster/node.py).
+        self.inter_broker = inter_broker(config, listeners, as_client=False)
 
     def _authorizer(self) -> StandardAuthorizer | None:
         name = str(self.config["authorizer.class.name"]).strip()
