@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -43,7 +44,13 @@ from odradek.cluster.fetcher import LeaderConnection
 from odradek.cluster.peer_connection import PeerAuthenticationError, PeerConnector
 from odradek.devcluster.launcher import LocalCluster, run_coroutine
 from odradek.protocol.apikeys import ApiKey
-from odradek.protocol.codec import RequestHeader, build, encode_request, request_type
+from odradek.protocol.codec import (
+    RequestHeader,
+    build,
+    decode_response,
+    encode_request,
+    request_type,
+)
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fetch import encode_fetch_request, parse_fetch_response
 from odradek.testing_tls import Pki, make_pki
@@ -88,6 +95,7 @@ def secured_settings(pki: Pki) -> dict[str, str]:
         # (b) pauses a follower for a few seconds: it must stay registered and in the ISR
         "broker.session.timeout.ms": "10000",
         "replica.lag.time.max.ms": "30000",
+        "transaction.state.log.num.partitions": "1",
     }
 
 
@@ -199,6 +207,39 @@ def forged_fetch(
     return run_coroutine(lambda: asyncio.wait_for(send(), 30))
 
 
+def offset_for_leader_epoch(
+    cluster: LocalCluster, connector: PeerConnector, leader: int, topic: str, replica_id: int
+) -> Any:
+    """OffsetForLeaderEpoch v3 (with a replica id) for partition 0's epoch 0."""
+
+    async def send() -> Any:
+        connection = LeaderConnection(
+            *replication_address(cluster, leader), "forger", 10.0, connector.open
+        )
+        try:
+            body = build(
+                request_type(ApiKey.OFFSET_FOR_LEADER_EPOCH, 3),
+                {
+                    "replica_id": replica_id,
+                    "topics": [
+                        {
+                            "topic": topic,
+                            "partitions": [
+                                {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}
+                            ],
+                        }
+                    ],
+                },
+            )
+            payload = await connection.send(ApiKey.OFFSET_FOR_LEADER_EPOCH, 3, body)
+            _, response = decode_response(ApiKey.OFFSET_FOR_LEADER_EPOCH, 3, payload)
+            return response.topics[0].partitions[0]
+        finally:
+            connection.close()
+
+    return run_coroutine(lambda: asyncio.wait_for(send(), 30))
+
+
 def test_replication_over_sasl_ssl_with_acls(cluster: LocalCluster) -> None:
     leader, followers = create_topic(cluster, "secured")
     produce(cluster, "secured", [b"v-%d" % i for i in range(20)], acks="all")
@@ -224,6 +265,10 @@ def test_a_fetch_as_a_replica_without_cluster_action_moves_nothing(
         assert alice.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED  # Kafka's answer
         assert alice.high_watermark == -1 and not bytes(alice.records or b"")
         assert high_watermark(cluster, "forged") == 5, "an unauthorized fetch moved it"
+        epochs = offset_for_leader_epoch(
+            cluster, peer(pki, ALICE, ALICE_PASSWORD), leader, "forged", replica_id=paused
+        )
+        assert epochs.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         md = cluster_metadata(cluster)
         assert paused in md.partitions[("forged", 0)].state.isr
 
@@ -328,3 +373,44 @@ def test_metadata_answers_each_listener_with_its_own_addresses(
     assert {b: f"{m.host}:{m.port}" for b, m in listed.items()} == {
         b: cluster.listener_address(b, REPLICATION) for b in cluster.broker_ids
     }
+
+
+def test_transaction_markers_reach_leaders_over_the_secured_listener(
+    cluster: LocalCluster,
+) -> None:
+    """A transaction over partitions led by every broker commits: the coordinator's
+    markers for partitions other brokers lead go over the inter-broker listener."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()})
+    admin.create_topics([NewTopic("transacted", 3, 3)])["transacted"].result(DEADLINE_S)
+    md = wait_fully_replicated(cluster, DEADLINE_S)
+    leaders = {md.partitions[("transacted", p)].state.leader for p in range(3)}
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap_servers(), "transactional.id": "secured-tx"}
+    )
+    producer.init_transactions(DEADLINE_S)
+    producer.begin_transaction()
+    for partition in range(3):
+        producer.produce("transacted", b"tx-%d" % partition, partition=partition)
+    producer.commit_transaction(DEADLINE_S)
+    md = cluster_metadata(cluster)
+    coordinator = md.partitions[("__transaction_state", 0)].state.leader
+    assert leaders - {coordinator}, f"every partition led by the coordinator {coordinator}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers(),
+            "group.id": "tx-reader",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.subscribe(["transacted"])
+        seen: set[bytes] = set()
+        deadline = time.monotonic() + DEADLINE_S
+        while len(seen) < 3 and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                seen.add(bytes(message.value()))
+        assert seen == {b"tx-0", b"tx-1", b"tx-2"}
+    finally:
+        consumer.close()
