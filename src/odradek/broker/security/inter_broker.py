@@ -19,13 +19,14 @@ as Kafka's BrokerBlockingSender builds its channel with
   certificate (used when the peer asks for one, ``ssl.client.auth``), and
   ``ssl.endpoint.identification.algorithm=https`` (the default) checks the host name.
 
-Who may act as a replica (`RequestContext.may_act_as_replica`): Kafka checks CLUSTER_ACTION on the
-cluster for a follower's Fetch (KafkaApis.handleFetchRequest) and OffsetsForLeaderEpoch,
-which without an authorizer lets anyone in. Odradek also refuses replica requests that
-come in on any listener other than the inter-broker one: Kafka's own followers only
-ever use that listener, so no Kafka broker or client is turned away, and a client
-listener left open (PLAINTEXT, no authorizer) cannot be used to pose as a follower and
-move a high watermark.
+Who may act as a replica (`RequestContext.may_act_as_replica`): Kafka checks
+CLUSTER_ACTION on the cluster for a follower's Fetch (KafkaApis.handleFetchRequest)
+and OffsetsForLeaderEpoch, which without an authorizer lets anyone in; it does not
+look at the listener (a follower's Fetch is served on any). Odradek also refuses
+replica requests that come in on any listener other than the inter-broker one:
+Kafka's own followers only ever use that listener, so no Kafka broker or client is
+turned away, and a client listener left open (PLAINTEXT, no authorizer) cannot be
+used to pose as a follower and move a high watermark.
 """
 
 from __future__ import annotations
