@@ -369,10 +369,11 @@ def test_metadata_answers_each_listener_with_its_own_addresses(
             "ssl.ca.location": str(pki.ca_cert),
         }
     )
+    expected = {b: cluster.listener_address(b, REPLICATION) for b in cluster.broker_ids}
     listed = secure.list_topics(timeout=10).brokers
-    assert {b: f"{m.host}:{m.port}" for b, m in listed.items()} == {
-        b: cluster.listener_address(b, REPLICATION) for b in cluster.broker_ids
-    }
+    assert {b: f"{m.host}:{m.port}" for b, m in listed.items()} == expected
+    described = secure.describe_cluster(request_timeout=10).result(DEADLINE_S)
+    assert {n.id: f"{n.host}:{n.port}" for n in described.nodes} == expected
 
 
 def test_transaction_markers_reach_leaders_over_the_secured_listener(
