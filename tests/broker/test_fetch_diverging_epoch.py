@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from odradek.broker.fetch_sessions import CachedPartition, PartitionRequest
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import RequestHeader, encode_request
 from odradek.protocol.errors import ErrorCode
@@ -22,6 +23,7 @@ from odradek.protocol.fetch import (
     parse_fetch_response,
 )
 from odradek.protocol.records import parse_header
+from odradek.replication.truncation import DivergingEpoch
 from odradek.testing import Broker
 
 from .wire import WireClient
@@ -114,3 +116,19 @@ def test_what_the_leader_cannot_place_is_out_of_range(
         answer = fetch(client, topic, offset, epoch + epoch_delta)
     assert answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
     assert answer.diverging_epoch is NO_DIVERGING_EPOCH
+
+
+def test_an_incremental_fetch_session_always_answers_a_diverging_epoch() -> None:
+    """Nothing else changed since the last answer (high watermark, log start, LSO, no
+    records, no error): an incremental response would leave the partition out, but a
+    DivergingEpoch must reach the fetcher (Kafka's CachedPartition.maybeUpdateResponseData)."""
+    cached = CachedPartition(PartitionRequest(7, 1 << 20, last_fetched_epoch=1), 5, 0, 5)
+    entry = {
+        "error_code": ErrorCode.NONE,
+        "high_watermark": 5,
+        "log_start_offset": 0,
+        "last_stable_offset": 5,
+        "preferred_read_replica": -1,
+    }
+    assert not cached.must_respond(entry, 0, True)
+    assert cached.must_respond({**entry, "diverging_epoch": DivergingEpoch(0, 5)}, 0, True)
