@@ -249,11 +249,12 @@ class ManualClock:
         return self.now
 
 
-class LeaderAlwaysOutOfRange:
-    """Agrees with the follower's epochs, then answers every Fetch OFFSET_OUT_OF_RANGE
-    with a log start below the follower's end: nothing to start over at."""
+class LeaderAnsweringAnError:
+    """Agrees with the follower's epochs, then answers every Fetch with `error` (with a
+    log start below the follower's end: nothing to start over at)."""
 
-    def __init__(self) -> None:
+    def __init__(self, error: ErrorCode = ErrorCode.OFFSET_OUT_OF_RANGE) -> None:
+        self.error = error
         self.fetches = 0
         self.epoch_questions = 0
 
@@ -264,7 +265,7 @@ class LeaderAlwaysOutOfRange:
         self.fetches += 1
         entry = {
             "partition_index": 0,
-            "error_code": ErrorCode.OFFSET_OUT_OF_RANGE,
+            "error_code": self.error,
             "high_watermark": -1,
             "last_stable_offset": -1,
             "log_start_offset": 0,
@@ -293,7 +294,7 @@ def test_an_answer_that_never_helps_is_asked_ever_more_slowly_and_logged_once(
     )  # fmt: skip
     for offset in range(3):
         replica.plog.append_as_follower(batch(offset, [b"x"], 2))
-    leader = LeaderAlwaysOutOfRange()
+    leader = LeaderAnsweringAnError()
     caplog.set_level(logging.INFO, logger="odradek.replication")
 
     async def rounds(seconds: float) -> None:
@@ -321,5 +322,40 @@ def test_an_answer_that_never_helps_is_asked_ever_more_slowly_and_logged_once(
         manager.apply_state(replica, REPLICAS, state(1, 3, REPLICAS, 3))
         asyncio.run(asyncio.wait_for(rounds(0.1), TEST_DEADLINE_S))
         assert leader.fetches == fetches + 1
+    finally:
+        replica.plog.close()
+
+
+def test_a_leadership_still_moving_is_asked_again_at_a_steady_pace(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """NOT_LEADER_OR_FOLLOWER (the leader does not know its role yet) is soon settled:
+    asked again every RETRY_BACKOFF_S, not ever more slowly, and logged once per
+    ERROR_LOG_INTERVAL_S."""
+    manager, replica, _ = follower_of_broker_1(tmp_path)
+    clock = ManualClock()
+    fetcher = ReplicaFetcher(
+        2, 1, manager, lambda broker: ("127.0.0.1", 9),
+        max_wait_ms=100, max_bytes=1 << 20, timeout_s=5.0, clock=clock,
+    )  # fmt: skip
+    leader = LeaderAnsweringAnError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    caplog.set_level(logging.INFO, logger="odradek.replication")
+
+    async def rounds(seconds: float) -> None:
+        for _ in range(int(seconds / 0.1)):
+            due = fetcher._due(fetcher._following())
+            if due:
+                await fetcher._check_truncation(leader, due)  # type: ignore[arg-type]
+                await fetcher._fetch_once(leader, fetcher._due(fetcher._following()))  # type: ignore[arg-type]
+            clock.now += 0.1
+
+    fetcher.partitions.add((TOPIC, 0))
+    try:
+        asyncio.run(asyncio.wait_for(rounds(10.0), TEST_DEADLINE_S))
+        # a fetch every 0.2 s (or 0.3 s, as the 0.1 s rounds fall): 33 to 50 in 10 s,
+        # the same pace throughout (a doubling backoff would ask 8 times)
+        assert 33 <= leader.fetches <= 50, leader.fetches
+        errors = [r for r in caplog.records if "error" in r.getMessage()]
+        assert len(errors) == 1, [r.getMessage() for r in errors]
     finally:
         replica.plog.close()

@@ -208,24 +208,33 @@ class ReplicaFetcher:
                 due.append(r)
         return due
 
-    def _back_off(self, replica: Replica) -> None:
+    def _back_off(self, replica: Replica, *, grow: bool = True) -> None:
         """Leave the partition alone for a while: RETRY_BACKOFF_S, doubling each time in
-        a row in one leader epoch, up to MAX_BACKOFF_S."""
+        a row in one leader epoch up to MAX_BACKOFF_S if `grow` (an answer that did not
+        help), else RETRY_BACKOFF_S (a leadership still moving: soon settled)."""
         key = (replica.topic, replica.partition)
         previous = self._backoff.get(key)
         if previous is None or previous.leader_epoch != replica.leader_epoch:
             delay = RETRY_BACKOFF_S
-        else:
+        elif grow:
             delay = min(previous.delay_s * 2, MAX_BACKOFF_S)
+        else:
+            delay = previous.delay_s
         self._backoff[key] = _Backoff(self.clock() + delay, delay, replica.leader_epoch)
 
     def _retry_later(
-        self, replica: Replica, kind: str, level: int, message: str, *args: Any
+        self,
+        replica: Replica,
+        kind: str,
+        level: int,
+        message: str,
+        *args: Any,
+        grow: bool = True,
     ) -> None:
         """A fetch answer the partition cannot use: check it against the leader again
         (OffsetForLeaderEpoch) after a backoff; logged once per interval per kind."""
         replica.truncation_checked_epoch = -1
-        self._back_off(replica)
+        self._back_off(replica, grow=grow)
         self._errors.log(
             f"{replica.topic}-{replica.partition}:{kind}",
             level,
@@ -316,7 +325,7 @@ class ReplicaFetcher:
             answer = answers.get((replica.topic, replica.partition))
             if answer is None or answer.error_code != ErrorCode.NONE:
                 # asked again after a backoff (the leader may not know its role yet)
-                self._back_off(replica)
+                self._back_off(replica, grow=False)
                 self._errors.log(
                     f"{replica.topic}-{replica.partition}:epoch",
                     logging.INFO,
@@ -461,7 +470,9 @@ class ReplicaFetcher:
         if part.error_code != ErrorCode.NONE:
             # leadership moving (NOT_LEADER_OR_FOLLOWER, FENCED or UNKNOWN_LEADER_EPOCH),
             # or the leader's own trouble: check again once known
-            self._retry_later(replica, "error", logging.INFO, "error %d", part.error_code)
+            self._retry_later(
+                replica, "error", logging.INFO, "error %d", part.error_code, grow=False
+            )
             return
         diverging = part.diverging_epoch
         if diverging.epoch >= 0:
