@@ -25,7 +25,9 @@ from odradek.protocol.fetch import (
     INLINE_RECORDS_BYTES,
     MAX_VERSION,
     MIN_VERSION,
+    NO_DIVERGING_EPOCH,
     REQUEST_MAX_VERSION,
+    EpochEndOffset,
     FetchDecodeError,
     encode_fetch_request,
     encode_fetch_response,
@@ -48,6 +50,8 @@ partitions = st.lists(
             ),
             "preferred_read_replica": st.integers(-1, 5),
             "records": st.none() | st.binary(max_size=200),
+            "diverging_epoch": st.none()
+            | st.fixed_dictionaries({"epoch": st.integers(0, 2**31 - 1), "end_offset": i64}),
         }
     ),
     max_size=4,
@@ -58,13 +62,33 @@ topics = st.lists(
 )
 
 
+def _kio_partition(version: int, partition: dict[str, Any]) -> dict[str, Any]:
+    """A partition as kio builds it: DivergingEpoch only from v12, its default when absent."""
+    out = {k: v for k, v in partition.items() if k != "diverging_epoch"}
+    if version >= 12 and partition.get("diverging_epoch") is not None:
+        out["diverging_epoch"] = partition["diverging_epoch"]
+    return out
+
+
+def _ours(partition: dict[str, Any]) -> dict[str, Any]:
+    """A partition as the broker hands it to our encoder (DivergingEpoch an object)."""
+    diverging = partition.get("diverging_epoch")
+    if diverging is None:
+        return partition
+    return {**partition, "diverging_epoch": EpochEndOffset(**diverging)}
+
+
 def _kio_bytes(version: int, correlation: int, values: dict[str, Any], topics_: list) -> bytes:
     entity = build(
         response_type(ApiKey.FETCH, version),
         {
             **values,
             "responses": [
-                {"topic": name, "topic_id": tid, "partitions": parts}
+                {
+                    "topic": name,
+                    "topic_id": tid,
+                    "partitions": [_kio_partition(version, p) for p in parts],
+                }
                 for name, tid, parts in topics_
             ],
         },
@@ -95,7 +119,7 @@ def test_written_as_kio_writes_and_read_as_kio_reads(
         throttle_ms=throttle,
         error_code=error_code,
         session_id=session_id,
-        topics=data,
+        topics=[(name, tid, [_ours(p) for p in parts]) for name, tid, parts in data],
     )
     expected = _kio_bytes(version, correlation, values, data)
     assert _joined(ours) == expected
@@ -128,6 +152,11 @@ def test_written_as_kio_writes_and_read_as_kio_reads(
                     (a.producer_id, a.first_offset) for a in q.aborted_transactions
                 ]
             assert (None if p.records is None else bytes(p.records)) == q.records
+            if version >= 12:
+                theirs_diverging = (q.diverging_epoch.epoch, q.diverging_epoch.end_offset)
+            else:
+                theirs_diverging = (-1, -1)
+            assert (p.diverging_epoch.epoch, p.diverging_epoch.end_offset) == theirs_diverging
 
 
 class Region:
@@ -194,6 +223,37 @@ def test_records_are_views_of_the_frame() -> None:
     assert bytes(records) == b"abcdef"
 
 
+def test_diverging_epoch_is_read_among_tags_the_reader_skips() -> None:
+    """A leader's DivergingEpoch (tag 0) next to CurrentLeader and SnapshotId (tags 1, 2,
+    which Kafka's brokers set and this reader skips); absent before v12."""
+    partition = {
+        **_EMPTY,
+        "diverging_epoch": {"epoch": 4, "end_offset": 1234},
+        "current_leader": {"leader_id": 2, "leader_epoch": 7},
+        "snapshot_id": {"end_offset": 99, "epoch": 3},
+    }
+    entity = build(
+        response_type(ApiKey.FETCH, 12),
+        {
+            "throttle_time": 0,
+            "error_code": 0,
+            "session_id": 0,
+            "responses": [{"topic": "t", "partitions": [partition]}],
+        },
+    )
+    frame = encode_response(ApiKey.FETCH, 12, 1, entity)[4:]
+    parsed = parse_fetch_response(frame, 12).responses[0].partitions[0]
+    assert parsed.diverging_epoch == EpochEndOffset(4, 1234)
+    older = _joined(
+        encode_fetch_response(
+            11, 1, throttle_ms=0, error_code=0, session_id=0, topics=[("t", None, [_EMPTY])]
+        )
+    )[4:]
+    assert parse_fetch_response(older, 11).responses[0].partitions[0].diverging_epoch is (
+        NO_DIVERGING_EPOCH
+    )
+
+
 _EMPTY: dict[str, Any] = {
     "partition_index": 0,
     "error_code": 0,
@@ -221,7 +281,16 @@ names = st.text(min_size=1, max_size=12)
         st.tuples(
             names,
             st.lists(
-                st.tuples(st.integers(0, 2**31 - 1), i64, st.integers(0, 2**31 - 1)), max_size=3
+                st.tuples(st.integers(0, 2**31 - 1), i64, st.integers(0, 2**31 - 1))
+                | st.tuples(
+                    st.integers(0, 2**31 - 1),
+                    i64,
+                    st.integers(0, 2**31 - 1),
+                    st.integers(-1, 2**31 - 1),  # current leader epoch
+                    i64,  # log start offset
+                    st.integers(-1, 2**31 - 1),  # last fetched epoch
+                ),
+                max_size=3,
             ),
         ),
         max_size=3,
@@ -263,14 +332,14 @@ def test_requests_written_as_kio_writes(
                     "topic": name,
                     "partitions": [
                         {
-                            "partition": p,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": offset,
-                            "last_fetched_epoch": -1,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": pmax,
+                            "partition": item[0],
+                            "current_leader_epoch": item[3] if len(item) > 3 else -1,
+                            "fetch_offset": item[1],
+                            "last_fetched_epoch": item[5] if len(item) > 5 else -1,
+                            "log_start_offset": item[4] if len(item) > 3 else -1,
+                            "partition_max_bytes": item[2],
                         }
-                        for p, offset, pmax in parts
+                        for item in parts
                     ],
                 }
                 for name, parts in topics_

@@ -133,6 +133,8 @@ class CachedPartition:
             if update:
                 self.high_watermark = -1
             respond = True
+        if entry.get("diverging_epoch") is not None:
+            respond = True  # the fetcher must truncate (Kafka answers it always too)
         return respond
 
 

@@ -13,6 +13,25 @@ is ``min(leader's, own log end)``. Where to truncate is the replica layer's pure
 older epoch than asked, the follower cuts at its own end of that epoch and asks
 again, round after round, until the logs agree); the cut itself runs in a worker
 thread (`ReplicaManager.truncate`), awaited before the next fetch of that partition.
+
+Each partition of a Fetch names the epoch of the follower's last batch
+(``LastFetchedEpoch``, KIP-320); where the logs part anyway (a divergence the epoch
+question could not see, or one within a leader epoch) the leader answers a
+``DivergingEpoch`` instead of records, and the follower truncates by the same rule
+and fetches again, as Kafka 4.1's ``AbstractFetcherThread.truncateOnFetchResponse``
+(the high watermark waits for the next fetch, as there).
+
+A follower never spins on a partition it cannot advance. Fetched records that begin
+below its log end, inside a batch of the leader's (the follower's end falls inside
+it: what it holds from that batch's base on is not what the leader holds, as
+replicas copy whole batches) are taken after cutting back to the batch's base.
+Any other answer it cannot use (OFFSET_OUT_OF_RANGE within the leader's log,
+records that do not follow on, an error, a failed append) sends the partition back
+to the epoch check after a backoff that doubles up to ``MAX_BACKOFF_S`` (Kafka
+delays such partitions by ``replica.fetch.backoff.ms``), and is logged at most once
+per ``ERROR_LOG_INTERVAL_S`` per partition and kind (`odradek.ratelog`). Kafka marks
+a partition whose records do not follow on as failed until the next leader change;
+here it keeps trying, slowly.
 """
 
 from __future__ import annotations
@@ -22,7 +41,9 @@ import contextlib
 import itertools
 import logging
 import struct
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from odradek.cluster.peer_connection import OpenPeer, open_plain
@@ -30,15 +51,26 @@ from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import RequestHeader, build, decode_response, encode_request
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fetch import encode_fetch_request, parse_fetch_response
+from odradek.protocol.records import BATCH_OVERHEAD, parse_header
+from odradek.ratelog import RateLimitedLog
 from odradek.replication.replica import Replica, ReplicaManager, Role
-from odradek.replication.truncation import truncation_step
+from odradek.replication.truncation import TruncationStep, truncation_step
 
 log = logging.getLogger("odradek.replication")
 
-FETCH_VERSION = 12  # replica id in the body (v15 moved it to ReplicaState)
+FETCH_VERSION = 12  # replica id in the body (v15 moved it to ReplicaState); LastFetchedEpoch
 EPOCH_VERSION = 3  # OffsetForLeaderEpoch with replica id
-RETRY_BACKOFF_S = 0.2
+RETRY_BACKOFF_S = 0.2  # after a failed request, and a partition's first backoff
+MAX_BACKOFF_S = 2.0  # a partition's backoff doubles up to this
+ERROR_LOG_INTERVAL_S = 10.0  # one line per partition and kind of failure at most this often
 _SIZE = struct.Struct(">i")
+
+
+@dataclass(slots=True)
+class _Backoff:
+    until: float  # the partition is not fetched (nor asked about) before this
+    delay_s: float
+    leader_epoch: int  # a new leader epoch starts afresh: a new leader, or a new term
 
 
 class LeaderConnection:
@@ -108,6 +140,7 @@ class ReplicaFetcher:
         max_bytes: int,
         timeout_s: float,
         connect: OpenPeer = open_plain,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.connect = connect
         self.broker_id = broker_id
@@ -122,6 +155,9 @@ class ReplicaFetcher:
         self._task: asyncio.Task[None] | None = None
         self._connection: LeaderConnection | None = None
         self._address: tuple[str, int] | None = None
+        self.clock = clock
+        self._backoff: dict[tuple[str, int], _Backoff] = {}
+        self._errors = RateLimitedLog(log, ERROR_LOG_INTERVAL_S, clock=clock)
 
     def add(self, key: tuple[str, int]) -> None:
         self.partitions.add(key)
@@ -131,6 +167,7 @@ class ReplicaFetcher:
 
     def remove(self, key: tuple[str, int]) -> None:
         self.partitions.discard(key)
+        self._backoff.pop(key, None)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -166,18 +203,78 @@ class ReplicaFetcher:
             )
         return self._connection
 
+    def _due(self, replicas: list[Replica]) -> list[Replica]:
+        """The replicas not backing off."""
+        if not self._backoff:
+            return replicas
+        now = self.clock()
+        due = []
+        for r in replicas:
+            backoff = self._backoff.get((r.topic, r.partition))
+            if backoff is None or backoff.until <= now or backoff.leader_epoch != r.leader_epoch:
+                due.append(r)
+        return due
+
+    def _back_off(self, replica: Replica, *, grow: bool = True) -> None:
+        """Leave the partition alone for a while: RETRY_BACKOFF_S, doubling each time in
+        a row in one leader epoch up to MAX_BACKOFF_S if `grow` (an answer that did not
+        help), else RETRY_BACKOFF_S (a leadership still moving: soon settled)."""
+        key = (replica.topic, replica.partition)
+        previous = self._backoff.get(key)
+        if previous is None or previous.leader_epoch != replica.leader_epoch:
+            delay = RETRY_BACKOFF_S
+        elif grow:
+            delay = min(previous.delay_s * 2, MAX_BACKOFF_S)
+        else:
+            delay = previous.delay_s
+        self._backoff[key] = _Backoff(self.clock() + delay, delay, replica.leader_epoch)
+
+    def _retry_later(
+        self,
+        replica: Replica,
+        kind: str,
+        level: int,
+        message: str,
+        *args: Any,
+        grow: bool = True,
+    ) -> None:
+        """A fetch answer the partition cannot use: check it against the leader again
+        (OffsetForLeaderEpoch) after a backoff; logged once per interval per kind."""
+        replica.truncation_checked_epoch = -1
+        self._back_off(replica, grow=grow)
+        self._errors.log(
+            f"{replica.topic}-{replica.partition}:{kind}",
+            level,
+            "%s-%d: " + message + "; checking against leader %d again in %.1f s",
+            replica.topic,
+            replica.partition,
+            *args,
+            self.leader_id,
+            self._backoff[(replica.topic, replica.partition)].delay_s,
+        )
+
+    async def _idle(self, replicas: list[Replica]) -> None:
+        """Until a partition is added or the first backoff ends (at most a second)."""
+        self._wake.clear()
+        timeout = 1.0
+        keys = {(r.topic, r.partition) for r in replicas}
+        ends = [b.until for key, b in self._backoff.items() if key in keys]
+        if ends:
+            timeout = max(0.0, min(timeout, min(ends) - self.clock()))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
     async def _run(self) -> None:
         while True:
             replicas = self._following()
             connection = self._leader_connection()
-            if not replicas or connection is None:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), 1.0)
+            due = self._due(replicas)
+            if not due or connection is None:
+                await self._idle(replicas)
                 continue
             try:
-                await self._check_truncation(connection, replicas)
-                await self._fetch_once(connection, self._following())
+                await self._check_truncation(connection, due)
+                await self._fetch_once(connection, self._due(self._following()))
             except asyncio.CancelledError:
                 raise
             except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError) as exc:
@@ -185,7 +282,13 @@ class ReplicaFetcher:
                 connection.close()
                 await asyncio.sleep(RETRY_BACKOFF_S)
             except Exception:
-                log.exception("replica fetcher for leader %d failed", self.leader_id)
+                self._errors.log(
+                    "fetcher",
+                    logging.ERROR,
+                    "replica fetcher for leader %d failed",
+                    self.leader_id,
+                    exc_info=True,
+                )
                 connection.close()
                 await asyncio.sleep(RETRY_BACKOFF_S)
 
@@ -228,32 +331,21 @@ class ReplicaFetcher:
                 continue  # leadership moved meanwhile: the new leader is asked next round
             answer = answers.get((replica.topic, replica.partition))
             if answer is None or answer.error_code != ErrorCode.NONE:
-                continue  # asked again next round (the leader may not know its role yet)
-            plog = replica.plog
-            epochs = plog.leader_epoch_entries
-            step = truncation_step(
-                epochs,
-                log_end=plog.end_offset,
-                high_watermark=replica.high_watermark,
-                leader_epoch=answer.leader_epoch,
-                leader_end_offset=answer.end_offset,
-            )
-            if step.offset < plog.end_offset:
-                log.warning(
-                    "%s-%d: truncating from %d to %d: the log diverged from leader %d (epoch %d)",
+                # asked again after a backoff (the leader may not know its role yet)
+                self._back_off(replica, grow=False)
+                self._errors.log(
+                    f"{replica.topic}-{replica.partition}:epoch",
+                    logging.INFO,
+                    "%s-%d: leader %d answered OffsetForLeaderEpoch with %s; asking again",
                     replica.topic,
                     replica.partition,
-                    plog.end_offset,
-                    step.offset,
                     self.leader_id,
-                    replica.leader_epoch,
+                    "nothing" if answer is None else f"error {answer.error_code}",
                 )
-            if step.offset < plog.start_offset:
-                await self.manager.start_over_at(replica, step.offset)  # Kafka's truncateFully
-            elif step.offset < plog.end_offset or (epochs and epochs[-1][1] >= step.offset):
-                # at the log end this drops only epochs led here without data: the next
-                # question must be about an older epoch
-                await self.manager.truncate(replica, step.offset)
+                continue
+            step, _ = await self._truncate_to_leader(
+                replica, answer.leader_epoch, answer.end_offset, "OffsetForLeaderEpoch"
+            )
             if replica.leader != self.leader_id or replica.leader_epoch != asked_in_epoch:
                 continue  # leadership moved while the cut ran: check again
             if step.complete:
@@ -261,10 +353,49 @@ class ReplicaFetcher:
             # else (KIP-279): the leader never had our epoch; ask again next round about
             # the latest epoch left after the cut
 
+    async def _truncate_to_leader(
+        self, replica: Replica, leader_epoch: int, leader_end_offset: int, source: str
+    ) -> tuple[TruncationStep, bool]:
+        """Cut the log where the leader's (epoch, end offset) answer says it parts from the
+        leader's (`truncation_step`): the step, and whether anything changed (the log or
+        its epoch cache)."""
+        plog = replica.plog
+        epochs = plog.leader_epoch_entries
+        end = plog.end_offset
+        step = truncation_step(
+            epochs,
+            log_end=end,
+            high_watermark=replica.high_watermark,
+            leader_epoch=leader_epoch,
+            leader_end_offset=leader_end_offset,
+        )
+        if step.offset < end:
+            log.warning(
+                "%s-%d: truncating from %d to %d: the log diverged from leader %d's "
+                "(epoch %d; %s: epoch %d ends at %d)",
+                replica.topic,
+                replica.partition,
+                end,
+                step.offset,
+                self.leader_id,
+                replica.leader_epoch,
+                source,
+                leader_epoch,
+                leader_end_offset,
+            )
+        if step.offset < plog.start_offset:
+            await self.manager.start_over_at(replica, step.offset)  # Kafka's truncateFully
+        elif step.offset < end or (epochs and epochs[-1][1] >= step.offset):
+            # at the log end this drops only epochs led here without data: the next
+            # question must be about an older epoch
+            await self.manager.truncate(replica, step.offset)
+        else:
+            return step, False
+        return step, True
+
     async def _fetch_once(self, connection: LeaderConnection, replicas: list[Replica]) -> None:
         ready = [r for r in replicas if r.truncation_checked_epoch == r.leader_epoch]
         if not ready:
-            await asyncio.sleep(RETRY_BACKOFF_S)
             return
         by_topic: dict[str, list[tuple[int, ...]]] = {}
         for r in ready:
@@ -275,6 +406,7 @@ class ReplicaFetcher:
                     self.max_bytes,
                     r.leader_epoch,
                     r.plog.start_offset,
+                    r.plog.latest_epoch,  # LastFetchedEpoch: the leader checks our log ends
                 )
             )
         body = encode_fetch_request(
@@ -296,36 +428,34 @@ class ReplicaFetcher:
             for part in topic.partitions:
                 key = (topic.topic or "", part.partition_index)
                 replica = by_key.get(key)
-                if (
-                    replica is None
-                    or replica.role is not Role.FOLLOWER
+                if replica is None or not self._still_following(replica, asked_in_epoch[key]):
                     # leadership moved while the fetch was in flight: what the old
                     # leader sent may be past where the new leader's log diverges,
                     # and the truncation check for the new epoch may already be done
-                    or replica.leader != self.leader_id
-                    or replica.leader_epoch != asked_in_epoch[key]
-                ):
                     continue
                 try:
-                    await self._apply(replica, part)
+                    await self._apply(replica, part, asked_in_epoch[key])
                 except Exception as exc:
                     # One partition's failure (a disk error, a batch that does not
-                    # follow on) must not stall the others fetched from this leader:
-                    # check it against the leader again before its next fetch.
-                    log.error(
-                        "%s-%d: applying a fetch from broker %d failed: %r",
-                        replica.topic,
-                        replica.partition,
-                        self.leader_id,
-                        exc,
+                    # follow on) must not stall the others fetched from this leader.
+                    self._retry_later(
+                        replica, "apply", logging.ERROR, "applying a fetch failed: %r", exc
                     )
-                    replica.truncation_checked_epoch = -1
 
-    async def _apply(self, replica: Replica, part: Any) -> None:
+    def _still_following(self, replica: Replica, asked_in_epoch: int) -> bool:
+        return (
+            replica.role is Role.FOLLOWER
+            and replica.leader == self.leader_id
+            and replica.leader_epoch == asked_in_epoch
+        )
+
+    async def _apply(self, replica: Replica, part: Any, asked_in_epoch: int) -> None:
         plog = replica.plog
+        key = (replica.topic, replica.partition)
         if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            # Our end is outside the leader's log: below its start (retention moved
-            # it), or past its end (should not happen after the epoch check).
+            # Our end is outside the leader's log, or the leader cannot place our last
+            # epoch (Kafka's handleOutOfRangeError): below its start (retention moved
+            # it) we start over there; otherwise the epoch check decides.
             if plog.end_offset < part.log_start_offset:
                 log.warning(
                     "%s-%d: behind the leader's log start %d: starting over there",
@@ -334,17 +464,70 @@ class ReplicaFetcher:
                     part.log_start_offset,
                 )
                 await self.manager.start_over_at(replica, part.log_start_offset)
-            else:
-                replica.truncation_checked_epoch = -1  # check again against the leader
+                return
+            self._retry_later(
+                replica,
+                "range",
+                logging.WARNING,
+                "leader answered OFFSET_OUT_OF_RANGE at %d (epoch %d)",
+                plog.end_offset,
+                plog.latest_epoch,
+            )
             return
         if part.error_code != ErrorCode.NONE:
-            replica.truncation_checked_epoch = -1  # leadership moved: check again once known
+            # leadership moving (NOT_LEADER_OR_FOLLOWER, FENCED or UNKNOWN_LEADER_EPOCH),
+            # or the leader's own trouble: check again once known
+            self._retry_later(
+                replica, "error", logging.INFO, "error %d", part.error_code, grow=False
+            )
+            return
+        diverging = part.diverging_epoch
+        if diverging.epoch >= 0:
+            # Kafka's truncateOnFetchResponse: cut, and let the next fetch (naming the
+            # epoch left after the cut) bring the records and the high watermark.
+            _, changed = await self._truncate_to_leader(
+                replica, diverging.epoch, diverging.end_offset, "DivergingEpoch"
+            )
+            if not changed:  # a leader's answer that cannot end: do not ask it in a loop
+                self._retry_later(
+                    replica,
+                    "diverging",
+                    logging.WARNING,
+                    "DivergingEpoch (%d, %d) changes nothing at %d",
+                    diverging.epoch,
+                    diverging.end_offset,
+                    plog.end_offset,
+                )
             return
         records = part.records
+        if records is not None and len(records) >= BATCH_OVERHEAD:
+            first = parse_header(records)
+            end = plog.end_offset
+            if first.base_offset < end <= first.last_offset:
+                # Our end falls inside the leader's batch: what we hold from its base on
+                # is not what the leader holds (replicas copy whole batches).
+                log.warning(
+                    "%s-%d: the log ends at %d inside leader %d's batch %d..%d: truncating to %d",
+                    replica.topic,
+                    replica.partition,
+                    end,
+                    self.leader_id,
+                    first.base_offset,
+                    first.last_offset,
+                    first.base_offset,
+                )
+                if first.base_offset < plog.start_offset:
+                    await self.manager.start_over_at(replica, first.base_offset)
+                else:
+                    await self.manager.truncate(replica, first.base_offset)
+                if not self._still_following(replica, asked_in_epoch):
+                    return  # the leader changed while the cut ran: its records are stale
         if records is not None and len(records):
             # Nobody waits on a follower's appends: consumers read the leader, below its
-            # high watermark, and are woken when that moves.
+            # high watermark, and are woken when that moves. A batch that does not
+            # follow on raises (OffsetMismatchError): _fetch_once retries later.
             plog.append_as_follower(bytes(records))
+        self._backoff.pop(key, None)
         if plog.start_offset < part.log_start_offset <= plog.end_offset:
             # The leader's log start moved (DeleteRecords, retention): follow it.
             plog.delete_records_before(part.log_start_offset)

@@ -17,8 +17,10 @@ Fetch is the one API whose responses carry bulk data, so both ends skip kio here
   these too.
 
 Versions 4 to 18 (12 and later are flexible: compact strings, arrays and
-records, tagged fields; 13 and later name topics by id). Tagged fields the
-broker never sets (diverging epoch, current leader, snapshot id, node
+records, tagged fields; 13 and later name topics by id). Of a partition's
+tagged fields only ``DivergingEpoch`` (tag 0, v12+: KIP-320, the leader's
+answer to a fetch whose ``LastFetchedEpoch`` shows the logs parted) is written
+and read; the others the broker never sets (current leader, snapshot id, node
 endpoints) are not written, and skipped when read. ``tests/protocol/
 test_fetch_codec.py`` checks the bytes against kio's for every version, both
 ways.
@@ -37,8 +39,10 @@ __all__ = [
     "FIRST_FLEXIBLE_VERSION",
     "MAX_VERSION",
     "MIN_VERSION",
+    "NO_DIVERGING_EPOCH",
     "AbortedTransaction",
     "EncodedResponse",
+    "EpochEndOffset",
     "FetchDecodeError",
     "FetchPartition",
     "FetchRequest",
@@ -66,7 +70,10 @@ _I64_I64 = struct.Struct(">qq")
 _I64_I64_I64 = struct.Struct(">qqq")
 _I32_I16_I32 = struct.Struct(">ihi")  # throttle, error code, session id
 _I32_I32_I32 = struct.Struct(">iii")
+_I32_I64 = struct.Struct(">iq")
 _NO_TOPIC_ID = bytes(16)
+# one tagged field, tag 0 (DivergingEpoch), 13 bytes: epoch, end offset, no tags of its own
+_DIVERGING_EPOCH_TAG = b"\x01\x00\x0d"
 
 
 class FetchDecodeError(ValueError):
@@ -98,7 +105,9 @@ def encode_fetch_request(
 
     ``topics``: ``(name, [(partition, fetch offset, partition max bytes), ...])``, or
     with ``(partition, fetch offset, partition max bytes, current leader epoch, log
-    start offset)`` items (a follower's, or a consumer that knows leader epochs);
+    start offset)`` items (a follower's, or a consumer that knows leader epochs),
+    optionally followed by the last fetched epoch (v12+, KIP-320: the epoch of the
+    last batch the fetcher holds; -1, not sent, when absent);
     ``forgotten``: ``(name, [partition, ...])`` (v7+, fetch sessions).
     """
     if not MIN_VERSION <= version <= REQUEST_MAX_VERSION:
@@ -125,12 +134,13 @@ def encode_fetch_request(
         for item in partitions:
             partition, offset, partition_max = item[0], item[1], item[2]
             leader_epoch, log_start = (item[3], item[4]) if len(item) > 3 else (-1, -1)
+            last_fetched_epoch = item[5] if len(item) > 5 else -1
             out += _I32.pack(partition)
             if version >= 9:
                 out += _I32.pack(leader_epoch)  # current leader epoch
             out += _I64.pack(offset)
             if version >= 12:
-                out += _I32.pack(-1)  # last fetched epoch
+                out += _I32.pack(last_fetched_epoch)
             if version >= 5:
                 out += _I64.pack(log_start)  # log start offset (followers only)
             out += _I32.pack(partition_max)
@@ -201,7 +211,9 @@ def encode_fetch_response(
     ``partition_index``, ``error_code``, ``high_watermark``, ``last_stable_offset``,
     ``log_start_offset``, ``aborted_transactions`` (None, or mappings / objects with
     ``producer_id`` and ``first_offset``), ``preferred_read_replica`` and ``records``
-    (None, bytes-like, or a spliced part with a ``length``).
+    (None, bytes-like, or a spliced part with a ``length``); optionally
+    ``diverging_epoch`` (None, or an object with ``epoch`` and ``end_offset``:
+    written from v12 when the epoch is set, as Kafka writes a non-default tag).
     """
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"Fetch v{version} is not written by this encoder")
@@ -263,7 +275,13 @@ def encode_fetch_response(
                     size += length
                     buf = bytearray()
             if flexible:
-                buf += b"\x00"  # partition tagged fields
+                diverging = p.get("diverging_epoch")
+                if diverging is not None and diverging.epoch >= 0:
+                    buf += _DIVERGING_EPOCH_TAG  # one tagged field: tag 0, 13 bytes
+                    buf += _I32_I64.pack(diverging.epoch, diverging.end_offset)
+                    buf += b"\x00"  # its own tagged fields
+                else:
+                    buf += b"\x00"  # no partition tagged fields
         if flexible:
             buf += b"\x00"  # topic tagged fields
     if flexible:
@@ -299,11 +317,40 @@ class AbortedTransaction:
         return f"AbortedTransaction({self.producer_id}, {self.first_offset})"
 
 
+class EpochEndOffset:
+    """A Fetch response partition's ``DivergingEpoch`` (kio's names): the largest epoch
+    the leader has at or below the fetcher's last fetched one, and where it ends there.
+    ``epoch`` -1: no divergence (the field was absent)."""
+
+    __slots__ = ("end_offset", "epoch")
+
+    def __init__(self, epoch: int, end_offset: int) -> None:
+        self.epoch = epoch
+        self.end_offset = end_offset
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, EpochEndOffset)
+            and self.epoch == other.epoch
+            and self.end_offset == other.end_offset
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.epoch, self.end_offset))
+
+    def __repr__(self) -> str:
+        return f"EpochEndOffset({self.epoch}, {self.end_offset})"
+
+
+NO_DIVERGING_EPOCH = EpochEndOffset(-1, -1)  # kio's default: the field absent
+
+
 class FetchPartition:
     """One partition of a Fetch response; ``records`` is a view of the frame (or None)."""
 
     __slots__ = (
         "aborted_transactions",
+        "diverging_epoch",
         "error_code",
         "high_watermark",
         "last_stable_offset",
@@ -323,6 +370,7 @@ class FetchPartition:
         aborted_transactions: tuple[AbortedTransaction, ...] | None,
         preferred_read_replica: int,
         records: memoryview | None,
+        diverging_epoch: EpochEndOffset = NO_DIVERGING_EPOCH,
     ) -> None:
         self.partition_index = partition_index
         self.error_code = error_code
@@ -332,6 +380,7 @@ class FetchPartition:
         self.aborted_transactions = aborted_transactions
         self.preferred_read_replica = preferred_read_replica
         self.records = records
+        self.diverging_epoch = diverging_epoch
 
     def __repr__(self) -> str:
         size = None if self.records is None else len(self.records)
@@ -407,6 +456,20 @@ class _Reader:
         for _ in range(self.uvarint()):
             self.uvarint()  # tag
             self.need(self.uvarint())
+
+    def partition_tagged_fields(self) -> EpochEndOffset:
+        """A response partition's tagged fields: its DivergingEpoch (tag 0), the rest skipped."""
+        diverging = NO_DIVERGING_EPOCH
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            size = self.uvarint()
+            start = self.need(size)
+            if tag == 0:
+                inner = _Reader(self.view[: start + size], start)
+                epoch, end_offset = inner.unpack(_I32_I64)
+                inner.skip_tagged_fields()
+                diverging = EpochEndOffset(epoch, end_offset)
+        return diverging
 
     def array_length(self, flexible: bool) -> int:
         """Element count, -1 for null."""
@@ -484,10 +547,11 @@ def parse_fetch_response(payload: bytes | bytearray | memoryview, version: int) 
                 aborted = tuple(txns)
             replica = int(r.unpack(_I32)[0]) if version >= 11 else -1
             records = r.records(flexible)
-            if flexible:
-                r.skip_tagged_fields()
+            diverging = r.partition_tagged_fields() if flexible else NO_DIVERGING_EPOCH
             partitions.append(
-                FetchPartition(index, code, high, stable, log_start, aborted, replica, records)
+                FetchPartition(
+                    index, code, high, stable, log_start, aborted, replica, records, diverging
+                )
             )
         if flexible:
             r.skip_tagged_fields()
@@ -565,7 +629,6 @@ class FetchRequest:
 
 
 _I8 = struct.Struct(">b")
-_I32_I64 = struct.Struct(">iq")
 _PARTITION_V4 = struct.Struct(">iqi")
 _PARTITION_V5 = struct.Struct(">iqqi")
 _PARTITION_V9 = struct.Struct(">iiqqi")

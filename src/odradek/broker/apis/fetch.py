@@ -30,6 +30,15 @@ was spent on earlier partitions, or (read_committed) the last stable offset.
 stable offset, with the aborted transactions of that range (producer id and
 first offset, from the segments' aborted-transaction indexes) so the client
 drops their batches; every response carries the LSO.
+
+A fetch that names the epoch of the last batch it holds (``LastFetchedEpoch``, v12+,
+KIP-320), a follower's or a consumer's alike, is first checked against the leader's
+epoch cache (``replication.truncation.check_last_fetched_epoch``), as Kafka 4.1's
+``Partition.readRecords``: where the logs part, the partition answers a
+``DivergingEpoch`` and no records, the follower's position is not recorded (Kafka
+updates a follower's fetch state only without one) and the response is not held
+back (Kafka's ``ReplicaManager.fetchMessages`` answers at once); an epoch the leader
+cannot place, or an offset below its log start, answers OFFSET_OUT_OF_RANGE.
 """
 
 from __future__ import annotations
@@ -63,6 +72,7 @@ from odradek.protocol.fetch import (
     encode_fetch_response,
     parse_fetch_request,
 )
+from odradek.replication.truncation import DivergingEpoch, check_last_fetched_epoch
 
 READ_COMMITTED = 1
 TOPIC_IDS_FROM = 13
@@ -70,6 +80,8 @@ SENDFILE_MIN_BYTES = 64 * 1024  # smaller reads are copied: one pread beats a se
 
 ReadEntry = tuple[PartitionKey, dict[str, Any], int]
 """(partition key, response entry, records size) of one partition read."""
+
+NO_EPOCH = -1  # LastFetchedEpoch not sent (before v12, or by a fetcher that has none)
 
 
 def read_request(header: RequestHeader, frame: bytes, pos: int) -> FetchRequest:
@@ -144,8 +156,9 @@ def _read_partitions(
     names: dict[Hashable, str | None],
     unreadable: set[str],
 ) -> tuple[list[ReadEntry], int, bool]:
-    """One pass over the partitions: (entries, bytes, any error). Entries may hold
-    FileRegions: the caller releases them (``_release``) or sends them."""
+    """One pass over the partitions: (entries, bytes, answer now: an error or a diverging
+    epoch). Entries may hold FileRegions: the caller releases them (``_release``) or
+    sends them."""
     topics = ctx.broker.topics
     remaining = min(request.max_bytes, int(ctx.broker.config["fetch.max.bytes"]))
     read_committed = request.isolation_level == READ_COMMITTED
@@ -155,7 +168,7 @@ def _read_partitions(
     replicas = ctx.broker.replicas
     follower = request.replica_id
     total = 0
-    any_error = False
+    answer_now = False
     first_data = True
     entries: list[ReadEntry] = []
     try:
@@ -176,24 +189,33 @@ def _read_partitions(
             entries.append((key, entry, 0))
             if name in unreadable:
                 entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                any_error = True
+                answer_now = True
                 continue
             if plog is None or name is None:
                 entry["error_code"] = (
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name else ErrorCode.UNKNOWN_TOPIC_ID
                 )
-                any_error = True
+                answer_now = True
                 continue
             # Only the leader answers, in the epoch the request names (the replica layer's
             # check, whatever the control plane).
             replica, refusal = replicas.leader_for(name, key[1], wanted.current_leader_epoch)
             if replica is None:
                 entry["error_code"] = refusal
-                any_error = True
+                answer_now = True
                 continue
-            if follower >= 0:
-                replicas.record_follower_fetch(replica, follower, wanted.fetch_offset)
             end = plog.end_offset
+            diverged = None
+            if wanted.last_fetched_epoch != NO_EPOCH:
+                diverged = check_last_fetched_epoch(
+                    plog.leader_epoch_entries,
+                    log_start=plog.start_offset,
+                    log_end=end,
+                    fetch_offset=wanted.fetch_offset,
+                    last_fetched_epoch=wanted.last_fetched_epoch,
+                )
+            if follower >= 0 and diverged is None:
+                replicas.record_follower_fetch(replica, follower, wanted.fetch_offset)
             lso = plog.last_stable_offset
             # What this reader may see: a follower everything, a consumer what is below
             # the high watermark (alone in its ISR, a leader's is its log end).
@@ -210,6 +232,14 @@ def _read_partitions(
             entry["high_watermark"] = high_watermark
             entry["last_stable_offset"] = lso
             entry["log_start_offset"] = plog.start_offset
+            if diverged is not None:
+                # no records: the fetcher truncates first (and says where it is next time)
+                if isinstance(diverged, DivergingEpoch):
+                    entry["diverging_epoch"] = diverged
+                else:
+                    entry["error_code"] = diverged
+                answer_now = True
+                continue
             if wanted.fetch_offset == end or (upper is not None and wanted.fetch_offset == upper):
                 continue
             if remaining <= 0 and not first_data:
@@ -217,7 +247,7 @@ def _read_partitions(
                 # checks it with a read of zero bytes), or the consumer never learns it.
                 if not plog.start_offset <= wanted.fetch_offset <= end:
                     entry["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
-                    any_error = True
+                    answer_now = True
                 continue
             offset = wanted.fetch_offset
             try:
@@ -225,7 +255,7 @@ def _read_partitions(
                 data = plog.read(offset, max(limit, 1), region_from=region_from, max_offset=upper)
             except LogError as exc:  # a quarantined range: CORRUPT_MESSAGE, never nothing
                 entry["error_code"] = exc.error_code
-                any_error = True
+                answer_now = True
                 continue
             except OSError as exc:
                 # A disk error: Kafka's answer (its log directory goes offline there).
@@ -233,7 +263,7 @@ def _read_partitions(
                     "fetch", logging.ERROR, "cannot read %s-%d: %s", name, key[1], exc
                 )
                 entry["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
-                any_error = True
+                answer_now = True
                 continue
             size = data.length if isinstance(data, FileRegion) else len(data)
             if not size:
@@ -255,7 +285,7 @@ def _read_partitions(
     except BaseException:
         _release(entries)
         raise
-    return entries, total, any_error
+    return entries, total, answer_now
 
 
 def _encode(
@@ -306,11 +336,11 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> EncodedResponse:
         if (name := names[topic]) is not None and name not in unreadable
     ]
     while True:
-        entries, total, any_error = _read_partitions(
+        entries, total, answer_now = _read_partitions(
             ctx, request, context.partitions, names, unreadable
         )
         remaining_s = deadline - loop.time()
-        if total >= min_bytes or any_error or remaining_s <= 0 or not keys:
+        if total >= min_bytes or answer_now or remaining_s <= 0 or not keys:
             break
         _release(entries)
         await ctx.broker.waiters.wait(keys, remaining_s)
