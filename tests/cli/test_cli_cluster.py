@@ -136,6 +136,7 @@ def test_up_again_starts_only_the_killed_broker_on_its_port(
     assert answers_api_versions("127.0.0.1", killed_port)
     # `up` returned only once the new process holds the registration, not its predecessor
     status = in_process("cluster", "status", "--data-dir", str(cluster_dir), "-o", "json")
+    assert status.code == 0, status.err
     broker_2 = status.json()["brokers"][1]
     assert broker_2["registered_pid"] == after["broker 2"][1] == broker_2["pid"]
     assert broker_2["alive"] and broker_2["process"] == "running"

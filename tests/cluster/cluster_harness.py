@@ -48,15 +48,19 @@ POLL_INTERVAL_S = 0.2
 
 @contextlib.contextmanager
 def running_cluster(
-    data_dir: Path, brokers: int = 3, settings: dict[str, str] | None = None
+    data_dir: Path,
+    brokers: int = 3,
+    settings: dict[str, str] | None = None,
+    etcd_members: int = 1,
 ) -> Iterator[LocalCluster]:
-    """etcd and `brokers` brokers, every one registered; all stopped on exit, even
-    after a failure (a paused broker gets SIGCONT with its SIGTERM). `settings` are
-    added to (or override) CLUSTER_SETTINGS."""
+    """etcd (`etcd_members` members) and `brokers` brokers, every one registered; all
+    stopped on exit, even after a failure (a paused broker gets SIGCONT with its
+    SIGTERM). `settings` are added to (or override) CLUSTER_SETTINGS."""
     cluster = LocalCluster.prepare(
         data_dir,
         brokers=brokers,
         settings={**CLUSTER_SETTINGS, **(settings or {})},
+        etcd_members=etcd_members,
         wait_for_registration=True,
     )
     try:
@@ -108,8 +112,8 @@ def cluster_metadata(cluster: LocalCluster) -> ClusterMetadata:
     """Everything the cluster's etcd holds, read at one revision."""
 
     async def read() -> ClusterMetadata:
-        async with EtcdMetadataStore(
-            *cluster.etcd_endpoint(), cluster_name=cluster.cluster_name
+        async with EtcdMetadataStore.for_endpoints(
+            cluster.etcd_endpoints(), cluster_name=cluster.cluster_name
         ) as store:
             return (await store.cluster()).items
 

@@ -121,7 +121,7 @@ def test_the_etcd_endpoints_are_tried_in_order_and_the_first_that_answers_is_use
                 break
             time.sleep(0.2)
         text = log.read_text()
-        assert registered_brokers((host, port), "odradek") == {3: broker.pid}, text
+        assert registered_brokers([(host, port)], "odradek") == {3: broker.pid}, text
         assert f"etcd at 127.0.0.1:{down} does not answer" in text
         assert "trying the next endpoint" in text
         assert f"joined cluster 'odradek' (etcd {host}:{port}," in text

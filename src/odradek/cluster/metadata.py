@@ -412,6 +412,9 @@ class EtcdMetadataStore:
         self._txn = aetcd.transactions
         self._leases: list[LeaseKeeper] = []
         self.on_recovered: Callable[[], None] | None = None  # given to every lease kept
+        # Whether `endpoints` name every member etcd listed (`check_membership`): only
+        # then does every endpoint refusing connections mean etcd has no leader.
+        self.every_member_listed = False
 
     @classmethod
     def for_endpoints(cls, endpoints: Sequence[tuple[str, int]], **options: Any) -> Self:
@@ -420,12 +423,38 @@ class EtcdMetadataStore:
 
     async def all_members_down(self) -> bool:
         """Whether every etcd member refuses connections right now (then no etcd leader
-        exists: see `odradek.cluster.lease_deadline`)."""
+        exists: see `odradek.cluster.lease_deadline`). False unless the endpoints are
+        known to name every member: a member left out may be leading."""
+        if not self.every_member_listed:
+            return False
         probes = [refuses_connections(host, port) for host, port in self.endpoints]
         return all(await asyncio.gather(*probes))
 
+    async def check_membership(self) -> list[str]:
+        """The etcd members none of `endpoints` names (by client URL), and whether there
+        are none (`every_member_listed`)."""
+        listed = {(socket.gethostbyname(host), port) for host, port in self.endpoints}
+        unlisted = []
+        async for member in self._client.members():
+            addresses = set()
+            for url in member.client_urls:
+                host, port = url.split("://")[-1].rstrip("/").rsplit(":", 1)
+                addresses.add((socket.gethostbyname(host.strip("[]")), int(port)))
+            if not addresses & listed:
+                unlisted.append(member.name or f"{member.id:x}")
+        self.every_member_listed = not unlisted
+        return unlisted
+
     async def __aenter__(self) -> Self:
         await self._client.connect()
+        with contextlib.suppress(aetcd.exceptions.ClientError, OSError, ValueError):
+            unlisted = await self.check_membership()
+            if unlisted:
+                log.warning(
+                    "etcd members %s are not among the endpoints given: a broker cannot tell "
+                    "a whole-etcd outage from being cut off, and keeps its roles only a TTL",
+                    ", ".join(unlisted),
+                )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
