@@ -3,6 +3,9 @@ a broker keeps its roles exactly as long as etcd cannot have expired its lease."
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,7 +17,7 @@ from odradek.cluster.lease_deadline import (
     refresh_interval,
     safety_margin,
 )
-from odradek.replication.model import PartitionState
+from odradek.replication.model import PartitionState, PartitionUpdate, VersionedPartitionState
 
 TTL = 9.0
 
@@ -121,3 +124,52 @@ def test_a_held_broker_keeps_its_leadership_and_isr_place() -> None:
     assert decide(None, replicas, state, only_one_back, unclean=False, held=held) is None  # type: ignore[arg-type]
     fenced = decide(None, replicas, state, only_one_back, unclean=False)  # type: ignore[arg-type]
     assert fenced is not None and fenced.leader == 1 and fenced.isr == (1,)
+
+
+class FakeView:
+    """The controller's view of a cluster: partition t-0 led by broker 2 with ISR
+    [2, 1, 3], and only broker 1 registered again (the first back after an outage)."""
+
+    def __init__(self) -> None:
+        state = PartitionState(leader=2, leader_epoch=4, isr=(2, 1, 3), partition_epoch=7)
+        self.store = self
+        self.brokers = {1: None}
+        self.assignments: dict[str, Any] = {}
+        self.states = {("t", 0): VersionedPartitionState("t", 0, state, 10)}
+        self.writes: list[PartitionState] = []
+
+    def replicas_of(self, topic: str, partition: int) -> tuple[int, ...]:
+        return (2, 1, 3)
+
+    def unclean_for(self, topic: str) -> bool:
+        return False
+
+    def reassignments(self) -> dict[Any, Any]:
+        return {}
+
+    async def update_partition(self, current: Any, **wanted: Any) -> PartitionUpdate:
+        self.writes.append(
+            PartitionState(wanted["leader"], wanted["leader_epoch"], wanted["isr"], 0)
+        )
+        return PartitionUpdate(True, None)
+
+
+def test_the_controller_fences_missing_brokers_only_once_the_hold_ends() -> None:
+    """No sleep: the hold is given as a moment on the loop's clock."""
+
+    async def scenario() -> None:
+        view = FakeView()
+        controller = Controller(view, None)  # type: ignore[arg-type]
+        now = asyncio.get_running_loop().time()
+        controller.hold_fencing(now + 3600)
+        assert controller.held(frozenset(view.brokers)) == {2, 3}
+        await controller.reconcile()
+        assert view.writes == []  # broker 2 keeps leading, the ISR stays whole
+        controller.hold_fencing(now)  # an earlier end never shortens a hold
+        assert controller.held(frozenset(view.brokers)) == {2, 3}
+        controller._fencing_held_until = now  # the hold has ended
+        await controller.reconcile()
+        assert [(w.leader, w.isr) for w in view.writes] == [(1, (1,))]
+        await controller.stop()
+
+    asyncio.run(scenario())

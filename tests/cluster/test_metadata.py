@@ -144,6 +144,44 @@ def test_broker_id_is_held_by_one_live_broker(etcd_server: EtcdServer) -> None:
     run(scenario)
 
 
+def test_a_broker_takes_over_its_own_old_registration_and_nobody_sees_it_leave(
+    etcd_server: EtcdServer,
+) -> None:
+    """After its keeper gave up on a lease etcd still holds (issue 21), the broker moves
+    its registration to a new lease in one step; another process with the same id,
+    which cannot know that lease, is still refused."""
+
+    async def scenario() -> None:
+        async with store_for(etcd_server) as mine, store_for(etcd_server) as other:
+            old = await mine.grant_lease(LEASE_TTL_S)
+            await mine.register_broker(BrokerInfo(4, "127.0.0.1", 19001), old)
+            start = (await mine.brokers()).revision + 1
+            await old.stop_keepalive()  # given up on, but alive in etcd for now
+            new = await mine.grant_lease(LEASE_TTL_S)
+            stranger = await other.grant_lease(LEASE_TTL_S)
+            with pytest.raises(BrokerIdInUseError):
+                await other.register_broker(BrokerInfo(4, "127.0.0.1", 19002), stranger)
+            with pytest.raises(BrokerIdInUseError):  # naming some lease of its own
+                await other.register_broker(
+                    BrokerInfo(4, "127.0.0.1", 19002), stranger, replacing=stranger.lease_id
+                )
+            await mine.register_broker(
+                BrokerInfo(4, "127.0.0.1", 19001), new, replacing=old.lease_id
+            )
+            await mine.revoke_lease(old.lease_id)
+            await mine.revoke_lease(old.lease_id)  # already gone: nothing to do
+            assert 4 in (await mine.brokers()).items
+            await new.revoke()
+            changes: list[BrokerChange] = await take(mine.watch_brokers(start), 2)
+            assert [(c.kind, c.broker_id) for c in changes] == [
+                (ChangeKind.PUT, 4),  # moved to the new lease: no DELETE in between
+                (ChangeKind.DELETE, 4),  # the new lease revoked
+            ]
+            await stranger.revoke()
+
+    run(scenario)
+
+
 def test_broker_watch_delivers_registrations_and_departures_in_order(
     etcd_server: EtcdServer,
 ) -> None:
