@@ -523,7 +523,7 @@ def _lease_cell(lease: RegistrationLease | None) -> Any:
     if lease is None:
         return render.text(None)
     text = f"{lease.remaining_s} s left of {lease.ttl_s} s"
-    # a live broker refreshes every third of the TTL: longer means it stopped doing so
+    # a live broker refreshes every sixth of the TTL: a third means it stopped doing so
     if lease.unrefreshed_s > lease.ttl_s // 3 + 1:
         return render.text(f"{text}, not refreshed for {lease.unrefreshed_s} s", "yellow")
     return render.text(text)

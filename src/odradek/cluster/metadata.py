@@ -343,10 +343,15 @@ def _prefix_end(prefix: bytes) -> bytes:
 
 # gRPC reconnects to a member that went away with an exponential backoff of up to
 # 120 s by default: etcd back after a few seconds would stay unused for far longer.
+# Keepalive pings (while calls are open: the watch) notice a member that hangs
+# instead of closing the connection, so the channel moves on; etcd refuses pings
+# more often than every 5 s (--grpc-keepalive-min-time).
 CHANNEL_OPTIONS = {
     "grpc.initial_reconnect_backoff_ms": 100,
     "grpc.min_reconnect_backoff_ms": 100,
     "grpc.max_reconnect_backoff_ms": 500,
+    "grpc.keepalive_time_ms": 6000,
+    "grpc.keepalive_timeout_ms": 2000,
 }
 MEMBER_PROBE_TIMEOUT_S = 0.5
 
