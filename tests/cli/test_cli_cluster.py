@@ -154,6 +154,14 @@ def test_up_refuses_to_shrink_or_change_settings_of_a_running_cluster(
     reset = in_process("cluster", "up", "--data-dir", str(cluster_dir), "--set", "num.partitions=3")
     assert reset.code == 2 and len(reset.err.splitlines()) == 1
     assert "--set would change how the running cluster" in reset.err
+    members = in_process("cluster", "up", "--data-dir", str(cluster_dir), "--etcd-members", "3")
+    assert members.code == 2 and members.err == (
+        f"odradek: the cluster in {cluster_dir} has 1 etcd member; --etcd-members cannot "
+        "change it (use a new data dir)\n"
+    )
+    for bad in ("0", "8", "x"):
+        wrong = in_process("cluster", "up", "--data-dir", str(cluster_dir), "--etcd-members", bad)
+        assert wrong.code == 2 and "--etcd-members" in wrong.err.splitlines()[-1]
 
 
 def test_status_of_the_running_cluster_shows_its_brokers_alive_and_a_controller(
