@@ -297,8 +297,9 @@ class ClusterNode:
         not yet dead: one session timeout after etcd came back, as seen here.
 
         Kafka's KRaft controller fences a broker only after broker.session.timeout.ms
-        without heartbeats *as seen by the active controller* (a new controller gives
-        every broker a whole session: BrokerHeartbeatManager). Here etcd's leases are
+        without heartbeats *as seen by the active controller* (Kafka 4.1's
+        BrokerHeartbeatManager: a new active controller does not know the last
+        heartbeats, so every broker gets a whole session). Here etcd's leases are
         the heartbeats and they outlive a controller change, so a new controller needs
         no such wait (it would double every failover). But after an etcd outage
         brokers come back one by one: registrations that ended in the outage are not
