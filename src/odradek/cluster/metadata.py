@@ -965,8 +965,9 @@ class EtcdMetadataStore:
         revoked on the way out (a crash lets it expire)."""
         claim_key = self.keys.pending_topic(name)
         token = encode_value({"token": str(uuid.uuid4())})
+        sent = time.monotonic()
         lease = await self._client.lease(PENDING_CLAIM_TTL_S)
-        keeper = LeaseKeeper(self._client, lease.id, lease.ttl)
+        keeper = LeaseKeeper(self._client, lease.id, lease.ttl, granted_sent_at=sent)
         stale_from = self.keys.partition(name, first_new_partition)
         try:
             succeeded, _ = await self._client.transaction(

@@ -43,7 +43,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,7 +111,7 @@ def etcd_member_name(index: int) -> str:
 
 
 def member_name(member: Member) -> str:
-    return member if is_etcd(member) else f"broker {member}"
+    return member if isinstance(member, str) else f"broker {member}"
 
 
 # ---------------------------------------------------------------------------
@@ -397,11 +397,16 @@ def answers_api_versions(host: str, port: int, timeout_s: float = _PROBE_TIMEOUT
 
 
 def registered_brokers(
-    endpoints: list[tuple[str, int]], cluster_name: str, timeout_s: float = _PROBE_TIMEOUT_S
+    endpoints: list[tuple[str, int]] | tuple[str, int],
+    cluster_name: str,
+    timeout_s: float = _PROBE_TIMEOUT_S,
 ) -> dict[int, int | None]:
     """The brokers registered in etcd: id -> the registering process's pid (None from a
     broker that does not publish it). Empty when etcd cannot be read."""
     from odradek.cluster.metadata import EtcdMetadataStore
+
+    if endpoints and isinstance(endpoints[0], str):  # one (host, port), as callers once gave
+        endpoints = [endpoints]  # type: ignore[list-item]
 
     async def read() -> dict[int, int | None]:
         async with EtcdMetadataStore.for_endpoints(
@@ -448,13 +453,16 @@ class ProcessInfo:
         return f"broker {self.id} {self.host}:{self.port} pid {self.pid}"
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        described: dict[str, Any] = {
             "kind": self.kind,
             "id": self.id,
             "host": self.host,
             "port": self.port,
             "pid": self.pid,
         }
+        if self.kind == "etcd":
+            described["name"] = self.name  # which member: etcd, etcd-1, ...
+        return described
 
 
 @dataclass(frozen=True, slots=True)
@@ -782,7 +790,7 @@ class LocalCluster:
                 self._spawn_etcd(name)
                 started.add(name)
         self._wait_serving(etcds, deadline)
-        brokers = [m for m in members if not is_etcd(m)]
+        brokers = [m for m in members if isinstance(m, int)]
         for broker_id in brokers:
             if not self.is_running(broker_id):
                 self._spawn_broker(broker_id)
@@ -872,7 +880,7 @@ class LocalCluster:
                     f"({STATE_FILE} in {self.layout.root} keeps each process on its port)"
                 )
 
-    def _wait_serving(self, members: list[Member], deadline: float) -> None:
+    def _wait_serving(self, members: Sequence[Member], deadline: float) -> None:
         waiting = list(members)
         while waiting:
             registered = None
@@ -902,7 +910,7 @@ class LocalCluster:
     def stop_all(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> list[StopInfo]:
         """SIGTERM the brokers, SIGKILL those still there after `timeout_s`; then etcd."""
         stopped = self._stop([b for b in self.broker_ids if self.is_running(b)], timeout_s)
-        etcds = [m for m in self.etcd_names if self.is_running(m)]
+        etcds: list[Member] = [m for m in self.etcd_names if self.is_running(m)]
         if etcds:
             stopped += self._stop(etcds, timeout_s)
         return stopped
