@@ -343,12 +343,14 @@ def _prefix_end(prefix: bytes) -> bytes:
 
 # gRPC reconnects to a member that went away with an exponential backoff of up to
 # 120 s by default: etcd back after a few seconds would stay unused for far longer.
-# Keepalive pings (while calls are open: the watch) notice a member that hangs
-# instead of closing the connection, so the channel moves on; etcd refuses pings
-# more often than every 5 s (--grpc-keepalive-min-time).
+# (gRPC core takes min_reconnect_backoff_ms as the time one connection attempt may
+# take, 20 s by default: 100 ms failed handshakes on a loaded machine.) Keepalive
+# pings (while calls are open: the watch) notice a member that hangs instead of
+# closing the connection, so the channel moves on; etcd refuses pings more often
+# than every 5 s (--grpc-keepalive-min-time).
 CHANNEL_OPTIONS = {
     "grpc.initial_reconnect_backoff_ms": 100,
-    "grpc.min_reconnect_backoff_ms": 100,
+    "grpc.min_reconnect_backoff_ms": 3000,
     "grpc.max_reconnect_backoff_ms": 500,
     "grpc.keepalive_time_ms": 6000,
     "grpc.keepalive_timeout_ms": 2000,
@@ -452,7 +454,9 @@ class EtcdMetadataStore:
 
     async def __aenter__(self) -> Self:
         await self._client.connect()
-        with contextlib.suppress(aetcd.exceptions.ClientError, OSError, ValueError):
+        # Best effort: etcd may be down right now (the first use says so); raw gRPC errors
+        # too, as aetcd's members() does not translate them.
+        with contextlib.suppress(Exception):
             unlisted = await self.check_membership()
             if unlisted:
                 log.warning(
