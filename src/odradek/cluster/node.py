@@ -5,9 +5,13 @@ metadata, and the roles that view gives it (issue 15).
 (`odradek.broker.control_plane.ControlPlane`, wired in by `odradek.wiring`):
 
 * **Session**: a lease of ``broker.session.timeout.ms``, the broker's registration
-  on it, and a campaign for the controller role whenever nobody holds it. If the
-  lease is lost (the process stalled, etcd unreachable) the broker gives up every
-  leadership at once, registers again on a new lease and reloads the metadata.
+  on it, and a campaign for the controller role whenever nobody holds it, through
+  every etcd endpoint in turn. The lease is kept as long as etcd cannot have
+  expired it (`odradek.cluster.lease_deadline`: etcd outages shorter than that, or
+  with every member down, are ridden out). If it is lost (the process stalled, etcd
+  unreachable past the deadline) the broker gives up every leadership at once,
+  registers again on a new lease, taking over its own old registration if etcd
+  still has it, and reloads the metadata.
 * **View**: the whole cluster read at one revision (`EtcdMetadataStore.cluster`),
   then followed through one ordered watch. Changes are applied one at a time, in
   etcd's order: a topic is opened on disk here (`TopicManager.adopt`) before any
