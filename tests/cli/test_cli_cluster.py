@@ -94,7 +94,9 @@ def first_up(cluster_dir: Path) -> Outcome:
 def test_up_prints_a_json_list_of_serving_processes(first_up: Outcome) -> None:
     assert first_up.code == 0, first_up.err
     processes = first_up.json()
-    assert [set(p) for p in processes] == [{"kind", "id", "host", "port", "pid"}] * 3
+    fields = {"kind", "id", "host", "port", "pid"}
+    assert [set(p) for p in processes] == [fields | {"name"}, fields, fields]
+    assert processes[0]["name"] == "etcd"  # which member (etcd-1, ... with --etcd-members)
     assert [(p["kind"], p["id"], p["host"]) for p in processes] == [
         ("etcd", None, "127.0.0.1"),
         ("broker", 1, "127.0.0.1"),
