@@ -63,15 +63,18 @@ def test_an_outage_longer_than_the_ttl_reaches_the_deadline() -> None:
 
 
 def test_every_member_down_means_no_leader_can_expire_the_lease() -> None:
-    """A moment with every member refusing connections, seen while the lease was
-    alive, gives the lease a whole TTL from that moment (the next leader renews it)."""
+    """Probes that find every member refusing connections, ending while the lease was
+    alive, give the lease a whole TTL from their start (the next leader renews it)."""
     deadline = LeaseDeadline.granted_at(0.0, TTL)
-    assert deadline.no_leader_at(6.0)
+    assert deadline.no_leader_between(6.0, 6.3)
     assert deadline.deadline == 6.0 + TTL - safety_margin(TTL)
-    # a probe after the deadline proves nothing: etcd may have expired it before
+    # probes that end after the deadline prove nothing: etcd may have expired it before
     late = LeaseDeadline.granted_at(0.0, TTL)
-    assert not late.no_leader_at(TTL)
+    assert not late.no_leader_between(TTL - safety_margin(TTL) - 0.1, TTL)
     assert late.alive_since == 0.0
+    # nor do probes older than what is already known
+    assert not deadline.no_leader_between(5.0, 5.1)
+    assert deadline.alive_since == 6.0
 
 
 def test_retries_come_soon_and_never_wait_past_the_deadline() -> None:

@@ -30,9 +30,10 @@ every lease has a whole TTL again, counted from the election. Hence:
   refreshing often (`refresh_interval`) and again as soon as etcd answers;
 * if at some moment *every* etcd member refuses a TCP connection, no member runs, so
   there is no leader: any leader after that moment is elected later and gives the
-  lease a whole TTL from its election. Such a moment ``t``, observed while the lease
-  was still alive, moves the deadline to ``t + TTL - margin`` (`no_leader_at`), so a
-  broker rides out a whole-etcd restart of any length. A member that does not
+  lease a whole TTL from its election. Probes of every member that begin at ``t``
+  and end while the lease is still alive move the deadline to ``t + TTL - margin``
+  (`no_leader_between` says why the probes need not be simultaneous), so a broker
+  rides out a whole-etcd restart of any length. A member that does not
   answer (a timeout, a partition) proves nothing: it may be leading without us.
   Nor does a member starting up: it listens before it has a leader and serves only
   after, so a restart must complete within the TTL less the margin after the last
@@ -106,14 +107,18 @@ class LeaseDeadline:
         self.margin_s = safety_margin(granted_ttl_s)
         self.alive_since = max(self.alive_since, sent_at)
 
-    def no_leader_at(self, moment: float) -> bool:
-        """Every etcd member refused a connection at `moment`: no leader can have
-        expired the lease since, and the next one gives it a whole TTL. Counts only if
-        the lease was still alive then (else it may have expired before); returns
+    def no_leader_between(self, start: float, end: float) -> bool:
+        """Every etcd member refused a connection, probed between `start` and `end`.
+
+        A leader that existed during the probes could not have expired the lease
+        before `end` if it was still alive then (checked: else nothing is known); a
+        member refusing at its probe needs an election (a second or more) to lead
+        again, so any later leader is elected after `end` and gives the lease a whole
+        TTL from then. So the lease is alive until at least `start` + TTL. Returns
         whether the deadline moved."""
-        if not self.alive(moment) or moment <= self.alive_since:
+        if not self.alive(end) or start <= self.alive_since:
             return False
-        self.alive_since = moment
+        self.alive_since = start
         return True
 
     def next_attempt_in(self, now: float, *, failing: bool) -> float:

@@ -225,7 +225,7 @@ class LeaseKeeper:
                 if not failing:
                     log.info("refreshing lease %x failed, retrying: %r", self.lease_id, exc)
                 failing = True
-                await self._note_outage(sent)
+                await self._note_outage()
                 continue
             if reply is None or reply.TTL <= 0:
                 log.warning("lease %x expired", self.lease_id)
@@ -238,16 +238,17 @@ class LeaseKeeper:
                 if self.on_recovered is not None:
                     self.on_recovered()
 
-    async def _note_outage(self, moment: float) -> None:
-        """A refresh failed at `moment`: if every etcd member refuses connections, no
-        leader exists to expire the lease (`LeaseDeadline.no_leader_at`)."""
+    async def _note_outage(self) -> None:
+        """A refresh failed: if every etcd member refuses connections, no leader exists
+        to expire the lease (`LeaseDeadline.no_leader_between`)."""
         if self._all_members_down is None:
             return
+        start = self._clock()
         try:
             down = await self._all_members_down()
         except Exception:  # a probe that fails proves nothing
             return
-        if down and self.deadline.no_leader_at(moment):
+        if down and self.deadline.no_leader_between(start, self._clock()):
             log.debug("lease %x: every etcd member down; deadline moved", self.lease_id)
 
     async def stop_keepalive(self) -> None:
