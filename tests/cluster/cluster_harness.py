@@ -52,16 +52,18 @@ def running_cluster(
     brokers: int = 3,
     settings: dict[str, str] | None = None,
     extra_listeners: tuple[str, ...] = (),
+    etcd_members: int = 1,
 ) -> Iterator[LocalCluster]:
-    """etcd and `brokers` brokers, every one registered; all stopped on exit, even
-    after a failure (a paused broker gets SIGCONT with its SIGTERM). `settings` are
-    added to (or override) CLUSTER_SETTINGS; `extra_listeners` are opened by every
-    broker besides its PLAINTEXT one (`LocalCluster.prepare`)."""
+    """etcd (`etcd_members` members) and `brokers` brokers, every one registered; all
+    stopped on exit, even after a failure (a paused broker gets SIGCONT with its
+    SIGTERM). `settings` are added to (or override) CLUSTER_SETTINGS; `extra_listeners`
+    are opened by every broker besides its PLAINTEXT one (`LocalCluster.prepare`)."""
     cluster = LocalCluster.prepare(
         data_dir,
         brokers=brokers,
         settings={**CLUSTER_SETTINGS, **(settings or {})},
         extra_listeners=extra_listeners,
+        etcd_members=etcd_members,
         wait_for_registration=True,
     )
     try:
@@ -113,8 +115,8 @@ def cluster_metadata(cluster: LocalCluster) -> ClusterMetadata:
     """Everything the cluster's etcd holds, read at one revision."""
 
     async def read() -> ClusterMetadata:
-        async with EtcdMetadataStore(
-            *cluster.etcd_endpoint(), cluster_name=cluster.cluster_name
+        async with EtcdMetadataStore.for_endpoints(
+            cluster.etcd_endpoints(), cluster_name=cluster.cluster_name
         ) as store:
             return (await store.cluster()).items
 

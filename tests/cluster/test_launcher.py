@@ -102,7 +102,7 @@ def test_start_all_again_starts_only_the_killed_broker_on_its_old_port(
     assert after[1].started and after[1].pid != killed_pid and after[1].port == before[1].port
     # serving means registered by the new process, not by its killed predecessor, whose
     # registration holds until its lease ends
-    registered = registered_brokers(cluster.etcd_endpoint(), cluster.cluster_name)
+    registered = registered_brokers(cluster.etcd_endpoints(), cluster.cluster_name)
     assert registered == {1: after[1].pid, 2: before[2].pid}
     for member in (ETCD, 2):
         assert not after[member].started and after[member].pid == before[member].pid

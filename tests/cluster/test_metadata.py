@@ -8,6 +8,8 @@ that time passes (a kept-alive lease outliving its TTL).
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -138,6 +140,44 @@ def test_broker_id_is_held_by_one_live_broker(etcd_server: EtcdServer) -> None:
             await second.register_broker(BrokerInfo(3, "127.0.0.1", 19002), second_lease)
             assert (await first.brokers()).items[3].port == 19002
             await second_lease.revoke()
+
+    run(scenario)
+
+
+def test_a_broker_takes_over_its_own_old_registration_and_nobody_sees_it_leave(
+    etcd_server: EtcdServer,
+) -> None:
+    """After its keeper gave up on a lease etcd still holds (issue 21), the broker moves
+    its registration to a new lease in one step; another process with the same id,
+    which cannot know that lease, is still refused."""
+
+    async def scenario() -> None:
+        async with store_for(etcd_server) as mine, store_for(etcd_server) as other:
+            old = await mine.grant_lease(LEASE_TTL_S)
+            await mine.register_broker(BrokerInfo(4, "127.0.0.1", 19001), old)
+            start = (await mine.brokers()).revision + 1
+            await old.stop_keepalive()  # given up on, but alive in etcd for now
+            new = await mine.grant_lease(LEASE_TTL_S)
+            stranger = await other.grant_lease(LEASE_TTL_S)
+            with pytest.raises(BrokerIdInUseError):
+                await other.register_broker(BrokerInfo(4, "127.0.0.1", 19002), stranger)
+            with pytest.raises(BrokerIdInUseError):  # naming some lease of its own
+                await other.register_broker(
+                    BrokerInfo(4, "127.0.0.1", 19002), stranger, replacing=stranger.lease_id
+                )
+            await mine.register_broker(
+                BrokerInfo(4, "127.0.0.1", 19001), new, replacing=old.lease_id
+            )
+            await mine.revoke_lease(old.lease_id)
+            await mine.revoke_lease(old.lease_id)  # already gone: nothing to do
+            assert 4 in (await mine.brokers()).items
+            await new.revoke()
+            changes: list[BrokerChange] = await take(mine.watch_brokers(start), 2)
+            assert [(c.kind, c.broker_id) for c in changes] == [
+                (ChangeKind.PUT, 4),  # moved to the new lease: no DELETE in between
+                (ChangeKind.DELETE, 4),  # the new lease revoked
+            ]
+            await stranger.revoke()
 
     run(scenario)
 
@@ -501,14 +541,48 @@ def test_lease_keeper_reports_a_lease_revoked_behind_its_back(etcd_server: EtcdS
 def test_lease_is_reported_lost_when_etcd_cannot_confirm_it_for_a_ttl(
     etcd_server: EtcdServer,
 ) -> None:
-    """A broker cut off from etcd must stop acting on its lease after one TTL."""
+    """A broker cut off from etcd (etcd paused: it may be leading without us, as
+    behind a partition) must stop acting on its lease within one TTL."""
 
     async def scenario() -> None:
         async with store_for(etcd_server) as store:
             lease = await store.grant_lease(LEASE_TTL_S)
+            loop = asyncio.get_running_loop()
+            os.kill(etcd_server.pid, signal.SIGSTOP)
+            try:
+                paused_at = loop.time()
+                async with asyncio.timeout(EXPIRY_DEADLINE_S):
+                    await lease.lost.wait()
+                assert loop.time() - paused_at <= LEASE_TTL_S
+            finally:
+                os.kill(etcd_server.pid, signal.SIGCONT)
+            await lease.stop_keepalive()
+
+    run(scenario)
+
+
+def test_lease_is_kept_while_etcd_is_down_and_refreshed_when_it_is_back(
+    etcd_server: EtcdServer,
+) -> None:
+    """etcd not running at all (connections refused) has no leader to expire a lease,
+    and a restarted etcd gives every lease a whole TTL: the keeper keeps it for an
+    outage longer than the TTL, and etcd still has it afterwards. (A TTL longer than
+    etcd's start-up: a member listening before it has a leader proves nothing.)"""
+    ttl_s = 4
+
+    async def scenario() -> None:
+        async with store_for(etcd_server) as store:
+            lease = await store.grant_lease(ttl_s)
             await asyncio.to_thread(etcd_server.kill)
+            await asyncio.sleep(1.5 * ttl_s)
+            assert lease.alive() and not lease.lost.is_set()
+            await asyncio.to_thread(etcd_server.start)
             async with asyncio.timeout(EXPIRY_DEADLINE_S):
-                await lease.lost.wait()
+                while (await store._client.get_lease_info(lease.lease_id, keys=False)).TTL < 0:
+                    await asyncio.sleep(0.1)
+            await asyncio.sleep(ttl_s * 1.5)  # longer than the TTL: refreshed
+            info = await store._client.get_lease_info(lease.lease_id, keys=False)
+            assert info.TTL > 0 and lease.alive()
             await lease.stop_keepalive()
 
     run(scenario)

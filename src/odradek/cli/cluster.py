@@ -33,6 +33,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         DEFAULT_START_TIMEOUT_S,
         DEFAULT_STOP_TIMEOUT_S,
         MAX_BROKERS,
+        MAX_ETCD_MEMBERS,
     )
 
     parser = commands.add_parser(
@@ -60,6 +61,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "as many as the data dir has; more adds brokers, fewer is an error)",
     )
     _add_data_dir(up)
+    up.add_argument(
+        "--etcd-members",
+        type=_broker_count(MAX_ETCD_MEMBERS),
+        metavar="M",
+        help=f"run etcd as a cluster of M members on 127.0.0.1 (1..{MAX_ETCD_MEMBERS}, "
+        "default 1; 3 lets one member be killed or restarted with no effect on the brokers, "
+        "each of which is given every member); fixed when the data dir is created",
+    )
     up.add_argument(
         "--rack-count",
         type=_rack_count,
@@ -119,7 +128,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "until its lease ends (broker.session.timeout.ms): status says so.",
     )
     where = status.add_mutually_exclusive_group(required=True)
-    where.add_argument("--etcd", metavar="HOST:PORT", help="the etcd holding the metadata")
+    where.add_argument(
+        "--etcd",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="the etcd holding the metadata (its members, comma-separated: any that answers)",
+    )
     where.add_argument(
         "--data-dir", metavar="DIR", help="a cluster started by 'cluster up' (its etcd)"
     )
@@ -166,6 +179,8 @@ def _add_data_dir(parser: argparse.ArgumentParser) -> None:
 
 
 def _broker_count(maximum: int) -> Any:
+    """A count of 1..`maximum` (brokers, etcd members)."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -208,6 +223,7 @@ def run_up(args: argparse.Namespace) -> int:
             brokers=args.brokers,
             rack_count=args.rack_count,
             settings=settings,
+            etcd_members=args.etcd_members,
             timeout_s=args.timeout,
         )
     except NotServingError as exc:
@@ -356,13 +372,13 @@ def run_status(args: argparse.Namespace) -> int:
             cluster = LocalCluster.open(args.data_dir)
         except ClusterError as exc:
             raise CliError(str(exc)) from None
-        endpoint = cluster.etcd_endpoint()
+        endpoints = cluster.etcd_endpoints()
         name = args.cluster_name or cluster.cluster_name
     else:
-        endpoint = parse_address(args.etcd, "--etcd")
+        endpoints = [parse_address(e.strip(), "--etcd") for e in args.etcd.split(",")]
         name = args.cluster_name or DEFAULT_CLUSTER_NAME
     _check_cluster_name(name)
-    metadata, leases = _read_metadata(endpoint, name, args.timeout)
+    metadata, leases = _read_metadata(endpoints, name, args.timeout)
     missing = [t for t in args.topic or () if t not in metadata.topics]
     if missing:
         which = ", ".join(repr(t) for t in missing)
@@ -383,7 +399,7 @@ def run_status(args: argparse.Namespace) -> int:
     controller = metadata.controller
     summary = {
         "cluster": name,
-        "etcd": f"{endpoint[0]}:{endpoint[1]}",
+        "etcd": ",".join(f"{host}:{port}" for host, port in endpoints),
         "controller": None
         if controller is None
         else {"broker_id": controller.broker_id, "epoch": controller.epoch},
@@ -413,19 +429,19 @@ def _check_cluster_name(name: str) -> None:
 
 
 def _read_metadata(
-    endpoint: tuple[str, int], name: str, timeout_s: float
+    endpoints: list[tuple[str, int]], name: str, timeout_s: float
 ) -> tuple[ClusterMetadata, dict[int, RegistrationLease]]:
     from odradek.cluster.metadata import EtcdMetadataStore
 
     async def read() -> tuple[ClusterMetadata, dict[int, RegistrationLease]]:
         request_timeout = max(1, int(timeout_s))
-        async with EtcdMetadataStore(
-            *endpoint, cluster_name=name, request_timeout_s=request_timeout
+        async with EtcdMetadataStore.for_endpoints(
+            endpoints, cluster_name=name, request_timeout_s=request_timeout
         ) as store:
             metadata = (await store.cluster()).items
             return metadata, await store.registration_leases()
 
-    address = f"{endpoint[0]}:{endpoint[1]}"
+    address = ",".join(f"{host}:{port}" for host, port in endpoints)
     try:
         return asyncio.run(asyncio.wait_for(read(), timeout_s))
     except TimeoutError:
@@ -503,12 +519,16 @@ def _alive_cell(row: BrokerRow) -> Any:
     return render.text(f"starting: pid {row.registered_pid} still registered", "yellow")
 
 
+def _unrefreshed(lease: RegistrationLease | None) -> bool:
+    # a live broker refreshes every sixth of the TTL: a third means it stopped doing so
+    return lease is not None and lease.unrefreshed_s > lease.ttl_s // 3 + 1
+
+
 def _lease_cell(lease: RegistrationLease | None) -> Any:
     if lease is None:
         return render.text(None)
     text = f"{lease.remaining_s} s left of {lease.ttl_s} s"
-    # a live broker refreshes every third of the TTL: longer means it stopped doing so
-    if lease.unrefreshed_s > lease.ttl_s // 3 + 1:
+    if _unrefreshed(lease):
         return render.text(f"{text}, not refreshed for {lease.unrefreshed_s} s", "yellow")
     return render.text(text)
 
@@ -550,13 +570,23 @@ def _print_status(summary: dict[str, Any], rows: list[BrokerRow], *, filtered: b
         )
     out.print(brokers if rows else render.text("no brokers", "dim"))
     for b in rows:
+        whose = "" if b.registered_pid is None else f" (pid {b.registered_pid})"
         if b.registered and not b.alive and b.lease is not None:
-            whose = "" if b.registered_pid is None else f" (pid {b.registered_pid})"
             out.print(
                 render.text(
                     f"broker {b.id}'s registration{whose} stays in etcd until its lease "
                     f"ends, within {b.lease.remaining_s + 1} s: a broker that stops without "
                     "leaving is seen as dead only then (broker.session.timeout.ms)",
+                    "yellow",
+                )
+            )
+        elif b.alive and b.process is None and b.lease is not None and _unrefreshed(b.lease):
+            # --etcd: no process to look at, but a lease nobody refreshes says enough
+            out.print(
+                render.text(
+                    f"broker {b.id}{whose} has not refreshed its lease for "
+                    f"{b.lease.unrefreshed_s} s: it may have stopped without leaving; it "
+                    f"counts as alive until the lease ends, within {b.lease.remaining_s + 1} s",
                     "yellow",
                 )
             )

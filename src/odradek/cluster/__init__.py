@@ -132,8 +132,6 @@ with nothing left to say they were leaving.)
 
 Known limits, for the next round
 --------------------------------
-* `EtcdMetadataStore` connects to one etcd endpoint (aetcd takes one host and
-  port); a production broker needs a list of members and failover between them.
 * Topic deletion removes the metadata at once; brokers delete their logs when
   they see the DELETE (no tombstone state yet).
 * Every broker opens a log for every partition of every topic (replica or not);

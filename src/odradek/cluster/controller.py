@@ -12,6 +12,14 @@ any live replica takes over, data loss accepted). Every write carries the
 controller's claim, so a controller that lost its lease cannot change anything
 even before it notices (`NotControllerError`).
 
+After an etcd outage the controller holds off *fencing* (`hold_fencing`, decided by
+`ClusterNode.fencing_held_until`): for one session timeout after etcd came back, a
+broker missing from etcd is not taken out of ISRs or leaderships (brokers re-register
+one by one, and the first back must not take every leadership); a partition whose
+leader is missing waits too, as under Kafka's KRaft controller, which fences a broker
+only after a whole session without heartbeats as it sees them. Once the hold ends it
+decides again on whoever is still missing.
+
 A partition reassignment (AlterPartitionReassignments, started by any broker through
 a compare-and-swap on the topic: `ClusterNode.reassign`) is completed here, by the
 same `reconcile`, once every target replica is in the ISR.
@@ -74,6 +82,8 @@ class Controller:
         self.claim = claim
         self._dirty = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._fencing_held_until = 0.0  # loop time
+        self._hold_end: asyncio.TimerHandle | None = None
         self.leader_elections = 0
         self.unclean_elections = 0
 
@@ -85,7 +95,27 @@ class Controller:
         """The view changed: reconcile again (coalesced)."""
         self._dirty.set()
 
+    def hold_fencing(self, until: float) -> None:
+        """Treat brokers missing from etcd as not dead until `until` (loop time), then
+        decide again."""
+        if until <= self._fencing_held_until:
+            return
+        self._fencing_held_until = until
+        if self._hold_end is not None:
+            self._hold_end.cancel()
+        self._hold_end = asyncio.get_running_loop().call_at(until, self.poke)
+
+    def held(self, live: frozenset[int]) -> frozenset[int]:
+        """The brokers not to fence now: every one a partition names that is not live,
+        while the hold lasts."""
+        if asyncio.get_running_loop().time() >= self._fencing_held_until:
+            return frozenset()
+        named = {b for s in self.node.states.values() for b in (s.state.leader, *s.state.isr)}
+        return frozenset(b for b in named if b >= 0 and b not in live)
+
     async def stop(self) -> None:
+        if self._hold_end is not None:
+            self._hold_end.cancel()
         task, self._task = self._task, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()
@@ -109,11 +139,16 @@ class Controller:
     async def reconcile(self) -> None:
         node = self.node
         live = frozenset(node.brokers)
+        held = self.held(live)
+        if held:
+            log.info("brokers %s missing since etcd came back: not fenced yet", sorted(held))
         for key, current in sorted(node.states.items()):
             replicas = node.replicas_of(*key)
             if not replicas:
                 continue
-            wanted = self.decide(replicas, current.state, live, unclean=node.unclean_for(key[0]))
+            wanted = self.decide(
+                replicas, current.state, live, unclean=node.unclean_for(key[0]), held=held
+            )
             if wanted is not None and wanted != current.state:
                 await self._write(current, wanted)
         for (topic, partition), ongoing in sorted(node.reassignments().items()):
@@ -151,10 +186,16 @@ class Controller:
         live: frozenset[int],
         *,
         unclean: bool,
+        held: frozenset[int] = frozenset(),
     ) -> PartitionState | None:
-        """The state a partition should have with these live brokers (None: as it is)."""
+        """The state a partition should have with these live brokers (None: as it is).
+        Brokers in `held` are missing but not fenced yet: left where they are."""
         new = state
-        gone = [b for b in dict.fromkeys((state.leader, *state.isr)) if b >= 0 and b not in live]
+        gone = [
+            b
+            for b in dict.fromkeys((state.leader, *state.isr))
+            if b >= 0 and b not in live and b not in held
+        ]
         for dead in gone:
             changed = partition_after_broker_loss(replicas, new, dead, live, unclean=unclean)
             if changed is not None:

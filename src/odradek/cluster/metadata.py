@@ -87,9 +87,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Self, TypeVar
 
@@ -100,6 +101,7 @@ import aetcd.transactions
 import aetcd.utils
 import grpc
 
+from odradek.cluster.lease_deadline import LeaseDeadline
 from odradek.replication.model import (
     SECURITY_DOCUMENTS,
     BrokerChange,
@@ -158,43 +160,96 @@ PENDING_CLAIM_TTL_S = 10
 class LeaseKeeper:
     """A granted etcd lease kept alive by a background task until revoked.
 
-    Refreshes every third of the TTL. If a refresh finds the lease gone (the
-    process stalled longer than the TTL), or no refresh has been confirmed for a
-    whole TTL (etcd unreachable), `lost` is set and the task stops: the
-    owner must treat every key on the lease (registration, controller role) as
-    lost. `stop_keepalive` stops refreshing without revoking, which is what a
-    crashed process looks like to etcd (the lease expires after the TTL).
+    The keeper refreshes `refresh_interval` apart, and every `RETRY_AFTER_FAILURE_S`
+    while etcd does not answer; it acts on the lease only while `LeaseDeadline` says
+    etcd cannot have expired it (the send time of the last keep-alive etcd granted
+    plus the TTL, less a margin; moved on when every etcd member refuses connections,
+    as no leader can expire a lease then: see `odradek.cluster.lease_deadline`). When
+    a refresh finds the lease gone, or the deadline passes unrefreshed, `lost` is set
+    and the task stops: the owner must treat every key on the lease (registration,
+    controller role) as lost. `stop_keepalive` stops refreshing without revoking,
+    which is what a crashed process looks like to etcd (the lease expires after the
+    TTL). `on_recovered` is called when a refresh succeeds after failures (etcd was
+    unreachable and is back).
     """
 
-    def __init__(self, client: aetcd.Client, lease_id: int, ttl_s: int) -> None:
+    def __init__(
+        self,
+        client: aetcd.Client,
+        lease_id: int,
+        ttl_s: int,
+        *,
+        granted_sent_at: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        all_members_down: Callable[[], Awaitable[bool]] | None = None,
+        on_recovered: Callable[[], None] | None = None,
+    ) -> None:
         self._client = client
         self.lease_id = lease_id
         self.ttl_s = ttl_s
+        self._clock = clock
+        self.deadline = LeaseDeadline.granted_at(
+            clock() if granted_sent_at is None else granted_sent_at, ttl_s
+        )
+        self._all_members_down = all_members_down
+        self.on_recovered = on_recovered
         self.lost = asyncio.Event()
         self._task: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(
             self._keep_alive(), name=f"etcd-lease-{lease_id:x}"
         )
 
+    def alive(self) -> bool:
+        """Whether the owner may still act on the lease (etcd cannot have expired it)."""
+        return not self.lost.is_set() and self.deadline.alive(self._clock())
+
     async def _keep_alive(self) -> None:
-        interval = max(self.ttl_s / 3, 0.1)
-        last_confirmed = time.monotonic()
+        failing = False
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.deadline.next_attempt_in(self._clock(), failing=failing))
+            sent = self._clock()
+            if not self.deadline.alive(sent):
+                log.warning(
+                    "lease %x: no keep-alive granted in time, etcd may have expired it",
+                    self.lease_id,
+                )
+                self.lost.set()
+                return
             try:
-                reply = await self._client.refresh_lease(self.lease_id)
-            except aetcd.exceptions.ClientError as exc:
-                if time.monotonic() - last_confirmed >= self.ttl_s:
-                    # unconfirmed for a whole TTL: etcd has (or may have) dropped it
-                    log.warning("lease %x unconfirmed for %ss: %r", self.lease_id, self.ttl_s, exc)
-                    self.lost.set()
-                    return
-                log.info("refreshing lease %x failed, retrying: %r", self.lease_id, exc)
+                # never wait past the deadline for one answer: a hung member must not
+                # keep us from trying the next one
+                reply = await asyncio.wait_for(
+                    self._client.refresh_lease(self.lease_id),
+                    max(self.deadline.remaining(sent), 0.05),
+                )
+            except (aetcd.exceptions.ClientError, TimeoutError) as exc:
+                if not failing:
+                    log.info("refreshing lease %x failed, retrying: %r", self.lease_id, exc)
+                failing = True
+                await self._note_outage()
                 continue
             if reply is None or reply.TTL <= 0:
                 log.warning("lease %x expired", self.lease_id)
                 self.lost.set()
                 return
-            last_confirmed = time.monotonic()
+            self.deadline.refreshed(sent, reply.TTL)
+            if failing:
+                failing = False
+                log.info("lease %x refreshed again: etcd is back", self.lease_id)
+                if self.on_recovered is not None:
+                    self.on_recovered()
+
+    async def _note_outage(self) -> None:
+        """A refresh failed: if every etcd member refuses connections, no leader exists
+        to expire the lease (`LeaseDeadline.no_leader_between`)."""
+        if self._all_members_down is None:
+            return
+        start = self._clock()
+        try:
+            down = await self._all_members_down()
+        except Exception:  # a probe that fails proves nothing
+            return
+        if down and self.deadline.no_leader_between(start, self._clock()):
+            log.debug("lease %x: every etcd member down; deadline moved", self.lease_id)
 
     async def stop_keepalive(self) -> None:
         task, self._task = self._task, None
@@ -206,8 +261,8 @@ class LeaseKeeper:
     async def revoke(self) -> None:
         """Stop refreshing and end the lease now: its keys disappear at once."""
         await self.stop_keepalive()
-        await self._client.revoke_lease(self.lease_id)
         self.lost.set()
+        await self._client.revoke_lease(self.lease_id)
 
 
 # ---------------------------------------------------------------------------
@@ -287,8 +342,65 @@ def _prefix_end(prefix: bytes) -> bytes:
     return aetcd.utils.prefix_range_end(prefix)
 
 
+# gRPC reconnects to a member that went away with an exponential backoff of up to
+# 120 s by default: etcd back after a few seconds would stay unused for far longer.
+# (gRPC core takes min_reconnect_backoff_ms as the time one connection attempt may
+# take, 20 s by default: 100 ms failed handshakes on a loaded machine.) Keepalive
+# pings (while calls are open: the watch) notice a member that hangs instead of
+# closing the connection, so the channel moves on; etcd refuses pings more often
+# than every 5 s (--grpc-keepalive-min-time).
+CHANNEL_OPTIONS = {
+    "grpc.initial_reconnect_backoff_ms": 100,
+    "grpc.min_reconnect_backoff_ms": 3000,
+    "grpc.max_reconnect_backoff_ms": 500,
+    "grpc.keepalive_time_ms": 6000,
+    "grpc.keepalive_timeout_ms": 2000,
+}
+MEMBER_PROBE_TIMEOUT_S = 0.5
+
+
+def grpc_target(endpoints: Sequence[tuple[str, int]]) -> tuple[str, int]:
+    """aetcd's (host, port) that makes gRPC's channel use every endpoint in turn.
+
+    aetcd dials ``f"{host}:{port}"``; gRPC's ``ipv4:`` target takes a list of
+    addresses and its default pick_first policy connects to the first that accepts,
+    and, when that connection breaks, tries them again in order: client-side
+    failover between etcd members, as etcd's own clients do with their endpoint
+    list. The list needs IP addresses, so names are resolved once, here.
+    """
+    if not endpoints:
+        raise ValueError("no etcd endpoint")
+    if len(endpoints) == 1:
+        return endpoints[0]
+    addresses = [(socket.gethostbyname(host), port) for host, port in endpoints]
+    *rest, (last_host, last_port) = addresses
+    listed = "".join(f"{host}:{port}," for host, port in rest)
+    return f"ipv4:{listed}{last_host}", last_port
+
+
+async def refuses_connections(host: str, port: int) -> bool:
+    """True if nothing listens at (host, port): the connection is refused (not merely
+    unanswered, which a partition or a paused process looks like too)."""
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port), MEMBER_PROBE_TIMEOUT_S
+        )
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return False
+
+
 class EtcdMetadataStore:
-    """Typed access to one cluster's metadata in etcd. Use as an async context manager."""
+    """Typed access to one cluster's metadata in etcd. Use as an async context manager.
+
+    `host` and `port` name one etcd member; `failover` more members of the same etcd
+    cluster, used in turn when the one in use goes away (`grpc_target`).
+    """
 
     def __init__(
         self,
@@ -297,14 +409,62 @@ class EtcdMetadataStore:
         *,
         cluster_name: str = DEFAULT_CLUSTER_NAME,
         request_timeout_s: int = 10,
+        failover: Sequence[tuple[str, int]] = (),
     ) -> None:
         self.keys = KeyLayout.for_cluster(cluster_name)
-        self._client = aetcd.Client(host=host, port=port, timeout=request_timeout_s)
+        self.endpoints = [(host, port), *failover]
+        target_host, target_port = grpc_target(self.endpoints)
+        self._client = aetcd.Client(
+            host=target_host, port=target_port, timeout=request_timeout_s, options=CHANNEL_OPTIONS
+        )
         self._txn = aetcd.transactions
         self._leases: list[LeaseKeeper] = []
+        self.on_recovered: Callable[[], None] | None = None  # given to every lease kept
+        # Whether `endpoints` name every member etcd listed (`check_membership`): only
+        # then does every endpoint refusing connections mean etcd has no leader.
+        self.every_member_listed = False
+
+    @classmethod
+    def for_endpoints(cls, endpoints: Sequence[tuple[str, int]], **options: Any) -> Self:
+        first, *rest = endpoints
+        return cls(*first, failover=rest, **options)
+
+    async def all_members_down(self) -> bool:
+        """Whether every etcd member refuses connections right now (then no etcd leader
+        exists: see `odradek.cluster.lease_deadline`). False unless the endpoints are
+        known to name every member: a member left out may be leading."""
+        if not self.every_member_listed:
+            return False
+        probes = [refuses_connections(host, port) for host, port in self.endpoints]
+        return all(await asyncio.gather(*probes))
+
+    async def check_membership(self) -> list[str]:
+        """The etcd members none of `endpoints` names (by client URL), and whether there
+        are none (`every_member_listed`)."""
+        listed = {(socket.gethostbyname(host), port) for host, port in self.endpoints}
+        unlisted = []
+        async for member in self._client.members():
+            addresses = set()
+            for url in member.client_urls:
+                host, port = url.split("://")[-1].rstrip("/").rsplit(":", 1)
+                addresses.add((socket.gethostbyname(host.strip("[]")), int(port)))
+            if not addresses & listed:
+                unlisted.append(member.name or f"{member.id:x}")
+        self.every_member_listed = not unlisted
+        return unlisted
 
     async def __aenter__(self) -> Self:
         await self._client.connect()
+        # Best effort: etcd may be down right now (the first use says so); raw gRPC errors
+        # too, as aetcd's members() does not translate them.
+        with contextlib.suppress(Exception):
+            unlisted = await self.check_membership()
+            if unlisted:
+                log.warning(
+                    "etcd members %s are not among the endpoints given: a broker cannot tell "
+                    "a whole-etcd outage from being cut off, and keeps its roles only a TTL",
+                    ", ".join(unlisted),
+                )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -327,19 +487,34 @@ class EtcdMetadataStore:
         """A new lease of `ttl_s` seconds (etcd's minimum is a few seconds), kept alive."""
         if ttl_s < 1:
             raise ValueError(f"lease TTL must be >= 1 s, got {ttl_s}")
+        sent = time.monotonic()
         lease = await self._client.lease(ttl_s)
-        keeper = LeaseKeeper(self._client, lease.id, lease.ttl)
+        keeper = LeaseKeeper(
+            self._client,
+            lease.id,
+            lease.ttl,
+            granted_sent_at=sent,
+            all_members_down=self.all_members_down,
+            on_recovered=self.on_recovered,
+        )
         self._leases.append(keeper)
         return keeper
 
     # -- brokers -----------------------------------------------------------
 
-    async def register_broker(self, broker: BrokerInfo, lease: LeaseKeeper) -> int:
+    async def register_broker(
+        self, broker: BrokerInfo, lease: LeaseKeeper, *, replacing: int | None = None
+    ) -> int:
         """Publish `broker` on `lease`; the etcd revision of the registration.
 
         Raises `BrokerIdInUseError` if the id is registered on another lease (a
         live broker with the same id), `LeaseLost` if `lease` has ended.
-        Re-registering on the same lease updates host/port/rack.
+        Re-registering on the same lease updates host/port/rack. `replacing` is the
+        lease of this same process's earlier registration (given up when its keeper
+        could no longer vouch for it): a registration still on it moves to `lease` in
+        one compare-and-swap, so nobody ever sees the broker leave. Only the process
+        that was granted a lease knows its id, so another process with the same
+        broker id is still refused.
         """
         key = self.keys.broker(broker.broker_id)
         publish = [self._txn.Put(key, broker.encode(), lease=lease.lease_id), self._txn.Get(key)]
@@ -353,18 +528,26 @@ class EtcdMetadataStore:
             if not responses[0]:
                 continue  # the holder's lease ended between compare and read: retry
             [(_, existing)] = responses[0]
-            if existing.lease != lease.lease_id:
+            if existing.lease not in (lease.lease_id, replacing):
                 raise BrokerIdInUseError(
                     f"broker id {broker.broker_id} is registered by another live broker: "
                     f"{BrokerInfo.decode(existing.value)}"
                 )
-            # our own registration: update it unless it changed meanwhile
+            # ours (this lease's, or the one it replaces): update it unless it changed
             succeeded, responses = await self._transaction_on_lease(
                 lease, [self._txn.Mod(key) == existing.mod_revision], publish, []
             )
             if succeeded:
                 [(_, updated)] = responses[1]
                 return int(updated.mod_revision)
+
+    async def revoke_lease(self, lease_id: int) -> None:
+        """End a lease this process no longer keeps (already gone: nothing to do)."""
+        try:
+            await self._client.revoke_lease(lease_id)
+        except aetcd.exceptions.ClientError as exc:
+            if not _is_lease_not_found(exc):
+                raise
 
     async def brokers(self) -> Snapshot[dict[int, BrokerInfo]]:
         """Every live broker, by id."""
@@ -787,8 +970,9 @@ class EtcdMetadataStore:
         revoked on the way out (a crash lets it expire)."""
         claim_key = self.keys.pending_topic(name)
         token = encode_value({"token": str(uuid.uuid4())})
+        sent = time.monotonic()
         lease = await self._client.lease(PENDING_CLAIM_TTL_S)
-        keeper = LeaseKeeper(self._client, lease.id, lease.ttl)
+        keeper = LeaseKeeper(self._client, lease.id, lease.ttl, granted_sent_at=sent)
         stale_from = self.keys.partition(name, first_new_partition)
         try:
             succeeded, _ = await self._client.transaction(

@@ -5,9 +5,13 @@ metadata, and the roles that view gives it (issue 15).
 (`odradek.broker.control_plane.ControlPlane`, wired in by `odradek.wiring`):
 
 * **Session**: a lease of ``broker.session.timeout.ms``, the broker's registration
-  on it, and a campaign for the controller role whenever nobody holds it. If the
-  lease is lost (the process stalled, etcd unreachable) the broker gives up every
-  leadership at once, registers again on a new lease and reloads the metadata.
+  on it, and a campaign for the controller role whenever nobody holds it, through
+  every etcd endpoint in turn. The lease is kept as long as etcd cannot have
+  expired it (`odradek.cluster.lease_deadline`: etcd outages shorter than that, or
+  with every member down, are ridden out). If it is lost (the process stalled, etcd
+  unreachable past the deadline) the broker gives up every leadership at once,
+  registers again on a new lease, taking over its own old registration if etcd
+  still has it, and reloads the metadata.
 * **View**: the whole cluster read at one revision (`EtcdMetadataStore.cluster`),
   then followed through one ordered watch. Changes are applied one at a time, in
   etcd's order: a topic is opened on disk here (`TopicManager.adopt`) before any
@@ -101,7 +105,7 @@ T = TypeVar("T")
 INTERNAL_TOPICS = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
 PRODUCER_ID_BLOCK = 1000
 ISR_CHECK_EVERY_S = 1.0
-REJOIN_BACKOFF_S = (0.2, 5.0)
+REJOIN_BACKOFF_S = (0.2, 1.0)  # etcd back: rejoin within a second
 TOPIC_VISIBLE_TIMEOUT_S = 30.0
 READY_WAIT_S = 10.0
 
@@ -178,16 +182,22 @@ class ClusterNode:
         self.broker = broker
         self.broker_id = broker.node_id
         self.rack = str(config["broker.rack"]) or None
-        # Tried in this order at start-up; the first that answers is used for the life of
-        # the process (aetcd's client takes one address, so no failover while running).
+        # Members of one etcd cluster: the first that accepts a connection is used, the
+        # next ones in turn whenever it goes away (`grpc_target`).
         self.etcd_endpoints = [parse_endpoint(e) for e in config["etcd.endpoints"]]
-        self.etcd_endpoint = self.etcd_endpoints[0]
         self.cluster_name = str(config["etcd.cluster.name"])
         self.lease_ttl_s = max(int(config["broker.session.timeout.ms"]) // 1000, 2)
         self.unclean = bool(config["unclean.leader.election.enable"])
         # One id for the whole cluster: cluster.id if set, else derived from its etcd name.
         self.cluster_id = str(config["cluster.id"]) or cluster_id_for(self.cluster_name)
-        self.store = self._store_at(self.etcd_endpoint)
+        self.store = EtcdMetadataStore.for_endpoints(
+            self.etcd_endpoints, cluster_name=self.cluster_name, request_timeout_s=10
+        )
+        self.store.on_recovered = self._etcd_recovered
+        # When this broker last saw etcd come back after an outage (loop time): the
+        # controller holds off fencing missing brokers for a while after it
+        # (`fencing_held_until`).
+        self.etcd_recovered_at: float | None = None
         self.replicas = broker.replicas  # this node's replicas: their roles come from here
         # The coordinators' topics as their runtimes want them, created on the first
         # FindCoordinator that needs one (as Kafka does).
@@ -244,33 +254,17 @@ class ClusterNode:
         self._session_task = asyncio.create_task(self._run_session(), name="cluster-session")
         self._tasks.append(asyncio.create_task(self._check_isr(), name="cluster-isr"))
 
-    def _store_at(self, endpoint: tuple[str, int]) -> EtcdMetadataStore:
-        return EtcdMetadataStore(*endpoint, cluster_name=self.cluster_name, request_timeout_s=10)
-
     async def _connect(self) -> None:
-        """Open the store on the first etcd endpoint that answers a read, in the order
-        given; raises the last endpoint's error when none does."""
-        for index, endpoint in enumerate(self.etcd_endpoints):
-            if endpoint != self.etcd_endpoint:
-                self.etcd_endpoint = endpoint
-                self.store = self._store_at(endpoint)
-                self.producer_ids = ProducerIdBlocks(self.store)
-            try:
-                await self.store.__aenter__()
-                await self.store.controller_epoch()  # any read: does this member answer?
-                return
-            except Exception as exc:
-                await self._close_quietly()
-                if index == len(self.etcd_endpoints) - 1:
-                    raise
-                log.warning(
-                    "etcd at %s:%d does not answer (%s): trying the next endpoint",
-                    *endpoint,
-                    _first_line(exc),
-                )
+        """Open the store and read once (does any etcd member answer?)."""
+        await self.store.__aenter__()
+        await self.store.controller_epoch()
 
-    async def _join(self) -> None:
-        self.lease = await self.store.grant_lease(self.lease_ttl_s)
+    async def _join(self, replacing: LeaseKeeper | None = None) -> None:
+        """Register on a new lease and load the view. `replacing`: this process's lease
+        that its keeper gave up on; a registration still on it is taken over at once
+        (`register_broker`), then the lease is revoked (with the controller role, if
+        it still carries one: this broker gave that up already)."""
+        lease = await self.store.grant_lease(self.lease_ttl_s)
         host, port = self.broker.advertised_host, self.broker.advertised_port
         endpoints = tuple(
             Endpoint(lst.name, lst.advertised_host, lst.advertised_port, lst.protocol)
@@ -278,26 +272,60 @@ class ClusterNode:
         )
         info = BrokerInfo(self.broker_id, host, port, self.rack, os.getpid(), endpoints)
         deadline = asyncio.get_running_loop().time() + self.lease_ttl_s * 2
-        while True:
-            try:
-                await self.store.register_broker(info, self.lease)
-                break
-            except BrokerIdInUseError:
-                # Our own previous incarnation (killed) holds the id until its lease ends.
-                if asyncio.get_running_loop().time() > deadline:
-                    raise
-                await asyncio.sleep(0.5)
+        old = None if replacing is None else replacing.lease_id
+        try:
+            while True:
+                try:
+                    await self.store.register_broker(info, lease, replacing=old)
+                    break
+                except BrokerIdInUseError:
+                    # Another process with our id (a killed predecessor) holds it until
+                    # its lease ends.
+                    if asyncio.get_running_loop().time() > deadline:
+                        raise
+                    await asyncio.sleep(0.5)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await lease.revoke()
+            raise
+        self.lease = lease
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await self.store.revoke_lease(old)
         snapshot = await self.store.cluster()
         await self._load(snapshot.items, snapshot.revision)
         log.info(
-            "broker %d joined cluster %r (etcd %s:%d, %d brokers, %d topics)",
+            "broker %d joined cluster %r (etcd %s, %d brokers, %d topics)",
             self.broker_id,
             self.cluster_name,
-            *self.etcd_endpoint,
+            ",".join("{}:{}".format(*e) for e in self.etcd_endpoints),
             len(self.brokers),
             len(self.assignments),
         )
         self.ready.set()
+
+    def _etcd_recovered(self) -> None:
+        self.etcd_recovered_at = asyncio.get_running_loop().time()
+        if self.controller is not None:
+            self.controller.hold_fencing(self.fencing_held_until())
+
+    def fencing_held_until(self) -> float:
+        """Until when (loop time) the controller treats brokers missing from etcd as
+        not yet dead: one session timeout after etcd came back, as seen here.
+
+        Kafka's KRaft controller fences a broker only after broker.session.timeout.ms
+        without heartbeats *as seen by the active controller* (Kafka 4.1's
+        BrokerHeartbeatManager: a new active controller does not know the last
+        heartbeats, so every broker gets a whole session). Here etcd's leases are
+        the heartbeats and they outlive a controller change, so a new controller needs
+        no such wait (it would double every failover). But after an etcd outage
+        brokers come back one by one: registrations that ended in the outage are not
+        news of dead brokers, and acting on them would shrink every ISR to the first
+        broker back and give it every leadership.
+        """
+        if self.etcd_recovered_at is None:
+            return 0.0
+        return self.etcd_recovered_at + self.lease_ttl_s
 
     async def _close_quietly(self) -> None:
         with contextlib.suppress(Exception):
@@ -345,10 +373,12 @@ class ClusterNode:
             while not self._stopping:
                 try:
                     if lost in done:
-                        await self._join()
+                        await self._join(replacing=lease)
                     else:
                         snapshot = await self.store.cluster()
                         await self._load(snapshot.items, snapshot.revision)
+                    if lost in done or backoff > REJOIN_BACKOFF_S[0]:
+                        self._etcd_recovered()  # it was unreachable: brokers come back
                     backoff = REJOIN_BACKOFF_S[0]
                     break
                 except (MetadataError, OSError, Exception) as exc:  # etcd down: keep trying
@@ -383,6 +413,7 @@ class ClusterNode:
                     self._claim = won
                     log.info("broker %d is controller (epoch %d)", self.broker_id, won.info.epoch)
                     self.controller = Controller(self, won)
+                    self.controller.hold_fencing(self.fencing_held_until())
                     self.controller.start()
             self._campaign_wake.clear()
             await self._campaign_wake.wait()

