@@ -23,6 +23,9 @@ GROUP_BY_PATH = {
 }
 
 
+# tryfirst: xdist's worker names each test's group in this same hook, from the marks
+# that are there when it runs.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         relative = str(item.path).removeprefix(TESTS + "/")

@@ -34,6 +34,9 @@ class FaultCluster(LocalCluster):
     def etcd_endpoint(self) -> tuple[str, int]:
         return self.quorum.live_endpoint()
 
+    def etcd_endpoints(self) -> list[tuple[str, int]]:
+        return self.quorum.endpoints  # the launcher reads registrations through these
+
     def broker_command(self, broker_id: int) -> list[str]:
         command = super().broker_command(broker_id)
         etcd = ",".join(self.proxies.address(m) for m in etcd_upstreams(self.quorum))
