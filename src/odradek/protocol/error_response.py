@@ -120,9 +120,7 @@ def _top_level_error(api_key: int, version: int) -> bool:
 
 def _entities_below_top_level(api_key: int, version: int) -> bool:
     """Whether entities get errors under a top-level one (Kafka's Fetch below v13)."""
-    return api_key in (ApiKey.METADATA, ApiKey.FETCH) and (
-        api_key == ApiKey.METADATA or version < 13
-    )
+    return api_key == ApiKey.METADATA or (api_key == ApiKey.FETCH and version < 13)
 
 
 def closes_instead(api_key: int, request: Any) -> bool:
