@@ -515,12 +515,34 @@ class ClusterNode:
     async def _topic_put(self, assignment: TopicAssignment) -> None:
         self.assignments[assignment.name] = assignment
         configs = self.topic_configs.get(assignment.name, {})
+        hosted = self._hosted(assignment)
+        self._stop_replicas_leaving(assignment.name, hosted)
         try:
             await self.broker.topics.adopt(
-                assignment.name, assignment.topic_id, len(assignment.replicas), configs
+                assignment.name, assignment.topic_id, len(assignment.replicas), configs, hosted
             )
         except Exception:
             log.exception("cannot open topic %s on this broker", assignment.name)
+
+    def _hosted(self, assignment: TopicAssignment) -> frozenset[int] | None:
+        """The partitions with a replica on this broker (while a reassignment runs, its
+        adding and removing replicas too); None for the internal topics, whose
+        coordinators keep a log of every partition on every broker."""
+        if assignment.name in INTERNAL_TOPICS:
+            return None
+        return frozenset(p for p, r in assignment.replicas.items() if self.broker_id in r)
+
+    def _stop_replicas_leaving(self, name: str, hosted: frozenset[int] | None) -> None:
+        """Stop replicating the partitions moved away from this broker (a completed
+        reassignment) before their logs are deleted."""
+        topic = self.broker.topics.get(name)
+        if topic is None or hosted is None:
+            return
+        for index in topic.hosted():
+            if index not in hosted:
+                self.replicas.forget_partition(name, index)
+                for fetcher in self.fetchers.values():
+                    fetcher.remove((name, index))
 
     async def _topic_deleted(self, name: str) -> None:
         self.assignments.pop(name, None)
