@@ -48,15 +48,20 @@ POLL_INTERVAL_S = 0.2
 
 @contextlib.contextmanager
 def running_cluster(
-    data_dir: Path, brokers: int = 3, settings: dict[str, str] | None = None
+    data_dir: Path,
+    brokers: int = 3,
+    settings: dict[str, str] | None = None,
+    extra_listeners: tuple[str, ...] = (),
 ) -> Iterator[LocalCluster]:
     """etcd and `brokers` brokers, every one registered; all stopped on exit, even
     after a failure (a paused broker gets SIGCONT with its SIGTERM). `settings` are
-    added to (or override) CLUSTER_SETTINGS."""
+    added to (or override) CLUSTER_SETTINGS; `extra_listeners` are opened by every
+    broker besides its PLAINTEXT one (`LocalCluster.prepare`)."""
     cluster = LocalCluster.prepare(
         data_dir,
         brokers=brokers,
         settings={**CLUSTER_SETTINGS, **(settings or {})},
+        extra_listeners=extra_listeners,
         wait_for_registration=True,
     )
     try:

@@ -262,3 +262,26 @@ def test_up_removes_a_new_cluster_that_does_not_come_up_and_keeps_an_existing_on
         LocalCluster.up(tmp_path / "old", timeout_s=START_TIMEOUT_S)
     assert not kept.value.removed and existing.layout.state_file.exists()
     assert LocalCluster.open(tmp_path / "old").is_serving(ETCD)  # left for 'cluster down'
+
+
+def test_extra_listeners_get_ports_of_their_own_kept_across_opens(tmp_path: Path) -> None:
+    local = LocalCluster.prepare(tmp_path / "x", brokers=2, extra_listeners=("replication",))
+    ports = {b: local.state.brokers[b].listener_ports["REPLICATION"] for b in (1, 2)}
+    every_port = [local.state.etcd.port, local.state.etcd.peer_port]
+    for b in (1, 2):
+        every_port += [local.state.brokers[b].port, ports[b]]
+    assert len(set(every_port)) == 6
+    command = local.broker_command(1)
+    assert "--listen" not in command
+    assert (
+        f"listeners=PLAINTEXT://127.0.0.1:{local.state.brokers[1].port},"
+        f"REPLICATION://127.0.0.1:{ports[1]}"
+    ) in command
+    grown = LocalCluster.prepare(tmp_path / "x", brokers=3)
+    assert {b: grown.state.brokers[b].listener_ports["REPLICATION"] for b in (1, 2)} == ports
+    assert set(grown.state.brokers[3].listener_ports) == {"REPLICATION"}
+    assert grown.listener_address(3, "replication").startswith("127.0.0.1:")
+    with pytest.raises(ClusterError, match="fixed when it is created"):
+        LocalCluster.prepare(tmp_path / "x", extra_listeners=("INTERNAL",))
+    with pytest.raises(ClusterError, match="other than PLAINTEXT"):
+        LocalCluster.prepare(tmp_path / "y", extra_listeners=("PLAINTEXT",))

@@ -179,6 +179,21 @@ def test_14_loaded_group_over_max_size_rebalances() -> None:
     assert ctx.state() is S.PREPARING_REBALANCE
 
 
+def test_14b_sessions_restart_when_a_new_coordinator_loads_the_group() -> None:
+    """Kafka restarts every member's session on load: a member silent for most of its
+    session before the failover (its coordinator was dying) keeps its place for a whole
+    session after the load, and only a member that stays silent is expelled."""
+    ctx = ctx0()
+    (a, b), gen = stable(ctx, 2)  # sessions of 10 s
+    ctx.sleep(9_000)  # no heartbeat reached the dying coordinator
+    ctx.reload()
+    ctx.sleep(8_000)  # 17 s since the last heartbeat: past the old deadline
+    assert ctx.state() is S.STABLE and set(ctx.shard.groups["g"].members) == {a, b}
+    assert ctx.heartbeat("g", a, gen) == 0
+    ctx.sleep(2_000)  # b silent for a whole session since the load
+    assert set(ctx.shard.groups["g"].members) == {a}
+
+
 # --- 15-21: initial delay, rejoins, generations ---------------------------------------------
 
 

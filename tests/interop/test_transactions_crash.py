@@ -38,7 +38,10 @@ pytestmark = [pytest.mark.embedded, pytest.mark.timeout(240)]
 HERE = Path(__file__).resolve().parent
 EXAMPLE = HERE.parents[1] / "examples" / "transactional_etl.py"
 CONFLUENT_LOOP = HERE / "txn_etl_confluent.py"
-KILLS = 20
+# Kills per loop: a short seeded run by default, the long one under -m soak.
+KILLS = pytest.mark.parametrize(
+    "kills", [8, pytest.param(20, marks=pytest.mark.soak)], ids=lambda n: f"{n}-kills"
+)
 RECORDS = 2_000
 INPUT_PARTITIONS = 2
 SETTINGS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
@@ -213,9 +216,9 @@ def test_broker_killed_between_prepare_and_markers_completes_the_commit(
 
 
 def run_with_kills(
-    broker: BrokerProcess, command: list[str], seed: int
+    broker: BrokerProcess, command: list[str], seed: int, kills: int
 ) -> tuple[str, str, list[str]]:
-    """Feed the input, run ``command`` (the loop), SIGKILL it KILLS times at random
+    """Feed the input, run ``command`` (the loop), SIGKILL it ``kills`` times at random
     moments, then let it finish; return (input, output, its last outputs)."""
     rng = random.Random(seed)
     source, sink = unique_topic("etl-in"), unique_topic("etl-out")
@@ -227,7 +230,7 @@ def run_with_kills(
     argv = [*command, source, sink]
     watcher = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique_topic("w")})
     try:
-        for run in range(KILLS):
+        for run in range(kills):
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             if run % 4 == 1:
                 # One kill in four lands after this run has written to the sink (a slow
@@ -275,18 +278,20 @@ def check_exactly_once(broker: BrokerProcess, sink: str) -> None:
     assert got == expected
 
 
-def test_confluent_kafka_loop_killed_20_times_writes_each_record_once(
-    broker: BrokerProcess,
+@KILLS
+def test_confluent_kafka_loop_killed_repeatedly_writes_each_record_once(
+    broker: BrokerProcess, kills: int
 ) -> None:
     group = unique_topic("cf-etl")
     command = [sys.executable, str(CONFLUENT_LOOP), broker.bootstrap, group, group, "etl-0"]
-    _, sink, out = run_with_kills(broker, command, seed=7)
+    _, sink, out = run_with_kills(broker, command, seed=7, kills=kills)
     check_killed_runs_worked(out)
     check_exactly_once(broker, sink)
 
 
-def test_odradek_client_loop_killed_20_times_writes_each_record_once(
-    broker: BrokerProcess,
+@KILLS
+def test_odradek_client_loop_killed_repeatedly_writes_each_record_once(
+    broker: BrokerProcess, kills: int
 ) -> None:
     group = unique_topic("od-etl")
     wrapper = [
@@ -301,6 +306,6 @@ def test_odradek_client_loop_killed_20_times_writes_each_record_once(
         "'--input', source, '--output', sink]; "
         f"runpy.run_path({str(EXAMPLE)!r}, run_name='__main__')",
     ]
-    _, sink, out = run_with_kills(broker, wrapper, seed=11)
+    _, sink, out = run_with_kills(broker, wrapper, seed=11, kills=kills)
     check_killed_runs_worked(out)
     check_exactly_once(broker, sink)

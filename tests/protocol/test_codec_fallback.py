@@ -33,11 +33,15 @@ ON_THE_FALLBACK = [
 ]
 
 
+# -n 0: in this test's process only, not two more xdist workers of its own.
+PYTEST_OPTIONS = ("-q", "-x", "-n", "0", "-p", "no:cacheprovider")
+
+
 @pytest.mark.timeout(300)
 def test_codec_paths_pass_on_the_pure_python_fallback() -> None:
     env = dict(os.environ, **{NO_NATIVE_ENV: "1"})
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *ON_THE_FALLBACK],
+        [sys.executable, "-m", "pytest", *PYTEST_OPTIONS, *ON_THE_FALLBACK],
         cwd=ROOT,
         env=env,
         capture_output=True,

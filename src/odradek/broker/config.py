@@ -907,6 +907,30 @@ _SETTINGS = (
         "",
         "KRaft controller listeners in listeners; Odradek does not open them.",
     ),
+    # Which listener brokers use among themselves (replication, transaction markers),
+    # as Kafka's KafkaConfig.interBrokerListenerName; docs/security.md "Securing replication".
+    Setting(
+        "inter.broker.listener.name",
+        STRING,
+        "",
+        "Listener brokers connect to each other on (empty: the one named after "
+        "security.inter.broker.protocol); not with security.inter.broker.protocol.",
+    ),
+    Setting(
+        "security.inter.broker.protocol",
+        STRING,
+        "PLAINTEXT",
+        "Security protocol between brokers, when inter.broker.listener.name is not set: "
+        "the listener of that name is used.",
+    ),
+    Setting(
+        "sasl.mechanism.inter.broker.protocol",
+        STRING,
+        "GSSAPI",
+        "SASL mechanism a broker authenticates to other brokers with (PLAIN, "
+        "SCRAM-SHA-256, SCRAM-SHA-512); must be in the inter-broker listener's "
+        "sasl.enabled.mechanisms.",
+    ),
     Setting(
         "sasl.enabled.mechanisms",
         LIST,
@@ -970,7 +994,8 @@ _SETTINGS = (
         "ssl.endpoint.identification.algorithm",
         STRING,
         "https",
-        "Kafka's name; the broker makes no TLS connections, so it has no effect.",
+        "https: a broker connecting to another over TLS checks that the peer's certificate "
+        "names the host it connects to (empty: no host name check).",
     ),
     Setting(
         "ssl.principal.mapping.rules",

@@ -7,7 +7,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from odradek.broker.closing import CloseConnection as CloseConnection  # server.py's import
-from odradek.broker.security.acl import SUPPORTED_OPERATIONS, AclOperation, ResourceType
+from odradek.broker.security.acl import (
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    ResourceType,
+)
 from odradek.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from odradek.protocol.codec import RequestHeader, build, response_type
 
@@ -71,12 +76,27 @@ class RequestContext:
             return listener.advertised_host, listener.advertised_port
         return self.broker.advertised_host, self.broker.advertised_port
 
+    @property
+    def listener_name(self) -> str | None:
+        """The listener the request came in on (None outside a connection)."""
+        return self.session.listener.name if self.session is not None else None
+
     def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
         """Kafka's AuthHelper.authorize: always true when no authorizer is configured."""
         authorizer = self.broker.security.authorizer
         return authorizer is None or authorizer.authorize(
             self.principal, self.client_host, operation, resource_type, name
         )
+
+    def may_act_as_replica(self) -> bool:
+        """Whether a Fetch or OffsetsForLeaderEpoch naming a replica id (>= 0) is served:
+        only on the inter-broker listener, and (Kafka's rule, KafkaApis.handleFetchRequest)
+        to a principal with CLUSTER_ACTION on the cluster when an authorizer is
+        configured. Why the listener too: docs/security.md, "Securing replication"."""
+        inter = self.broker.security.inter_broker
+        if inter is not None and self.listener_name not in (None, inter.listener):
+            return False
+        return self.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
 
     def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
         """Kafka's authorizeByResourceType: allowed on at least one resource of the type."""

@@ -165,9 +165,14 @@ class ControlPlane(TopicControl, Protocol):
 
     # --- what Metadata, DescribeQuorum and the metrics describe ----------------------------
 
-    def live_brokers(self) -> list[BrokerAddress]: ...
+    def live_brokers(self, listener: str | None = None) -> list[BrokerAddress]:
+        """Live brokers at their address on `listener` (None: each one's first); brokers
+        without that listener are left out, as Kafka's metadata cache does."""
+        ...
 
-    def address_of(self, broker_id: int) -> tuple[str, int] | None: ...
+    def address_of(self, broker_id: int, listener: str | None = None) -> tuple[str, int] | None:
+        """A live broker's address on `listener`; None if not live or without it."""
+        ...
 
     def controller_id(self) -> int: ...
 

@@ -163,11 +163,11 @@ class LoneNode(LocalTopics):
 
     # --- views ------------------------------------------------------------------------------------
 
-    def live_brokers(self) -> list[BrokerAddress]:
+    def live_brokers(self, listener: str | None = None) -> list[BrokerAddress]:
         host, port = self.broker.advertised_host, self.broker.advertised_port
         return [BrokerAddress(self.node_id, host, port, None)]
 
-    def address_of(self, broker_id: int) -> tuple[str, int] | None:
+    def address_of(self, broker_id: int, listener: str | None = None) -> tuple[str, int] | None:
         if broker_id != self.node_id:
             return None
         return self.broker.advertised_host, self.broker.advertised_port

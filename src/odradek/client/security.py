@@ -37,7 +37,8 @@ from odradek.client.errors import (
     make_error,
 )
 from odradek.protocol.apikeys import ApiKey
-from odradek.protocol.scram import MECHANISMS, ScramClient, ScramError
+from odradek.protocol.sasl_client import sasl_steps
+from odradek.protocol.scram import ScramError
 
 if TYPE_CHECKING:
     from odradek.client.config import CommonConfig
@@ -228,37 +229,9 @@ def secure_transport(
 
 
 def _mechanism_steps(config: CommonConfig) -> Callable[[bytes | None], bytes | None]:
-    """The client's tokens, one per call with the server's last challenge (None first);
-    None when the exchange is over."""
     username, password = config.sasl_credentials()
     assert username is not None and password is not None
-    if config.sasl_mechanism == "PLAIN":
-        sent = False
-
-        def plain(_challenge: bytes | None) -> bytes | None:
-            nonlocal sent
-            if sent:
-                return None
-            sent = True
-            return b"\x00" + username.encode() + b"\x00" + password.encode()
-
-        return plain
-    scram = ScramClient(MECHANISMS[config.sasl_mechanism], username, password)
-    step = 0
-
-    def scram_step(challenge: bytes | None) -> bytes | None:
-        nonlocal step
-        step += 1
-        if step == 1:
-            return scram.first()
-        if step == 2:
-            assert challenge is not None
-            return scram.final(challenge)
-        assert challenge is not None
-        scram.verify(challenge)
-        return None
-
-    return scram_step
+    return sasl_steps(config.sasl_mechanism, username, password)
 
 
 def authenticate(

@@ -25,6 +25,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from odradek.cluster.peer_connection import OpenPeer, open_plain
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import RequestHeader, build, decode_response, encode_request
 from odradek.protocol.errors import ErrorCode
@@ -41,10 +42,14 @@ _SIZE = struct.Struct(">i")
 
 
 class LeaderConnection:
-    """One plain connection to another broker, one request at a time."""
+    """One connection to another broker (opened by `connect`: on the inter-broker
+    listener, authenticated, `odradek.cluster.peer_connection`), one request at a time."""
 
-    def __init__(self, host: str, port: int, client_id: str, timeout_s: float) -> None:
+    def __init__(
+        self, host: str, port: int, client_id: str, timeout_s: float, connect: OpenPeer = open_plain
+    ) -> None:
         self.host, self.port = host, port
+        self.connect = connect
         self.client_id = client_id
         self.timeout_s = timeout_s
         self._reader: asyncio.StreamReader | None = None
@@ -55,7 +60,7 @@ class LeaderConnection:
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self._reader is None or self._writer is None:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.timeout_s
+                self.connect(self.host, self.port), self.timeout_s
             )
         return self._reader, self._writer
 
@@ -102,7 +107,9 @@ class ReplicaFetcher:
         max_wait_ms: int,
         max_bytes: int,
         timeout_s: float,
+        connect: OpenPeer = open_plain,
     ) -> None:
+        self.connect = connect
         self.broker_id = broker_id
         self.leader_id = leader_id
         self.manager = manager
@@ -155,7 +162,7 @@ class ReplicaFetcher:
                 self._connection.close()
             self._address = address
             self._connection = LeaderConnection(
-                *address, f"odradek-replica-{self.broker_id}", self.timeout_s
+                *address, f"odradek-replica-{self.broker_id}", self.timeout_s, self.connect
             )
         return self._connection
 

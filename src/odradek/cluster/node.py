@@ -43,10 +43,12 @@ from odradek.broker.control_plane import (
     Quorum,
     Voter,
 )
+from odradek.broker.security.inter_broker import inter_broker
 from odradek.broker.topics import LEGACY_GROUP_EVENTS_TOPIC, NewTopic, Topic, TopicError
 from odradek.cluster.controller import Controller
 from odradek.cluster.fetcher import LeaderConnection, ReplicaFetcher
 from odradek.cluster.metadata import EtcdMetadataStore, LeaseKeeper
+from odradek.cluster.peer_connection import PeerConnector
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import build, decode_response, request_type
 from odradek.protocol.errors import ErrorCode
@@ -76,6 +78,7 @@ from odradek.replication.model import (
     ControllerChange,
     ControllerClaim,
     ControllerInfo,
+    Endpoint,
     LeaseLost,
     MetadataError,
     MetadataWatchLost,
@@ -228,6 +231,12 @@ class ClusterNode:
         self._revision_seen = asyncio.Event()
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._connections: dict[int, LeaderConnection] = {}  # to other brokers (markers)
+        # Other brokers are reached on the inter-broker listener, authenticated there
+        # with this broker's own credentials (checked here, at start: one-line errors).
+        inter = inter_broker(config, broker.listeners, as_client=True)
+        broker.security.inter_broker = inter
+        self.inter_broker_listener = inter.listener if inter is not None else None
+        self.peers = PeerConnector(inter)
         self.controller: Controller | None = None
         self._claim: ControllerClaim | None = None
         self.lease: LeaseKeeper | None = None
@@ -290,7 +299,11 @@ class ClusterNode:
     async def _join(self) -> None:
         self.lease = await self.store.grant_lease(self.lease_ttl_s)
         host, port = self.broker.advertised_host, self.broker.advertised_port
-        info = BrokerInfo(self.broker_id, host, port, self.rack, os.getpid())
+        endpoints = tuple(
+            Endpoint(lst.name, lst.advertised_host, lst.advertised_port, lst.protocol)
+            for lst in self.broker.listeners
+        )
+        info = BrokerInfo(self.broker_id, host, port, self.rack, os.getpid(), endpoints)
         deadline = asyncio.get_running_loop().time() + self.lease_ttl_s * 2
         while True:
             try:
@@ -583,10 +596,11 @@ class ClusterNode:
                 self.broker_id,
                 leader_id,
                 self.replicas,
-                self.address_of,
+                self.peer_address,
                 max_wait_ms=int(config["replica.fetch.wait.max.ms"]),
                 max_bytes=int(config["replica.fetch.max.bytes"]),
                 timeout_s=int(config["replica.socket.timeout.ms"]) / 1000,
+                connect=self.peers.open,
             )
             self.fetchers[leader_id] = fetcher
         return fetcher
@@ -636,7 +650,7 @@ class ClusterNode:
         if state is None:
             return  # the topic is gone: nothing to mark
         leader = state.state.leader
-        address = self.address_of(leader) if leader >= 0 else None
+        address = self.peer_address(leader) if leader >= 0 else None
         if address is None:
             raise ConnectionError(f"{topic}-{partition} has no live leader")
         request = build(
@@ -674,6 +688,7 @@ class ClusterNode:
                 *address,
                 f"odradek-broker-{self.broker_id}",
                 int(self.broker.config["replica.socket.timeout.ms"]) / 1000,
+                self.peers.open,
             )
             self._connections[broker_id] = connection
         return connection
@@ -688,9 +703,15 @@ class ClusterNode:
 
     # --- what handlers ask -----------------------------------------------------------------
 
-    def address_of(self, broker_id: int) -> tuple[str, int] | None:
+    def address_of(self, broker_id: int, listener: str | None = None) -> tuple[str, int] | None:
+        """A live broker's address on a listener (None: the one it registered first);
+        None if it is not live or has no such listener."""
         info = self.brokers.get(broker_id)
-        return (info.host, info.port) if info is not None else None
+        return info.address_on(listener) if info is not None else None
+
+    def peer_address(self, broker_id: int) -> tuple[str, int] | None:
+        """Where this broker reaches another: its inter-broker listener."""
+        return self.address_of(broker_id, self.inter_broker_listener)
 
     def replicas_of(self, topic: str, partition: int) -> tuple[int, ...]:
         assignment = self.assignments.get(topic)
@@ -1070,11 +1091,15 @@ class ClusterNode:
             error, leader, state.state.leader_epoch, replicas, state.state.isr, offline
         )
 
-    def live_brokers(self) -> list[BrokerAddress]:
-        return [
-            BrokerAddress(b.broker_id, b.host, b.port, b.rack)
-            for b in sorted(self.brokers.values(), key=lambda b: b.broker_id)
-        ]
+    def live_brokers(self, listener: str | None = None) -> list[BrokerAddress]:
+        """Live brokers at their address on `listener`; those without it are left out,
+        as Kafka's metadata cache answers (KRaftMetadataCache.getAliveBrokerNodes)."""
+        found = []
+        for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
+            address = b.address_on(listener)
+            if address is not None:
+                found.append(BrokerAddress(b.broker_id, *address, b.rack))
+        return found
 
     def lists_topic(self, name: str) -> bool:
         return name in self.assignments

@@ -38,7 +38,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,6 +151,8 @@ class BrokerRecord:
     port: int
     rack: str | None = None
     pid: int | None = None
+    # The port of each of the cluster's extra listeners (`ClusterState.extra_listeners`).
+    listener_ports: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -161,6 +163,10 @@ class ClusterState:
     brokers: dict[int, BrokerRecord]
     settings: dict[str, str] = field(default_factory=dict)
     rack_count: int | None = None
+    # Listeners every broker opens besides its PLAINTEXT one at `BrokerRecord.port` (their
+    # protocols from the listener.security.protocol.map setting), e.g. an inter-broker
+    # SASL_SSL listener (docs/security.md, "Securing replication").
+    extra_listeners: list[str] = field(default_factory=list)
 
     @property
     def cluster_name(self) -> str:
@@ -176,11 +182,19 @@ class ClusterState:
                 "pid": self.etcd.pid,
             },
             "brokers": [
-                {"id": b.id, "host": b.host, "port": b.port, "rack": b.rack, "pid": b.pid}
+                {
+                    "id": b.id,
+                    "host": b.host,
+                    "port": b.port,
+                    "rack": b.rack,
+                    "pid": b.pid,
+                    "listener_ports": dict(b.listener_ports),
+                }
                 for _, b in sorted(self.brokers.items())
             ],
             "settings": dict(self.settings),
             "rack_count": self.rack_count,
+            "extra_listeners": list(self.extra_listeners),
         }
 
     @classmethod
@@ -199,13 +213,17 @@ class ClusterState:
                 _port(b["port"]),
                 None if rack is None else _str(rack),
                 _pid(b["pid"]),
+                {_str(k): _port(v) for k, v in b.get("listener_ports", {}).items()},
             )
             brokers[record.id] = record
         if sorted(brokers) != list(range(1, len(brokers) + 1)):
             raise ValueError("broker ids must be 1..N")
         settings = {_str(k): _str(v) for k, v in value["settings"].items()}
         rack_count = value["rack_count"]
-        return cls(etcd, brokers, settings, None if rack_count is None else _int(rack_count))
+        extra = [_str(name) for name in value.get("extra_listeners", [])]
+        if any(set(b.listener_ports) != set(extra) for b in brokers.values()):
+            raise ValueError("every broker needs a port for each of extra_listeners")
+        return cls(etcd, brokers, settings, None if rack_count is None else _int(rack_count), extra)
 
     @classmethod
     def load(cls, layout: ClusterLayout) -> Self:
@@ -232,6 +250,16 @@ class ClusterState:
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, layout.state_file)
+
+
+def _listener_names(names: Iterable[str]) -> list[str]:
+    """Extra listener names, upper case as Kafka normalises them (PLAINTEXT is taken)."""
+    found = [name.strip().upper() for name in names]
+    if any(not name.isidentifier() or name == "PLAINTEXT" for name in found):
+        raise ClusterError(f"extra listener names must be words other than PLAINTEXT: {found}")
+    if len(set(found)) != len(found):
+        raise ClusterError(f"extra listener names repeat: {found}")
+    return found
 
 
 def _int(value: Any) -> int:
@@ -478,13 +506,16 @@ class LocalCluster:
         brokers: int | None = None,
         rack_count: int | None = None,
         settings: Mapping[str, str] | None = None,
+        extra_listeners: Sequence[str] | None = None,
         **options: Any,
     ) -> Self:
         """The cluster of `data_dir`, created (new ports) or extended to `brokers`.
 
         `brokers` defaults to the recorded count (3 for a new cluster); fewer than
         recorded is an error. New `settings` or `rack_count` replace the recorded
-        ones only while nothing runs; None keeps them.
+        ones only while nothing runs; None keeps them. `extra_listeners` (names) are
+        listeners every broker opens besides its PLAINTEXT one, each on a port of its
+        own; fixed when the cluster is created.
         """
         if brokers is not None and not 1 <= brokers <= MAX_BROKERS:
             raise ClusterError(f"--brokers must be 1..{MAX_BROKERS}, got {brokers}")
@@ -500,9 +531,17 @@ class LocalCluster:
                     "data dir (give a new or empty directory)"
                 )
             cluster = cls(layout, cls._new_state(rack_count, settings), **options)
+            cluster.state.extra_listeners = _listener_names(extra_listeners or ())
         else:
             cluster = cls(layout, ClusterState.load(layout), **options)
             cluster._change_options(rack_count, settings)
+            if extra_listeners is not None and (
+                _listener_names(extra_listeners) != cluster.state.extra_listeners
+            ):
+                raise ClusterError(
+                    f"the cluster in {layout.root} has the extra listeners "
+                    f"{cluster.state.extra_listeners or 'none'}; they are fixed when it is created"
+                )
         if brokers is None:
             brokers = len(cluster.state.brokers) or DEFAULT_BROKERS
         cluster._grow(brokers)
@@ -594,11 +633,17 @@ class LocalCluster:
                 f"to {count} (run 'odradek cluster down' and use a new data dir)"
             )
         used = [self.state.etcd.port, self.state.etcd.peer_port]
-        used += [b.port for b in self.state.brokers.values()]
-        ports = _free_ports(LOOPBACK, count - recorded, avoid=used)
-        for broker_id, port in zip(range(recorded + 1, count + 1), ports, strict=True):
+        for b in self.state.brokers.values():
+            used += [b.port, *b.listener_ports.values()]
+        names = self.state.extra_listeners
+        ports = iter(_free_ports(LOOPBACK, (count - recorded) * (1 + len(names)), avoid=used))
+        for broker_id in range(recorded + 1, count + 1):
             rack = rack_of(broker_id, self.state.rack_count)
-            self.state.brokers[broker_id] = BrokerRecord(broker_id, LOOPBACK, port, rack)
+            port = next(ports)
+            extra = {name: next(ports) for name in names}
+            self.state.brokers[broker_id] = BrokerRecord(
+                broker_id, LOOPBACK, port, rack, None, extra
+            )
 
     # -- addresses -------------------------------------------------------------
 
@@ -609,6 +654,11 @@ class LocalCluster:
     def broker_address(self, broker_id: int) -> str:
         broker = self._broker(broker_id)
         return f"{broker.host}:{broker.port}"
+
+    def listener_address(self, broker_id: int, listener: str) -> str:
+        """host:port of one of the broker's extra listeners."""
+        broker = self._broker(broker_id)
+        return f"{broker.host}:{broker.listener_ports[listener.upper()]}"
 
     def bootstrap_servers(self) -> str:
         return ",".join(self.broker_address(b) for b in self.broker_ids)
@@ -764,8 +814,7 @@ class LocalCluster:
             "serve",
             "--data-dir",
             str(self.layout.broker_dir(broker_id)),
-            "--listen",
-            f"{broker.host}:{broker.port}",
+            *self._listen_arguments(broker),
             "--etcd",
             f"{etcd.host}:{etcd.port}",
             "--node-id",
@@ -777,9 +826,18 @@ class LocalCluster:
             command += ["--set", f"{key}={value}"]
         return command
 
+    def _listen_arguments(self, broker: BrokerRecord) -> list[str]:
+        """--listen for the PLAINTEXT listener alone, else the listeners setting."""
+        if not broker.listener_ports:
+            return ["--listen", f"{broker.host}:{broker.port}"]
+        listeners = [f"PLAINTEXT://{broker.host}:{broker.port}"] + [
+            f"{name}://{broker.host}:{port}" for name, port in broker.listener_ports.items()
+        ]
+        return ["--set", f"listeners={','.join(listeners)}"]
+
     def _spawn_broker(self, broker_id: int) -> None:
         broker = self._broker(broker_id)
-        self._check_ports_free(broker_id, [broker.port])
+        self._check_ports_free(broker_id, [broker.port, *broker.listener_ports.values()])
         self.layout.broker_dir(broker_id).mkdir(parents=True, exist_ok=True)
         self.layout.logs_dir.mkdir(parents=True, exist_ok=True)
         proc = spawn_logged(

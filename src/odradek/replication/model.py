@@ -66,17 +66,49 @@ def decode_value(raw: bytes) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One advertised listener of a broker, as Kafka's BrokerRegistration lists them
+    (``BrokerRegistrationRequest.Listeners``: name, host, port, security protocol)."""
+
+    listener: str  # upper case, as Kafka normalises listener names
+    host: str
+    port: int
+    security_protocol: str
+
+    def __post_init__(self) -> None:
+        if not self.listener or not self.host:
+            raise ValueError("an endpoint needs a listener name and a host")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"port must be in 1..65535, got {self.port}")
+
+    def encode(self) -> dict[str, Any]:
+        return {
+            "name": self.listener,
+            "host": self.host,
+            "port": self.port,
+            "protocol": self.security_protocol,
+        }
+
+    @classmethod
+    def decode(cls, d: Mapping[str, Any]) -> Self:
+        return cls(str(d["name"]), str(d["host"]), int(d["port"]), str(d["protocol"]))
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerInfo:
     """What a broker publishes about itself while it lives."""
 
     broker_id: int
-    host: str
+    host: str  # the first listener's advertised address (what tools show)
     port: int
     rack: str | None = None
     # The registering process on its host: tells a restarted broker's registration from
     # its killed predecessor's (still there until that lease ends), and shows operators
     # which process to look at. None from brokers that predate it.
     pid: int | None = None
+    # Every advertised listener. Empty in registrations written before brokers listed
+    # them: then host:port served every listener, and `address_on` says so.
+    endpoints: tuple[Endpoint, ...] = ()
 
     def __post_init__(self) -> None:
         if self.broker_id < 0:
@@ -86,17 +118,44 @@ class BrokerInfo:
         if not self.host:
             raise ValueError("host must not be empty")
 
+    def endpoint(self, listener: str) -> Endpoint | None:
+        """The endpoint of one listener (Kafka's Broker.endpoint(listenerName))."""
+        for endpoint in self.endpoints:
+            if endpoint.listener == listener:
+                return endpoint
+        return None
+
+    def address_on(self, listener: str | None) -> tuple[str, int] | None:
+        """(host, port) of the listener; None if this broker has no such listener.
+        ``listener=None``, or a registration without endpoints: host:port."""
+        if listener is None or not self.endpoints:
+            return self.host, self.port
+        endpoint = self.endpoint(listener)
+        return (endpoint.host, endpoint.port) if endpoint is not None else None
+
     def encode(self) -> bytes:
-        value = {"id": self.broker_id, "host": self.host, "port": self.port, "rack": self.rack}
+        value: dict[str, Any] = {
+            "id": self.broker_id,
+            "host": self.host,
+            "port": self.port,
+            "rack": self.rack,
+        }
         if self.pid is not None:
             value["pid"] = self.pid
+        if self.endpoints:
+            value["endpoints"] = [e.encode() for e in self.endpoints]
         return encode_value(value)
 
     @classmethod
     def decode(cls, raw: bytes) -> Self:
         d = decode_value(raw)
         return cls(
-            broker_id=d["id"], host=d["host"], port=d["port"], rack=d["rack"], pid=d.get("pid")
+            broker_id=d["id"],
+            host=d["host"],
+            port=d["port"],
+            rack=d["rack"],
+            pid=d.get("pid"),
+            endpoints=tuple(Endpoint.decode(e) for e in d.get("endpoints", ())),
         )
 
 

@@ -48,7 +48,7 @@ from odradek.broker.fetch_sessions import (
     SessionError,
 )
 from odradek.broker.registry import handles
-from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from odradek.broker.security.acl import AclOperation, ResourceType
 from odradek.broker.topics import storage_failures
 from odradek.log.errors import LogError
 from odradek.log.files import FileRegion
@@ -121,11 +121,11 @@ def _names(ctx: RequestContext, keys: Any) -> dict[Hashable, str | None]:
 
 
 def _unreadable(ctx: RequestContext, request: FetchRequest, names: set[str]) -> set[str]:
-    """Topics this request may not read: READ on each topic for consumers; CLUSTER_ACTION
-    on the cluster for a follower (replica id >= 0), or nothing is readable."""
+    """Topics this request may not read: READ on each topic for consumers; for a follower
+    (replica id >= 0) everything or nothing (`ctx.may_act_as_replica`: the inter-broker
+    listener and CLUSTER_ACTION), checked before any read or ISR bookkeeping."""
     if request.replica_id >= 0:
-        follower_ok = ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
-        return set() if follower_ok else names
+        return set() if ctx.may_act_as_replica() else names
     return {n for n in names if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, n)}
 
 

@@ -95,7 +95,13 @@ async def _located(ctx: RequestContext, entry: dict[str, Any], key_type: int) ->
     error, leader, message = await control.coordinator_for(topic, partition)
     address: tuple[str, int] | None = None
     if not error:
-        address = ctx.advertised if leader == ctx.broker.node_id else control.address_of(leader)
+        # Another broker at its address on this request's listener; one without that
+        # listener is no coordinator for this client (Kafka: COORDINATOR_NOT_AVAILABLE).
+        address = (
+            ctx.advertised
+            if leader == ctx.broker.node_id
+            else control.address_of(leader, ctx.listener_name)
+        )
     if address is None:
         entry.update(
             node_id=-1,

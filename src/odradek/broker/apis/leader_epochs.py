@@ -18,7 +18,7 @@ from typing import Any
 
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
-from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from odradek.broker.security.acl import AclOperation, ResourceType
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.errors import ErrorCode
 
@@ -45,10 +45,9 @@ def _answer(ctx: RequestContext, topic: str, partition: Any, refusal: int) -> di
 @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
 def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     replica_id = int(getattr(request, "replica_id", -1))
-    # Followers need CLUSTER_ACTION (as for their Fetch); consumers DESCRIBE on the topic.
-    follower_refused = replica_id >= 0 and not ctx.authorize(
-        AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
-    )
+    # Followers as for their Fetch (the inter-broker listener, CLUSTER_ACTION);
+    # consumers DESCRIBE on the topic.
+    follower_refused = replica_id >= 0 and not ctx.may_act_as_replica()
     topics = []
     for t in request.topics:
         if follower_refused:

@@ -35,13 +35,30 @@ ZERO_UUID = uuid.UUID(int=0)
 BUILD_IN_THREAD_TOPICS = 100
 
 
+LISTENER_ERRORS_FROM = 6  # Metadata v6+: LISTENER_NOT_FOUND (Kafka's errorUnavailableListeners)
+
+
 def partition_entry(ctx: RequestContext, topic: str, index: int) -> dict[str, Any]:
-    """One partition: leader, epoch, replicas, ISR, offline replicas."""
+    """One partition: leader, epoch, replicas, ISR, offline replicas. A leader without
+    the request's listener is no leader for this client: LISTENER_NOT_FOUND (older
+    versions LEADER_NOT_AVAILABLE) and leader -1, as KRaftMetadataCache answers."""
     info = ctx.broker.control.partition_info(topic, index)
+    error, leader = info.error_code, info.leader
+    if (
+        leader >= 0
+        and leader != ctx.broker.node_id
+        and ctx.broker.control.address_of(leader, ctx.listener_name) is None
+    ):
+        leader = -1
+        error = (
+            ErrorCode.LISTENER_NOT_FOUND
+            if ctx.version >= LISTENER_ERRORS_FROM
+            else ErrorCode.LEADER_NOT_AVAILABLE
+        )
     return {
-        "error_code": info.error_code,
+        "error_code": error,
         "partition_index": index,
-        "leader_id": info.leader,
+        "leader_id": leader,
         "leader_epoch": info.leader_epoch,
         "replica_nodes": info.replicas,
         "isr_nodes": info.isr,
@@ -68,7 +85,8 @@ def _listed(ctx: RequestContext, topic: Topic) -> bool:
 
 
 def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
-    """Every live broker; this one at the address this client used (its listener's)."""
+    """Every live broker with the listener this request came in on, at its address there
+    (Kafka's getAliveBrokerNodes(listenerName)); this one at the address this client used."""
     own = ctx.broker.node_id
     host, port = ctx.advertised
     return [
@@ -78,7 +96,7 @@ def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
             "port": port if b.node_id == own else b.port,
             "rack": b.rack,
         }
-        for b in sorted(ctx.broker.control.live_brokers(), key=lambda b: b.node_id)
+        for b in sorted(ctx.broker.control.live_brokers(ctx.listener_name), key=lambda b: b.node_id)
     ]
 
 

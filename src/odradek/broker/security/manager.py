@@ -9,6 +9,7 @@ from typing import Any
 from odradek.broker.config import BrokerConfig, ConfigError, format_value
 from odradek.broker.security.acl import AclStore, StandardAuthorizer
 from odradek.broker.security.credentials import InitialScramUser, ScramCredentialStore
+from odradek.broker.security.inter_broker import inter_broker
 from odradek.broker.security.listeners import (
     Listener,
     listener_value,
@@ -60,6 +61,9 @@ class BrokerSecurity:
             if lst.uses_sasl:
                 self.mechanisms[lst.name] = self._mechanisms(lst)
                 self.plain_users[lst.name] = self._plain_users(lst)
+        # The listener brokers reach each other on (a cluster's control plane replaces it
+        # with the full form, this broker's credentials included: cluster/node.py).
+        self.inter_broker = inter_broker(config, listeners, as_client=False)
 
     def _authorizer(self) -> StandardAuthorizer | None:
         name = str(self.config["authorizer.class.name"]).strip()
