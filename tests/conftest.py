@@ -23,6 +23,7 @@ GROUP_BY_PATH = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         relative = str(item.path).removeprefix(TESTS + "/")
