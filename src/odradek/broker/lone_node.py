@@ -95,7 +95,8 @@ class LoneNode(LocalTopics):
             if seen is not None and seen[0] != topic.topic_id:
                 self.replicas.forget(name)  # deleted and created again under the same name
             for index, plog in enumerate(topic.partitions):
-                self.replicas.lead_alone(name, index, plog)
+                if plog is not None:  # a lone node hosts every partition it has
+                    self.replicas.lead_alone(name, index, plog)
             self._led[name] = (topic.topic_id, len(topic.partitions))
 
     def propose_isr(self, replica: Replica, isr: tuple[int, ...]) -> None:

@@ -150,6 +150,8 @@ def take_snapshot(broker: MeasuredBroker) -> Snapshot:
                 snap.lag.append((group_id, topic, partition, committed.offset, lag))
     for topic in broker.topics:
         for index, plog in enumerate(topic.partitions):
+            if plog is None:  # no replica here
+                continue
             snap.logs.append(
                 (topic.name, index, plog.start_offset, plog.end_offset, plog.size_bytes)
             )

@@ -55,12 +55,14 @@ from odradek.broker.waiters import AppendWaiters
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import (
     DecodeError,
+    RequestHeader,
     build,
     decode_request_body,
     encode_response,
     parse_request_header,
     response_type,
 )
+from odradek.protocol.error_response import answer_version, closes_instead, error_response
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fetch import EncodedResponse
 from odradek.protocol.framing import FrameError, frame_size
@@ -565,7 +567,7 @@ class Broker:
             )
             if self.metrics is not None:
                 self.metrics.request_errors.labels(spec.key.name).inc()
-            raise CloseConnection(f"internal error in {spec.key.name}: {exc}") from exc
+            return self._error_answer(header, body, exc)
         if self.metrics is not None:
             self._observe(spec.key, time.perf_counter() - started)
         if result is None:  # acks=0 produce: no response
@@ -586,6 +588,30 @@ class Broker:
         if session is not None and session.close_reason is not None:
             raise CloseConnection(session.close_reason, final_response=materialize(response))
         return response
+
+    def _error_answer(self, header: RequestHeader, body: Any, exc: Exception) -> bytes:
+        """The answer to a request whose handler failed: UNKNOWN_SERVER_ERROR on what it
+        named (Kafka's getErrorResponse, ``protocol/error_response.py``); the connection
+        stays open. It closes only where Kafka closes it: a Produce with acks=0 expects
+        no answer, so closing is the only way to tell its producer."""
+        key = ApiKey(header.api_key)
+        if closes_instead(key, body):
+            raise CloseConnection(f"internal error in {key.name} (acks=0)") from exc
+        try:
+            answer = encode_response(
+                key,
+                answer_version(key, header.api_version),
+                header.correlation_id,
+                error_response(key, header.api_version, body),
+            )
+        except Exception as failed:  # a schema the walk cannot answer: say so, then close
+            log.error("no error response for %s v%d: %s", key.name, header.api_version, failed)
+            raise CloseConnection(f"internal error in {key.name}") from exc
+        if key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+            # An authentication that failed half-way cannot go on: answer, then close
+            # (Kafka's SaslServerAuthenticator sends its failure response and closes).
+            raise CloseConnection(f"internal error in {key.name}", final_response=answer)
+        return answer
 
     def _observe(self, key: ApiKey, seconds: float) -> None:
         children = self._api_metrics.get(key)

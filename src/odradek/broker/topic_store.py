@@ -44,18 +44,41 @@ COMPACT_SLACK = 1000
 
 @dataclass
 class TopicEntry:
-    """What the metadata says about one topic."""
+    """What the metadata says about one topic: its partition count, and which of its
+    partitions have a replica on this broker (``hosted``; None: all of them, a lone
+    node's topics and every topic written before placement was recorded)."""
 
     topic_id: str
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)
+    hosted: list[int] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.topic_id, "partitions": self.partitions, "configs": self.configs}
+        data: dict[str, Any] = {
+            "id": self.topic_id,
+            "partitions": self.partitions,
+            "configs": self.configs,
+        }
+        if self.hosted is not None:
+            data["hosted"] = self.hosted
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TopicEntry:
-        return cls(str(data["id"]), int(data["partitions"]), dict(data.get("configs", {})))
+        return cls(
+            str(data["id"]),
+            int(data["partitions"]),
+            dict(data.get("configs", {})),
+            _hosted(data),
+        )
+
+    def hosts(self, index: int) -> bool:
+        return self.hosted is None or index in self.hosted
+
+
+def _hosted(data: dict[str, Any]) -> list[int] | None:
+    hosted = data.get("hosted")
+    return None if hosted is None else sorted(int(i) for i in hosted)
 
 
 def write_json_atomically(path: Path, data: Any) -> None:
@@ -157,12 +180,19 @@ class TopicStore:
         op, name = change["op"], str(change["name"])
         if op == "create":
             self.topics[name] = TopicEntry(
-                str(change["id"]), int(change["partitions"]), dict(change["configs"])
+                str(change["id"]),
+                int(change["partitions"]),
+                dict(change["configs"]),
+                _hosted(change),
             )
         elif op == "delete":
             self.topics.pop(name, None)
         elif op == "partitions":
             self.topics[name].partitions = int(change["partitions"])
+            if "hosted" in change:
+                self.topics[name].hosted = _hosted(change)
+        elif op == "hosted":  # replicas placed here or moved away (a reassignment)
+            self.topics[name].hosted = _hosted(change)
         elif op == "configs":
             self.topics[name].configs = dict(change["configs"])
         else:
@@ -173,8 +203,9 @@ class TopicStore:
     def commit(self, changes: list[dict[str, Any]]) -> None:
         """Make a batch of changes durable (one write, one fsync), then apply them.
 
-        Each change is a dict with "op" (create, delete, partitions, configs),
-        "name", and the op's fields. Raises OSError (disk full, ...) with the
+        Each change is a dict with "op" (create, delete, partitions, hosted, configs),
+        "name", and the op's fields (create and partitions may carry "hosted", the
+        partitions with a replica here; absent: all). Raises OSError (disk full, ...) with the
         metadata unchanged.
         """
         if not changes:

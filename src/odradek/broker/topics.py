@@ -8,6 +8,11 @@ atomically. Partition data lives in `<topic>-<partition>/` directories, as in
 Kafka: a legal name (at most 249 characters) and partition index (below 100,000)
 always fit a 255-byte file name.
 
+Placement: a lone node holds every partition; a cluster member only those with a
+replica on it (`adopt`'s `hosted`, journaled with the topic): `Topic.partitions`
+has one slot per partition, None where the replica is elsewhere, and a replica
+moved away has its files deleted.
+
 Log directories (`log_dirs.py`): there may be several (`log.dirs`, Kafka's JBOD),
 all locked before anything is read; the metadata above lives in the first. A new
 partition goes to the one holding the fewest; `move_replica` moves one to another
@@ -39,7 +44,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,11 +146,20 @@ class Topic:
     name: str
     topic_id: uuid.UUID
     configs: dict[str, str]  # explicit per-topic overrides, Kafka topic-config names
-    partitions: list[PartitionLog] = field(default_factory=list)
+    # One slot per partition of the topic: its log, or None where this broker holds
+    # no replica of it (a cluster places each partition's replicas on a few brokers).
+    partitions: list[PartitionLog | None] = field(default_factory=list)
 
     @property
     def internal(self) -> bool:
         return self.name in INTERNAL_TOPICS
+
+    def logs(self) -> Iterator[PartitionLog]:
+        """The logs of the partitions hosted here."""
+        return (plog for plog in self.partitions if plog is not None)
+
+    def hosted(self) -> list[int]:
+        return [index for index, plog in enumerate(self.partitions) if plog is not None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,7 +373,9 @@ class TopicManager:
 
     def _load_topics(self) -> None:
         found = self._scan_log_dirs()
-        wanted = [(n, i) for n, e in self.store.topics.items() for i in range(e.partitions)]
+        wanted = [
+            (n, i) for n, e in self.store.topics.items() for i in range(e.partitions) if e.hosts(i)
+        ]
         missing = [f"{n}-{i}" for n, i in wanted if f"{n}-{i}" not in found]
         if missing:
             self._check_missing(missing)
@@ -369,6 +385,9 @@ class TopicManager:
             )
             log_config = self.log_config(topic)
             for index in range(entry.partitions):
+                if not entry.hosts(index):
+                    topic.partitions.append(None)  # its directory, if any, is a leftover
+                    continue
                 path = found.pop(f"{name}-{index}", None)
                 if path is None:  # reported by _check_missing: starts empty, as before
                     path = self.log_dirs.place().path / f"{name}-{index}"
@@ -518,10 +537,26 @@ class TopicManager:
         return self.topics.get(name)
 
     def partition(self, topic: str, index: int) -> PartitionLog | None:
+        """The partition's log, or None: no such partition, or no replica of it here."""
         t = self.topics.get(topic)
         if t is None or not 0 <= index < len(t.partitions):
             return None
         return t.partitions[index]
+
+    def has_partition(self, topic: str, index: int) -> bool:
+        """Whether the topic has that partition, hosted here or not (a commit, a
+        transaction names partitions of the cluster, wherever their replicas are)."""
+        t = self.topics.get(topic)
+        return t is not None and 0 <= index < len(t.partitions)
+
+    def absent_error(self, topic: str, index: int) -> ErrorCode:
+        """Why `partition` gave None, as Kafka's ReplicaManager says it: a partition of
+        the cluster with no replica here is NOT_LEADER_OR_FOLLOWER (the client's
+        metadata is stale), one that does not exist UNKNOWN_TOPIC_OR_PARTITION."""
+        t = self.topics.get(topic)
+        if t is not None and 0 <= index < len(t.partitions):
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     # --- creating -----------------------------------------------------------------------
 
@@ -545,9 +580,12 @@ class TopicManager:
         clean = self.validate_configs(dict(wanted.configs), internal=wanted.internal_configs)
         return Topic(wanted.name, uuid.uuid4(), clean), num_partitions
 
-    def _open_partitions(self, topic: Topic, first: int, end: int) -> list[PartitionLog]:
+    def _open_partitions(
+        self, topic: Topic, first: int, end: int, hosted: Collection[int] | None = None
+    ) -> list[PartitionLog | None]:
         """Open fresh logs for partitions first..end-1 (blocking file work), each in the
-        log directory holding the fewest partitions.
+        log directory holding the fewest partitions; only those in `hosted` (None: all),
+        the others' slots are None.
 
         A directory already in a new partition's place, in any log directory, is a
         leftover no topic owns (see `_clean_leftovers`) and is wiped, so old records
@@ -555,10 +593,13 @@ class TopicManager:
         removed.
         """
         log_config = self.log_config(topic)
-        opened: list[PartitionLog] = []
+        opened: list[PartitionLog | None] = []
         path: Path | None = None
         try:
             for index in range(first, end):
+                if hosted is not None and index not in hosted:
+                    opened.append(None)
+                    continue
                 name = f"{topic.name}-{index}"
                 for log_dir in self.log_dirs:
                     leftover = log_dir.path / name
@@ -580,12 +621,13 @@ class TopicManager:
             ) from exc
         return opened
 
-    def _discard(self, logs: list[PartitionLog], *, failed: Path | None = None) -> None:
+    def _discard(self, logs: list[PartitionLog | None], *, failed: Path | None = None) -> None:
         """Undo `_open_partitions`: close every log first (out of descriptors, removing
         a directory needs some), then remove their directories (and `failed`, the one
         that could not be opened)."""
-        paths = [plog.directory for plog in logs] + ([failed] if failed is not None else [])
-        for plog in logs:
+        opened = [plog for plog in logs if plog is not None]
+        paths = [plog.directory for plog in opened] + ([failed] if failed is not None else [])
+        for plog in opened:
             plog.delete()
         for path in paths:
             _remove_dir(path)
@@ -603,13 +645,14 @@ class TopicManager:
                 log.error("log directory %s failed: %s", log_dir.path, exc)
 
     def _materialize(
-        self, batch: list[tuple[Topic, int]]
-    ) -> list[tuple[Topic, list[PartitionLog]] | TopicError]:
-        """Open every topic's partitions, then journal the ones complete (worker thread)."""
-        results: list[tuple[Topic, list[PartitionLog]] | TopicError] = []
+        self, batch: list[tuple[Topic, int]], hosted: Collection[int] | None = None
+    ) -> list[tuple[Topic, list[PartitionLog | None]] | TopicError]:
+        """Open every topic's partitions (those in `hosted`, a cluster's placement; None:
+        all), then journal the topics complete (worker thread)."""
+        results: list[tuple[Topic, list[PartitionLog | None]] | TopicError] = []
         for topic, count in batch:
             try:
-                results.append((topic, self._open_partitions(topic, 0, count)))
+                results.append((topic, self._open_partitions(topic, 0, count, hosted)))
             except TopicError as exc:
                 results.append(exc)
         created = [r for r in results if not isinstance(r, TopicError)]
@@ -620,6 +663,7 @@ class TopicManager:
                 "id": str(topic.topic_id),
                 "partitions": len(logs),
                 "configs": topic.configs,
+                **({} if hosted is None else {"hosted": sorted(hosted)}),
             }
             for topic, logs in created
         ]
@@ -635,10 +679,16 @@ class TopicManager:
             return [r if isinstance(r, TopicError) else failure for r in results]
         return results
 
-    def _install(self, topic: Topic, logs: list[PartitionLog]) -> Topic:
+    def _install(self, topic: Topic, logs: list[PartitionLog | None]) -> Topic:
         topic.partitions = logs
         self._register(topic)
-        log.info("created topic %s with %d partitions", topic.name, len(logs))
+        here = sum(plog is not None for plog in logs)
+        if here == len(logs):
+            log.info("created topic %s with %d partitions", topic.name, len(logs))
+        else:
+            log.info(
+                "created topic %s with %d partitions, %d of them here", topic.name, len(logs), here
+            )
         self._notify_change()
         return topic
 
@@ -813,7 +863,7 @@ class TopicManager:
 
     def _remove_files(self, doomed: list[Topic]) -> None:
         for topic in doomed:
-            for plog in topic.partitions:
+            for plog in topic.logs():
                 path = plog.directory
                 plog.delete(move_to=path.with_name(deletion_dir_name(path.name, topic.topic_id)))
                 self.log_dirs.count(path.parent, -1)
@@ -821,37 +871,126 @@ class TopicManager:
     # --- cluster mode: mirroring what etcd says ------------------------------------------
 
     async def adopt(
-        self, name: str, topic_id: uuid.UUID, partitions: int, configs: dict[str, str]
+        self,
+        name: str,
+        topic_id: uuid.UUID,
+        partitions: int,
+        configs: dict[str, str],
+        hosted: Collection[int] | None = None,
     ) -> Topic:
-        """Hold the topic etcd describes: open its partition logs here and journal it.
+        """Hold the topic etcd describes: open the logs of its partitions placed here
+        (`hosted`; None: all) and journal it.
 
-        Idempotent. A local topic of that name with another id is a deleted
-        incarnation (this broker was away when it was deleted and recreated): it goes
-        first, files and all. Raises TopicError when the files cannot be made.
+        Idempotent. A partition placed here since opens a fresh log; one no longer
+        placed here (a reassignment that moved it away has completed) has its log
+        deleted, as Kafka's StopReplica with delete does: the caller stops replicating
+        it first. A local topic of that name with another id is a deleted incarnation
+        (this broker was away when it was deleted and recreated): it goes first, files
+        and all. Raises TopicError when the files cannot be made.
         """
         existing = self.topics.get(name)
         if existing is not None and existing.topic_id != topic_id:
             log.warning("topic %s was recreated while this broker was away: dropping ours", name)
             await self.forget(name)
             existing = None
+        wanted = None if hosted is None else frozenset(hosted)
         loop = asyncio.get_running_loop()
         if existing is None:
             topic = Topic(name, topic_id, self._stored_configs(name, configs))
             (result,) = await loop.run_in_executor(
-                self._worker, self._materialize, [(topic, partitions)]
+                self._worker, self._materialize, [(topic, partitions)], wanted
             )
             if isinstance(result, TopicError):
                 raise result
             return self._install(*result)
-        current = len(existing.partitions)
-        if partitions > current:
-            logs = await loop.run_in_executor(
-                self._worker, self._open_and_record_partitions, existing, current, partitions
-            )
-            existing.partitions.extend(logs)
-            self._notify_change()
+        await self._place(existing, max(partitions, len(existing.partitions)), wanted)
         self.take_configs(name, configs)
         return existing
+
+    async def _place(self, topic: Topic, total: int, hosted: frozenset[int] | None) -> None:
+        """Give `topic` `total` partitions with logs for those in `hosted` (None: all):
+        new ones opened, those no longer hosted taken out of service at once and their
+        files deleted in the worker thread; one journal line."""
+        current = len(topic.partitions)
+
+        def placed(index: int) -> bool:
+            return hosted is None or index in hosted
+
+        arriving = [i for i in range(current) if topic.partitions[i] is None and placed(i)]
+        leaving = [i for i in range(current) if topic.partitions[i] is not None and not placed(i)]
+        if total == current and not arriving and not leaving:
+            return
+        dropped: dict[int, PartitionLog] = {}
+        for index in leaving:  # out of service before its files go
+            plog = topic.partitions[index]
+            assert plog is not None
+            move = self.moves.get((topic.name, index))
+            if move is not None:
+                move.mover.cancel()
+            topic.partitions[index] = None
+            dropped[index] = plog
+        loop = asyncio.get_running_loop()
+        try:
+            opened, grown = await loop.run_in_executor(
+                self._worker,
+                self._replace_replicas,
+                topic,
+                arriving,
+                (current, total),
+                hosted,
+                list(dropped.values()),
+            )
+        except TopicError:
+            for index, plog in dropped.items():  # nothing was recorded: they stay
+                topic.partitions[index] = plog
+            raise
+        for index, plog in opened.items():
+            topic.partitions[index] = plog
+        topic.partitions.extend(grown)
+        if leaving:
+            log.info(
+                "deleted %d replicas of %s moved away: %s",
+                len(leaving),
+                topic.name,
+                ", ".join(str(i) for i in leaving[:20]) + (" ..." if len(leaving) > 20 else ""),
+            )
+        self._notify_change()
+
+    def _replace_replicas(
+        self,
+        topic: Topic,
+        arriving: list[int],
+        growth: tuple[int, int],
+        hosted: frozenset[int] | None,
+        dropped: list[PartitionLog],
+    ) -> tuple[dict[int, PartitionLog], list[PartitionLog | None]]:
+        """Worker thread: open the arriving replicas' and the new partitions' logs, record
+        the topic's partitions and placement, then delete the dropped replicas' files."""
+        opened: dict[int, PartitionLog] = {}
+        try:
+            for index in arriving:
+                (plog,) = self._open_partitions(topic, index, index + 1)
+                assert plog is not None
+                opened[index] = plog
+            grown = self._open_partitions(topic, growth[0], growth[1], hosted)
+        except TopicError:
+            self._discard(list(opened.values()))
+            raise
+        change: dict[str, Any] = {"op": "partitions", "name": topic.name, "partitions": growth[1]}
+        if hosted is not None:
+            change["hosted"] = sorted(i for i in hosted if i < growth[1])
+        try:
+            self.store.commit([change])
+        except OSError as exc:
+            self._discard([*opened.values(), *grown])
+            raise TopicError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot record the placement of {topic.name}: {exc}"
+            ) from exc
+        for plog in dropped:
+            path = plog.directory
+            plog.delete(move_to=path.with_name(deletion_dir_name(path.name, topic.topic_id)))
+            self.log_dirs.count(path.parent, -1)
+        return opened, grown
 
     async def forget(self, name: str) -> None:
         """Drop a topic etcd no longer has (internal ones too), files and all."""
@@ -877,7 +1016,7 @@ class TopicManager:
         )
         self.store.commit([{"op": "configs", "name": topic.name, "configs": clean}])
         topic.configs = clean
-        for plog in topic.partitions:
+        for plog in topic.logs():
             plog.config = log_config
 
     # --- changing -----------------------------------------------------------------------
@@ -1016,14 +1155,14 @@ class TopicManager:
 
     def enforce_retention(self) -> int:
         now = self.now_ms()
-        return sum(p.enforce_retention(now) for t in self for p in t.partitions)
+        return sum(p.enforce_retention(now) for t in self for p in t.logs())
 
     def compact(self) -> int:
         """One cleaner pass over compacted partitions; returns how many were compacted."""
         now = self.now_ms()
         done = 0
         for topic in self:
-            for plog in topic.partitions:
+            for plog in topic.logs():
                 if plog.config.compact_enabled and plog.compact(now).ran:
                     done += 1
         return done
@@ -1097,7 +1236,7 @@ class TopicManager:
         for move in list(self.moves.values()):  # a move cut short leaves its source whole
             move.mover.cancel()
         self._mover.shutdown(wait=True, cancel_futures=True)
-        logs = [plog for topic in self for plog in topic.partitions]
+        logs = [plog for topic in self for plog in topic.logs()]
         with ThreadPoolExecutor(max_workers=CLOSE_THREADS) as pool:
             for failure in pool.map(_close_quietly, logs):
                 if failure is not None:

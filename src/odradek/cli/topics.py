@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 from odradek.cli.common import (
@@ -227,6 +228,25 @@ def _describe(admin: Any, names: list[str] | None) -> dict[str, Any]:
 # --------------------------------------------------------------------- create
 
 
+# A cluster's other brokers learn of a new topic from etcd's watch a moment after the
+# one that created it answered (as Kafka's brokers learn from the metadata log): the
+# describe that follows a creation may ask one of them before it has.
+CREATED_VISIBLE_S = 10.0
+
+
+def _describe_created(admin: Any, names: list[str]) -> dict[str, Any]:
+    from odradek.client.errors import UnknownTopicOrPartitionError
+
+    deadline = time.monotonic() + CREATED_VISIBLE_S
+    while True:
+        try:
+            return dict(admin.describe_topics(names, include_offsets=False))
+        except UnknownTopicOrPartitionError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
 def run_create(args: argparse.Namespace) -> int:
     from odradek.client import NewTopic
     from odradek.client.errors import TopicAlreadyExistsError
@@ -259,7 +279,7 @@ def run_create(args: argparse.Namespace) -> int:
                 failures.append(f"cannot create topic '{name}': {describe_error(exc)}")
         if created:
             with failures_as_messages("created, but cannot describe"):
-                described = admin.describe_topics(created, include_offsets=False)
+                described = _describe_created(admin, created)
             for name in created:
                 count = len(described[name].partitions)
                 plural = "partition" if count == 1 else "partitions"

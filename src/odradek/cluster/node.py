@@ -36,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import aetcd.exceptions
+
 from odradek.broker.control_plane import (
     BrokerAddress,
     ControllerFigures,
@@ -118,6 +120,31 @@ def parse_endpoint(text: str) -> tuple[str, int]:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+# What etcd (or the way to it) refusing a metadata write is answered with, per topic.
+METADATA_WRITE_FAILURES = (MetadataError, OSError, TimeoutError, aetcd.exceptions.ClientError)
+
+
+def _metadata_failure(exc: BaseException) -> TopicError:
+    """Kafka's answer to a topic change the metadata quorum did not take: REQUEST_TIMED_OUT
+    (retriable) when it could not be reached, as Kafka's CreateTopics answers when its
+    controller does not answer in time; UNKNOWN_SERVER_ERROR when it refused the write
+    (an etcd limit, a bad request), as Kafka's QuorumController answers an unexpected
+    failure."""
+    unreachable = (
+        aetcd.exceptions.ConnectionFailedError,
+        aetcd.exceptions.ConnectionTimeoutError,
+        OSError,
+        TimeoutError,
+        MetadataError,
+    )
+    code = (
+        ErrorCode.REQUEST_TIMED_OUT
+        if isinstance(exc, unreachable)
+        else ErrorCode.UNKNOWN_SERVER_ERROR
+    )
+    return TopicError(code, f"cluster metadata: {_first_line(exc)}")
 
 
 def _outcome(task: asyncio.Task[Any]) -> BaseException | None:
@@ -532,12 +559,34 @@ class ClusterNode:
     async def _topic_put(self, assignment: TopicAssignment) -> None:
         self.assignments[assignment.name] = assignment
         configs = self.topic_configs.get(assignment.name, {})
+        hosted = self._hosted(assignment)
+        self._stop_replicas_leaving(assignment.name, hosted)
         try:
             await self.broker.topics.adopt(
-                assignment.name, assignment.topic_id, len(assignment.replicas), configs
+                assignment.name, assignment.topic_id, len(assignment.replicas), configs, hosted
             )
         except Exception:
             log.exception("cannot open topic %s on this broker", assignment.name)
+
+    def _hosted(self, assignment: TopicAssignment) -> frozenset[int] | None:
+        """The partitions with a replica on this broker (while a reassignment runs, its
+        adding and removing replicas too); None for the internal topics, whose
+        coordinators keep a log of every partition on every broker."""
+        if assignment.name in INTERNAL_TOPICS:
+            return None
+        return frozenset(p for p, r in assignment.replicas.items() if self.broker_id in r)
+
+    def _stop_replicas_leaving(self, name: str, hosted: frozenset[int] | None) -> None:
+        """Stop replicating the partitions moved away from this broker (a completed
+        reassignment) before their logs are deleted."""
+        topic = self.broker.topics.get(name)
+        if topic is None or hosted is None:
+            return
+        for index in topic.hosted():
+            if index not in hosted:
+                self.replicas.forget_partition(name, index)
+                for fetcher in self.fetchers.values():
+                    fetcher.remove((name, index))
 
     async def _topic_deleted(self, name: str) -> None:
         self.assignments.pop(name, None)
@@ -780,8 +829,8 @@ class ClusterNode:
                 else:
                     results.append(TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, str(exc)))
                 continue
-            except (MetadataError, OSError) as exc:
-                results.append(TopicError(ErrorCode.REQUEST_TIMED_OUT, f"cluster metadata: {exc}"))
+            except METADATA_WRITE_FAILURES as exc:
+                results.append(_metadata_failure(exc))
                 continue
             results.append(await self._held(request.name, revision))
         return results
@@ -1054,6 +1103,8 @@ class ClusterNode:
             await self.write_assignment(grown, added_partition_states=states)
         except ConcurrentChange as exc:
             raise TopicError(ErrorCode.REQUEST_TIMED_OUT, str(exc)) from None
+        except METADATA_WRITE_FAILURES as exc:
+            raise _metadata_failure(exc) from exc
 
     # --- views for Metadata and the CLI ----------------------------------------------------
 

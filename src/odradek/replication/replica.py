@@ -215,6 +215,12 @@ class ReplicaManager:
             replica = self.replicas.pop(key)
             self._fail_waiters(replica, int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
 
+    def forget_partition(self, topic: str, partition: int) -> None:
+        """Stop hosting one partition (its replica was moved to other brokers)."""
+        replica = self.replicas.pop((topic, partition), None)
+        if replica is not None:
+            self._fail_waiters(replica, int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+
     def apply_state(
         self, replica: Replica, assigned: tuple[int, ...], state: VersionedPartitionState
     ) -> Role:

@@ -42,6 +42,9 @@ def _delete(ctx: RequestContext, name: str, index: int, offset: int) -> dict[str
         result["error_code"] = ErrorCode.INVALID_TOPIC_EXCEPTION
         return result
     plog = topic.partitions[index]
+    if plog is None:  # no replica here: the client's metadata is stale
+        result["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return result
     if not plog.config.delete_enabled:
         result["error_code"] = ErrorCode.POLICY_VIOLATION
         return result

@@ -76,6 +76,8 @@ def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     for topic, indexes in _wanted(ctx, request):
         for index in indexes:
             plog = topic.partitions[index]
+            if plog is None:  # placed here, not opened yet
+                continue
             listed[plog.directory.parent][topic.name].append(
                 {
                     "partition_index": index,

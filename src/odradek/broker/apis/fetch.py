@@ -192,8 +192,9 @@ def _read_partitions(
                 answer_now = True
                 continue
             if plog is None or name is None:
+                # A partition of the cluster hosted elsewhere: NOT_LEADER_OR_FOLLOWER.
                 entry["error_code"] = (
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name else ErrorCode.UNKNOWN_TOPIC_ID
+                    topics.absent_error(name, key[1]) if name else ErrorCode.UNKNOWN_TOPIC_ID
                 )
                 answer_now = True
                 continue

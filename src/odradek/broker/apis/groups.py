@@ -333,7 +333,7 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
             if not readable:
                 errors[(t.name, index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
-            if topics.partition(t.name, index) is None:
+            if not topics.has_partition(t.name, index):
                 errors[(t.name, index)] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             partitions.append(

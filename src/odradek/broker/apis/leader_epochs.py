@@ -30,7 +30,7 @@ def _answer(ctx: RequestContext, topic: str, partition: Any, refusal: int) -> di
         return entry
     plog = ctx.broker.topics.partition(topic, index)
     if plog is None:
-        entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        entry["error_code"] = ctx.broker.topics.absent_error(topic, index)
         return entry
     current = int(getattr(partition, "current_leader_epoch", -1))
     _, refused = ctx.broker.replicas.leader_for(topic, index, current)

@@ -54,7 +54,7 @@ def _lookup(
         return entry
     plog = ctx.broker.topics.partition(topic, partition)
     if plog is None:
-        entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        entry["error_code"] = ctx.broker.topics.absent_error(topic, partition)
         entry["leader_epoch"] = -1
         return entry
     current_epoch = int(getattr(requested, "current_leader_epoch", -1))

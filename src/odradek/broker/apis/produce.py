@@ -266,6 +266,8 @@ async def _append(
     if not records:
         return _partition_result(index, ErrorCode.INVALID_RECORD, "no record batch in the request")
     plog = topic.partitions[index]
+    if plog is None:  # a partition of the cluster with no replica here
+        return _partition_result(index, ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader")
     replicas = broker.replicas
     replica, refusal = replicas.leader_for(topic_name, index)
     if replica is None:

@@ -67,7 +67,7 @@ async def _add_partitions(
     for topic, partition in wanted:
         if not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, topic):
             refused[(topic, partition)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        elif ctx.broker.topics.partition(topic, partition) is None:
+        elif not ctx.broker.topics.has_partition(topic, partition):
             refused[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if refused:
         return {tp: refused.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
@@ -232,7 +232,7 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             index = int(p.partition_index)
             if not readable:
                 errors[(t.name, index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif ctx.broker.topics.partition(t.name, index) is None:
+            elif not ctx.broker.topics.has_partition(t.name, index):
                 errors[(t.name, index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 partitions.append(
