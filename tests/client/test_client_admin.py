@@ -82,6 +82,29 @@ def test_describe_cluster(admin: AdminClient, bootstrap: str) -> None:
     assert cluster.controller_id == broker.node_id
 
 
+def test_describe_cluster_passes_over_a_dead_broker_still_in_the_metadata(
+    admin: AdminClient,
+) -> None:
+    """A killed broker stays in a cluster's metadata until its registration's lease ends:
+    a connection it refuses is retried on another broker, not the call's failure."""
+    import dataclasses
+
+    from odradek.client.structs import BrokerMetadata
+    from odradek.testing import free_port
+
+    (broker,) = admin.describe_cluster().brokers
+    client = admin._client
+    dead = BrokerMetadata(99, "127.0.0.1", free_port(), None)
+    client.cluster = dataclasses.replace(
+        client.cluster, brokers={**client.cluster.brokers, 99: dead}
+    )
+    picks = iter([99])
+    live = client.least_loaded_node
+    client.least_loaded_node = lambda: next(picks, None) or live()  # the dead one first
+    described = admin.describe_cluster(timeout_ms=10_000)
+    assert described.brokers == [broker]
+
+
 def test_topic_and_broker_configs(admin: AdminClient, topic_name: str) -> None:
     admin.create_topics([NewTopic(topic_name, 1, 1, config={"retention.ms": "3600000"})])[
         topic_name

@@ -36,7 +36,7 @@ import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from odradek.client.admin_security import SecurityAdminMixin
 from odradek.client.admin_transactions import TransactionAdminMixin
@@ -73,6 +73,8 @@ from odradek.protocol.errors import ErrorCode
 
 DELETE_TO_HIGH_WATERMARK = -1
 """``delete_records`` offset meaning "every record" (up to the high watermark)."""
+
+T = TypeVar("T")
 
 
 class ConfigResourceType(enum.IntEnum):
@@ -346,23 +348,31 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
         ``check(response)`` returns an error code that applies to the whole call
         (0 when none): retriable codes are retried, others raised.
         """
+
+        def attempt(remaining: float) -> Any:
+            node = target()
+            request_ms = int(min(remaining, self.config.request_timeout_ms / 1000) * 1000)
+            response = self._client.request(node, api_key, body, timeout_ms=max(1, request_ms))
+            code = check(response) if check is not None else 0
+            if code:
+                raise make_error(code, ApiKey(api_key).name)
+            return response
+
+        return self._retrying(attempt, ApiKey(api_key).name, timeout_s)
+
+    def _retrying(self, attempt: Callable[[float], T], what: str, timeout_s: float) -> T:
+        """``attempt(remaining seconds)`` until it succeeds, retrying retriable failures
+        (a broker that refuses the connection among them: the next attempt may pick
+        another, after a metadata refresh) until ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         delay = self.config.retry_backoff_ms / 1000
         last: BaseException | None = None
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise KafkaTimeoutError(
-                    f"{ApiKey(api_key).name} timed out" + (f": {last}" if last else "")
-                )
+                raise KafkaTimeoutError(f"{what} timed out" + (f": {last}" if last else ""))
             try:
-                node = target()
-                request_ms = int(min(remaining, self.config.request_timeout_ms / 1000) * 1000)
-                response = self._client.request(node, api_key, body, timeout_ms=max(1, request_ms))
-                code = check(response) if check is not None else 0
-                if code:
-                    raise make_error(code, ApiKey(api_key).name)
-                return response
+                return attempt(remaining)
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
@@ -739,9 +749,16 @@ class AdminClient(SecurityAdminMixin, TransactionAdminMixin):
     def describe_cluster(self, *, timeout_ms: int | None = None) -> ClusterDescription:
         """Cluster id, controller and brokers (DescribeCluster, else Metadata)."""
         timeout_s = self._timeout_s(timeout_ms)
-        node = self._any_node()
-        conn = self._client.connection(node)
-        if conn.supports(ApiKey.DESCRIBE_CLUSTER):
+        started = time.monotonic()
+        # Any broker that answers: one still in the metadata after it died (its
+        # registration outlives it by up to a lease) refuses, and another is tried.
+        supported = self._retrying(
+            lambda _: self._client.connection(self._any_node()).supports(ApiKey.DESCRIBE_CLUSTER),
+            "DESCRIBE_CLUSTER",
+            timeout_s,
+        )
+        timeout_s = max(0.001, timeout_s - (time.monotonic() - started))
+        if supported:
             response = self._call(
                 self._any_node,
                 ApiKey.DESCRIBE_CLUSTER,
