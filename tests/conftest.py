@@ -1,4 +1,4 @@
-"""Which tests must share one pytest-xdist worker (the default run uses two).
+"""Which tests must share one pytest-xdist worker (with ``-n 2``).
 
 ``--dist loadgroup`` sends every test of one ``xdist_group`` to the same worker, one
 after another. Each test file is a group of its own (as ``--dist loadfile``), so a
