@@ -20,6 +20,7 @@ __all__ = [
     "InvalidRecordError",
     "InvalidTimestampError",
     "InvalidTxnStateError",
+    "LogClosedError",
     "LogError",
     "MessageTooLargeError",
     "OffsetMismatchError",
@@ -52,6 +53,15 @@ class OffsetMismatchError(LogError):
     the log end offset, or the batches' offsets overlap or leave a gap. Nothing was
     written. Internal to replication (Kafka's UnexpectedAppendOffsetException /
     OffsetsOutOfOrderException), so it maps to UNKNOWN_SERVER_ERROR."""
+
+
+class LogClosedError(LogError, ValueError):
+    """The partition's log was closed under the caller: a log-dir move swapped in its
+    copy, or the replica was dropped. Nothing was written, so a producer may retry:
+    NOT_LEADER_OR_FOLLOWER (6) sends it to refresh its metadata and send again (Kafka
+    holds appends during the swap instead). A ValueError too, as before."""
+
+    error_code: ClassVar[int] = 6
 
 
 class MessageTooLargeError(LogError):

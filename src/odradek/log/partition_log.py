@@ -117,6 +117,7 @@ from odradek.log.errors import (
     CorruptRecordError,
     CorruptSegmentError,
     InvalidRecordError,
+    LogClosedError,
     MessageTooLargeError,
     OffsetMismatchError,
     OffsetOutOfRangeError,
@@ -1561,7 +1562,7 @@ class PartitionLog:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ValueError(f"partition log {self.directory} is closed")
+            raise LogClosedError(f"partition log {self.directory} is closed")
 
     def __repr__(self) -> str:
         return (
