@@ -430,16 +430,13 @@ def answers_api_versions(host: str, port: int, timeout_s: float = _PROBE_TIMEOUT
 
 
 def registered_brokers(
-    endpoints: list[tuple[str, int]] | tuple[str, int],
+    endpoints: list[tuple[str, int]],
     cluster_name: str,
     timeout_s: float = _PROBE_TIMEOUT_S,
 ) -> dict[int, int | None]:
     """The brokers registered in etcd: id -> the registering process's pid (None from a
     broker that does not publish it). Empty when etcd cannot be read."""
     from odradek.cluster.metadata import EtcdMetadataStore
-
-    if endpoints and isinstance(endpoints[0], str):  # one (host, port), as callers once gave
-        endpoints = [endpoints]  # type: ignore[list-item]
 
     async def read() -> dict[int, int | None]:
         async with EtcdMetadataStore.for_endpoints(
