@@ -47,10 +47,13 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Se
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 from odradek.childproc import log_tail, spawn_logged
 from odradek.devcluster.etcd_server import EtcdServer, EtcdStartError, find_etcd_binary
+
+if TYPE_CHECKING:
+    from odradek.cluster.etcd_tls import EtcdTls
 
 ETCD = "etcd"
 Member = int | str
@@ -433,14 +436,20 @@ def registered_brokers(
     endpoints: list[tuple[str, int]],
     cluster_name: str,
     timeout_s: float = _PROBE_TIMEOUT_S,
+    *,
+    tls: EtcdTls | None = None,
 ) -> dict[int, int | None]:
     """The brokers registered in etcd: id -> the registering process's pid (None from a
-    broker that does not publish it). Empty when etcd cannot be read."""
+    broker that does not publish it). Empty when etcd cannot be read. `tls`: etcd is
+    reached over TLS with it (`odradek.cluster.etcd_tls`)."""
     from odradek.cluster.metadata import EtcdMetadataStore
 
     async def read() -> dict[int, int | None]:
         async with EtcdMetadataStore.for_endpoints(
-            endpoints, cluster_name=cluster_name, request_timeout_s=max(1, int(timeout_s))
+            endpoints,
+            cluster_name=cluster_name,
+            request_timeout_s=max(1, int(timeout_s)),
+            tls=tls,
         ) as store:
             return {i: b.pid for i, b in (await store.brokers()).items.items()}
 
