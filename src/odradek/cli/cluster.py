@@ -279,6 +279,10 @@ LAUNCHER_SETTINGS = frozenset(
         "node.id",
         "broker.id",
         "etcd.endpoints",
+        "etcd.ssl.enable",  # and the files: up gives its own etcd's (LocalCluster)
+        "etcd.ssl.cafile",
+        "etcd.ssl.certfile",
+        "etcd.ssl.keyfile",
         "broker.rack",
         "log.dirs",
         "log.dir",
@@ -392,6 +396,10 @@ def run_status(args: argparse.Namespace) -> int:
         except ClusterError as exc:
             raise CliError(str(exc)) from None
         endpoints = cluster.etcd_endpoints()
+        try:
+            tls = cluster.etcd_client_tls()
+        except ClusterError as exc:
+            raise CliError(str(exc)) from None
         name = args.cluster_name or cluster.cluster_name
     else:
         items = [e.strip() for e in args.etcd.split(",")]

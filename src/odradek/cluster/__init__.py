@@ -140,3 +140,11 @@ Known limits, for the next round
   compare-and-swaps (they have separate revisions), safe only in that order;
   one transaction comparing both revisions would make it atomic.
 """
+
+import os
+
+# gRPC's core logs each failed TLS handshake with etcd on stderr (INFO, a line per
+# reconnect attempt, after the broker's own one-line error); the store and the broker
+# say why a connection failed themselves. An operator's GRPC_VERBOSITY wins. gRPC reads
+# it once, when it loads: so here, before any module of this package imports it.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")

@@ -73,6 +73,8 @@ class EtcdServerTls:
     With `client_cert_auth` etcd takes only clients whose certificate a CA of
     `trusted_ca_file` signed, and its own certificate must allow client
     authentication too: etcd's gRPC gateway and `EtcdServer.healthy` present it.
+    Without, etcd authenticates itself only, and `trusted_ca_file` is what its
+    certificate is checked against.
     """
 
     cert_file: Path
@@ -81,15 +83,12 @@ class EtcdServerTls:
     client_cert_auth: bool = True
 
     def arguments(self) -> list[str]:
-        flags = [
-            "--cert-file",
-            str(self.cert_file),
-            "--key-file",
-            str(self.key_file),
-            "--trusted-ca-file",
-            str(self.trusted_ca_file),
-        ]
-        return flags + (["--client-cert-auth"] if self.client_cert_auth else [])
+        flags = ["--cert-file", str(self.cert_file), "--key-file", str(self.key_file)]
+        if not self.client_cert_auth:
+            # etcd requires client certificates as soon as it has a --trusted-ca-file
+            # (its TLSInfo.ServerConfig), with or without --client-cert-auth
+            return flags
+        return [*flags, "--trusted-ca-file", str(self.trusted_ca_file), "--client-cert-auth"]
 
     def probe_context(self) -> ssl.SSLContext:
         """What ``/health`` is asked with: etcd's CA, and etcd's own certificate."""
