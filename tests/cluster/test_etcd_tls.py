@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from cryptography.hazmat.primitives import serialization
 
 from odradek.broker.config import BrokerConfig, ConfigError
 from odradek.cli.main import main
@@ -276,6 +277,15 @@ def test_tls_files_are_read_and_checked_at_start(tmp_path: Path, pki: Pki, other
     ours, theirs = pki.client("broker"), other_pki.client("broker")
     garbage = tmp_path / "garbage.pem"
     garbage.write_text("not a certificate\n")
+    encrypted = tmp_path / "encrypted.key"
+    key = serialization.load_pem_private_key(ours.key.read_bytes(), None)
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
     cases = [
         ({"etcd.ssl.cafile": str(tmp_path / "nope.pem")}, "No such file or directory"),
         ({"etcd.ssl.cafile": str(garbage)}, "no PEM CA certificate in it"),
@@ -285,6 +295,10 @@ def test_tls_files_are_read_and_checked_at_start(tmp_path: Path, pki: Pki, other
         ),
         (
             {"etcd.ssl.certfile": str(garbage), "etcd.ssl.keyfile": str(ours.key)},
+            "not a PEM certificate and its unencrypted private key",
+        ),
+        (  # refused, not a pass phrase prompt
+            {"etcd.ssl.certfile": str(ours.cert), "etcd.ssl.keyfile": str(encrypted)},
             "not a PEM certificate and its unencrypted private key",
         ),
     ]

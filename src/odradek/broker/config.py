@@ -163,7 +163,8 @@ class ThrottledReplicas:
         return "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
 
 
-ETCD_SCHEMES = ("http://", "https://")  # https://: TLS to etcd (etcd.ssl.enable)
+ETCD_HTTPS = "https://"  # an endpoint given so is reached over TLS (etcd.ssl.enable)
+ETCD_SCHEMES = ("http://", ETCD_HTTPS)
 
 
 def etcd_endpoint_scheme(item: str) -> str:

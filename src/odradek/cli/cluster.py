@@ -456,12 +456,12 @@ def _dest(option: str) -> str:
 
 def _etcd_tls(args: argparse.Namespace, endpoints: list[str]) -> EtcdTls | None:
     """TLS to etcd as the brokers' settings would have it (their checks, one line)."""
-    from odradek.broker.config import BrokerConfig, ConfigError
+    from odradek.broker.config import ETCD_HTTPS, BrokerConfig, ConfigError, etcd_endpoint_scheme
     from odradek.cluster.etcd_tls import EtcdTls
 
     files = {s: getattr(args, _dest(o)) for o, s, _ in ETCD_TLS_OPTIONS}
     settings = {s: v for s, v in files.items() if v is not None}
-    if settings and not any(e.startswith("https://") for e in endpoints):
+    if settings and not any(etcd_endpoint_scheme(e) == ETCD_HTTPS for e in endpoints):
         settings["etcd.ssl.enable"] = "true"
     try:
         config = BrokerConfig({"etcd.endpoints": ",".join(endpoints), **settings})

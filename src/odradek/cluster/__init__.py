@@ -18,6 +18,8 @@ metadata's values), which hold every rule a lone node follows too. Modules:
 * `odradek.cluster.metadata` is the typed store every broker uses
   (`EtcdMetadataStore`, `LeaseKeeper`, `KeyLayout`), over the values of
   `odradek.replication.model`.
+* `odradek.cluster.etcd_tls` is etcd over TLS: the ``etcd.ssl.*`` PEM files read
+  and checked at start (`EtcdTls`), and a failed handshake in the settings' words.
 
 The development cluster (a local etcd and N brokers as processes) is
 `odradek.devcluster`, outside the runtime.

@@ -20,21 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from odradek.broker.config import ConfigError
+from odradek.broker.config import ETCD_HTTPS, ConfigError, etcd_endpoint_scheme
 
 if TYPE_CHECKING:
     import grpc
 
     from odradek.broker.config import BrokerConfig
 
-HTTPS = "https://"
-
 
 def uses_tls(config: BrokerConfig) -> bool:
     """Whether the broker reaches etcd over TLS: ``etcd.ssl.enable``, or ``https://``
     endpoints (`BrokerConfig.check` refuses the two disagreeing)."""
     return bool(config["etcd.ssl.enable"]) or any(
-        str(e).startswith(HTTPS) for e in config["etcd.endpoints"]
+        etcd_endpoint_scheme(str(e)) == ETCD_HTTPS for e in config["etcd.endpoints"]
     )
 
 
@@ -90,7 +88,8 @@ class EtcdTls:
             chain = _read("etcd.ssl.certfile", certfile)
             key = _read("etcd.ssl.keyfile", keyfile)
             try:
-                context.load_cert_chain(certfile, keyfile)
+                # no password: an encrypted key fails here instead of prompting on a tty
+                context.load_cert_chain(certfile, keyfile, password=b"")
             except (ssl.SSLError, ValueError) as exc:
                 raise ConfigError(
                     f"etcd.ssl.certfile {certfile} with etcd.ssl.keyfile {keyfile}: not a PEM "
@@ -105,14 +104,6 @@ class EtcdTls:
         return grpc.ssl_channel_credentials(
             self.root_certificates, self.private_key, self.certificate_chain
         )
-
-    def ssl_context(self) -> ssl.SSLContext:
-        """The same trust and client certificate for an HTTPS request to etcd (its
-        ``/health``), from the files named."""
-        context = ssl.create_default_context(cafile=self.cafile or None)
-        if self.certfile:
-            context.load_cert_chain(self.certfile, self.keyfile)
-        return context
 
 
 def _read(setting: str, path: str) -> bytes:

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
+from odradek.broker.config import ETCD_HTTPS
 from odradek.childproc import log_tail, spawn_logged
 from odradek.devcluster.etcd_server import (
     EtcdServer,
@@ -981,7 +982,7 @@ class LocalCluster:
 
     def broker_command(self, broker_id: int) -> list[str]:
         broker = self._broker(broker_id)
-        scheme = "" if self.state.etcd_tls is None else "https://"
+        scheme = "" if self.state.etcd_tls is None else ETCD_HTTPS
         command = [
             sys.executable,
             "-m",
