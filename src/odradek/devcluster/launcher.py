@@ -49,7 +49,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
-from odradek.broker.config import ETCD_HTTPS
 from odradek.childproc import log_tail, spawn_logged
 from odradek.devcluster.etcd_server import (
     EtcdServer,
@@ -981,6 +980,8 @@ class LocalCluster:
             self.state.save(self.layout)
 
     def broker_command(self, broker_id: int) -> list[str]:
+        from odradek.broker.config import ETCD_HTTPS  # not at import: every CLI start loads this
+
         broker = self._broker(broker_id)
         scheme = "" if self.state.etcd_tls is None else ETCD_HTTPS
         command = [
