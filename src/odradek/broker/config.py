@@ -577,9 +577,9 @@ _SETTINGS = (
         "etcd.endpoints",
         LIST,
         "",
-        "etcd client endpoints HOST:PORT holding the cluster's metadata, tried in order at "
-        "start-up; the first that answers is used while the broker runs (Odradek; empty: one "
-        "node, no etcd).",
+        "etcd client endpoints HOST:PORT holding the cluster's metadata (every member): the "
+        "first that accepts a connection is used, the next whenever it goes away; "
+        "https://HOST:PORT for TLS (Odradek; empty: one node, no etcd).",
         None,
         EtcdEndpoints(),
     ),
