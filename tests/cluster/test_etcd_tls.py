@@ -70,17 +70,25 @@ def https_endpoints(cluster: LocalCluster) -> str:
     return ",".join(f"https://{host}:{port}" for host, port in cluster.etcd_endpoints())
 
 
-def serve(tmp_path: Path, etcd: str, *settings: str) -> subprocess.CompletedProcess[str]:
-    """``odradek serve`` as broker 9 with `settings` (``--set``), to its end."""
+def start_serve(data_dir: Path, etcd: str, *settings: str) -> subprocess.Popen[str]:
+    """``odradek serve`` as broker 9 with `settings` (``--set``)."""
     command = [
-        sys.executable, "-m", "odradek", "serve", "--data-dir", str(tmp_path / "b9"),
+        sys.executable, "-m", "odradek", "serve", "--data-dir", str(data_dir),
         "--listen", f"127.0.0.1:{pick_free_port('127.0.0.1')}", "--etcd", etcd, "--node-id", "9",
     ]  # fmt: skip
     for setting in settings:
         command += ["--set", setting]
-    return subprocess.run(
-        command, capture_output=True, text=True, timeout=SERVE_TIMEOUT_S, check=False
-    )
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finished(process: subprocess.Popen[str]) -> tuple[int, str]:
+    """Its exit code and stderr, once it ended by itself (killed after SERVE_TIMEOUT_S)."""
+    try:
+        _, err = process.communicate(timeout=SERVE_TIMEOUT_S)
+    finally:
+        process.kill()
+        process.wait()
+    return process.returncode, err
 
 
 def cli(*argv: str) -> tuple[int, str, str]:
@@ -151,6 +159,24 @@ def test_brokers_join_an_etcd_that_requires_client_certificates_and_serve(
     ]
 
 
+def test_several_endpoints_over_tls_fail_over_to_the_member_that_answers(
+    cluster: LocalCluster,
+) -> None:
+    """Several endpoints make the channel's target an address list, which names no host:
+    the members' certificates are checked against the first endpoint's host instead."""
+    down = ("127.0.0.1", pick_free_port("127.0.0.1"))  # nothing listens there
+
+    async def registered() -> list[int]:
+        async with EtcdMetadataStore.for_endpoints(
+            [down, *cluster.etcd_endpoints()],
+            cluster_name=cluster.cluster_name,
+            tls=cluster.etcd_client_tls(),
+        ) as store:
+            return sorted((await store.brokers()).items)
+
+    assert asyncio.run(asyncio.wait_for(registered(), DEADLINE_S)) == [1, 2]
+
+
 # --- refused at start, in one line -----------------------------------------------------------
 
 
@@ -193,10 +219,10 @@ def test_a_broker_etcd_does_not_accept_is_refused_in_one_line(
     settings, says = refusal_cases(pki, other_pki)[case]
     plain = ",".join(f"{host}:{port}" for host, port in cluster.etcd_endpoints())
     endpoints = plain if case == "plaintext" else https_endpoints(cluster)
-    result = serve(tmp_path, endpoints, *settings)
-    assert result.returncode == 2, result.stderr  # a CliError, as every refused serve
-    assert "Traceback" not in result.stderr
-    line = result.stderr.strip().splitlines()[-1]
+    code, err = finished(start_serve(tmp_path / "b9", endpoints, *settings))
+    assert code == 2, err  # a CliError, as every refused serve
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]
     assert line.startswith("odradek: cannot join cluster 'odradek' through etcd at "), line
     assert says in line, line
     assert 9 not in registered_brokers(
@@ -310,9 +336,13 @@ def test_tls_files_are_read_and_checked_at_start(tmp_path: Path, pki: Pki, other
         assert next(iter(files)) in str(refused.value)
 
     # and `odradek serve` says it in one line before it reaches for etcd
-    result = serve(tmp_path, "https://127.0.0.1:1", f"etcd.ssl.cafile={tmp_path / 'nope.pem'}")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == (
+    code, err = finished(
+        start_serve(
+            tmp_path / "b9", "https://127.0.0.1:1", f"etcd.ssl.cafile={tmp_path / 'nope.pem'}"
+        )
+    )
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (
         f"odradek: etcd.ssl.cafile {tmp_path / 'nope.pem'}: No such file or directory"
     )
 
