@@ -390,13 +390,15 @@ class TlsEtcdClient(aetcd.Client):
     authentication (Odradek never gives one: the client certificate authenticates).
     """
 
-    def __init__(self, tls: EtcdTls, server_name: str | None, **options: Any) -> None:
-        super().__init__(**options)
-        self._credentials = tls.channel_credentials()
+    def __init__(
+        self, tls: EtcdTls, server_name: str | None, *, options: dict[str, Any], **client: Any
+    ) -> None:
         if server_name is not None:
             # With several endpoints the target is an `ipv4:` address list, which names
             # no host: check every member's certificate against this name instead.
-            self._options = {**self._options, "grpc.ssl_target_name_override": server_name}
+            options = {**options, "grpc.ssl_target_name_override": server_name}
+        super().__init__(options=options, **client)
+        self._credentials = tls.channel_credentials()
 
     async def connect(self) -> None:
         if self._connected.is_set():
