@@ -561,11 +561,11 @@ def test_status_given_only_etcd_says_why_a_broker_that_stopped_refreshing_still_
             _print_status(summary, [row], filtered=False)
         return " ".join(out.getvalue().split())
 
-    stale = shown(RegistrationLease(1, ttl_s=9, remaining_s=3))
+    stale = shown(RegistrationLease(1, ttl_s=9, remaining_s=3, lease_id=7))
     assert "3 s left of 9 s, not refreshed for 6 s" in stale
     assert (
         "broker 1 (pid 4242) has not refreshed its lease for 6 s: it may have stopped "
         "without leaving; it counts as alive until the lease ends, within 4 s"
     ) in stale
-    fresh = shown(RegistrationLease(1, ttl_s=9, remaining_s=8))
+    fresh = shown(RegistrationLease(1, ttl_s=9, remaining_s=8, lease_id=7))
     assert "not refreshed" not in fresh and "8 s left of 9 s" in fresh

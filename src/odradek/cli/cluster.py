@@ -520,8 +520,9 @@ def _alive_cell(row: BrokerRow) -> Any:
 
 
 def _unrefreshed(lease: RegistrationLease | None) -> bool:
-    # a live broker refreshes every sixth of the TTL: a third means it stopped doing so
-    return lease is not None and lease.unrefreshed_s > lease.ttl_s // 3 + 1
+    from odradek.cluster.lease_deadline import stopped_refreshing
+
+    return lease is not None and stopped_refreshing(lease.ttl_s, lease.remaining_s)
 
 
 def _lease_cell(lease: RegistrationLease | None) -> Any:
