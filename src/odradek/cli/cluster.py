@@ -576,8 +576,9 @@ def _print_status(summary: dict[str, Any], rows: list[BrokerRow], *, filtered: b
             out.print(
                 render.text(
                     f"broker {b.id}'s registration{whose} stays in etcd until its lease "
-                    f"ends, within {b.lease.remaining_s + 1} s: a broker that stops without "
-                    "leaving is seen as dead only then (broker.session.timeout.ms)",
+                    f"ends, within {b.lease.remaining_s + 1} s, or sooner once another "
+                    "broker finds its port closed: a broker that stops without leaving is "
+                    "seen as dead only then (broker.session.timeout.ms)",
                     "yellow",
                 )
             )
@@ -587,7 +588,8 @@ def _print_status(summary: dict[str, Any], rows: list[BrokerRow], *, filtered: b
                 render.text(
                     f"broker {b.id}{whose} has not refreshed its lease for "
                     f"{b.lease.unrefreshed_s} s: it may have stopped without leaving; it "
-                    f"counts as alive until the lease ends, within {b.lease.remaining_s + 1} s",
+                    f"counts as alive until the lease ends, within {b.lease.remaining_s + 1} s, "
+                    "or another broker finds its port closed",
                     "yellow",
                 )
             )
