@@ -10,6 +10,7 @@ thread, stopped by its `stopping` event; what it saw go wrong is kept for the te
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -32,6 +33,32 @@ TXN_TIMEOUT_S = 30.0
 TXN_END_ATTEMPTS = 3
 TXN_RETRY_PAUSE_S = 0.5
 FLUSH_TIMEOUT_S = 30.0
+
+
+CLIENT_LOG = "client-log"  # a history event: one line of librdkafka's own log
+
+
+class ClientLog(logging.Handler):
+    """librdkafka's idempotence and transaction log (``debug: eos``: PID acquisitions,
+    epoch bumps and why, partition drains, fatal errors), written into the history as
+    `CLIENT_LOG` events, so a duplicate can be traced to the broker answer that made
+    the client bump its epoch (issue 21, item 4). About twenty lines per PID."""
+
+    def __init__(self, process: str, history: History) -> None:
+        super().__init__(logging.DEBUG)
+        self.process = process
+        self.history = history
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.history.event(self.process, CLIENT_LOG, {"line": record.getMessage()}, "info")
+
+    def config(self) -> dict[str, object]:
+        """The Producer settings that send its eos log here."""
+        logger = logging.getLogger(f"fault-load.{self.process}")
+        logger.handlers[:] = [self]
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        return {"debug": "eos", "logger": logger}
 
 
 class ProducerLoad(threading.Thread):
@@ -75,6 +102,7 @@ class ProducerLoad(threading.Thread):
                     "acks": "all",
                     "linger.ms": 5,
                     "error_cb": self._error,
+                    **ClientLog(self.name, self.history).config(),
                 }
             )
             sequence = 0
@@ -127,6 +155,7 @@ class TxnLoad(threading.Thread):
                     "bootstrap.servers": self.bootstrap,
                     "transactional.id": f"{self.name}-txn",
                     "linger.ms": 5,
+                    **ClientLog(self.name, self.history).config(),
                 }
             )
             try:

@@ -78,6 +78,7 @@ from cluster_harness import (
 from confluent_kafka.admin import AdminClient, NewTopic
 from fault_cluster import FaultCluster, etcd_upstreams, running_fault_cluster
 from fault_load import (
+    CLIENT_LOG,
     FLUSH_TIMEOUT_S,
     GROUP,
     PARTITIONS,
@@ -245,9 +246,20 @@ class Run:
         lines = [f"seed {self.seed} ({SEED_ENV}={self.seed} reproduces the schedule)"]
         lines += [f"  fault {i}: {f}" for i, f in enumerate(self.schedule)]
         lines += ["events:", *(f"  {line}" for line in self.log[-40:])]
+        lines += ["producer ids and epochs (librdkafka's eos log):"]
+        lines += [f"  {line}" for line in self.epoch_changes()[-20:]]
         lines.append(f"broker logs: {log_paths(self.cluster)}")
         lines.append(f"history: {self.history.path}")
         return "\n".join(lines)
+
+    def epoch_changes(self) -> list[str]:
+        """The clients' own lines about producer ids, epoch bumps and fatal errors."""
+        words = ("PID{", "epoch", "Epoch", "fatal", "Fatal")
+        return [
+            f"{op.process}: {op.value['line']}"
+            for op in self.history.ops()
+            if op.f == CLIENT_LOG and any(w in op.value["line"] for w in words)
+        ]
 
     def acked_count(self) -> int:
         return sum(len(p.acked) for p in self.producers)

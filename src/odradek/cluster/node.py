@@ -50,6 +50,7 @@ from odradek.broker.control_plane import (
 from odradek.broker.security.inter_broker import inter_broker
 from odradek.broker.topics import LEGACY_GROUP_EVENTS_TOPIC, NewTopic, Topic, TopicError
 from odradek.cluster.controller import Controller
+from odradek.cluster.dead_broker import DeadBrokerDetector
 from odradek.cluster.fetcher import LeaderConnection, ReplicaFetcher
 from odradek.cluster.metadata import EtcdMetadataStore, LeaseKeeper
 from odradek.cluster.peer_connection import PeerConnector
@@ -247,6 +248,15 @@ class ClusterNode:
         broker.security.inter_broker = inter
         self.inter_broker_listener = inter.listener if inter is not None else None
         self.peers = PeerConnector(inter)
+        self.peers.on_refused = self._peer_refused
+        self.dead_brokers = DeadBrokerDetector(
+            self.broker_id,
+            self.store,
+            self.peer_address,
+            lease_ttl_s=self.lease_ttl_s,
+            fencing_held_until=self.fencing_held_until,
+            clock=lambda: asyncio.get_running_loop().time(),
+        )
         self.controller: Controller | None = None
         self._claim: ControllerClaim | None = None
         self.lease: LeaseKeeper | None = None
@@ -280,6 +290,7 @@ class ClusterNode:
             ) from None
         self._session_task = asyncio.create_task(self._run_session(), name="cluster-session")
         self._tasks.append(asyncio.create_task(self._check_isr(), name="cluster-isr"))
+        self._tasks.append(asyncio.create_task(self.dead_brokers.run(), name="dead-brokers"))
 
     async def _connect(self) -> None:
         """Open the store and read once (does any etcd member answer?)."""
@@ -743,6 +754,12 @@ class ClusterNode:
     def peer_address(self, broker_id: int) -> tuple[str, int] | None:
         """Where this broker reaches another: its inter-broker listener."""
         return self.address_of(broker_id, self.inter_broker_listener)
+
+    def _peer_refused(self, host: str, port: int) -> None:
+        """A connection to another broker was refused: is it dead? (`dead_broker`)"""
+        for broker_id in list(self.brokers):
+            if self.peer_address(broker_id) == (host, port):
+                self.dead_brokers.suspect(broker_id)
 
     def replicas_of(self, topic: str, partition: int) -> tuple[int, ...]:
         assignment = self.assignments.get(topic)
