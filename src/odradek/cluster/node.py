@@ -1134,6 +1134,9 @@ class ClusterNode:
         if state is None:
             return PartitionInfo(ErrorCode.LEADER_NOT_AVAILABLE, -1, -1, replicas, (), offline)
         leader = state.state.leader if state.state.leader in self.brokers else -1
+        if leader == self.broker_id and not self.replicas.leads(topic, partition):
+            # It gave up its roles (its lease lost): not the leader until the watch says so
+            leader = -1
         error = ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
         return PartitionInfo(
             error, leader, state.state.leader_epoch, replicas, state.state.isr, offline
