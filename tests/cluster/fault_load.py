@@ -10,6 +10,7 @@ thread, stopped by its `stopping` event; what it saw go wrong is kept for the te
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -17,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from kafka_history import History, key_of
+from kafka_history import History, Op, key_of
 
 TOPIC = "faults"
 TXN_TOPIC = "faults-txn"
@@ -144,6 +145,9 @@ class TxnLoad(threading.Thread):
         self.committed = self.aborted = self.unknown = 0
         self.errors: list[str] = []
         self.fatal: list[str] = []
+        # Aborts of transactions no partition was registered in, refused as Kafka refuses
+        # them (`_abort_of_nothing_refused`): counted, not failures.
+        self.refused_empty_aborts: list[str] = []
         self.crash: BaseException | None = None
 
     def _producer(self) -> Producer | None:
@@ -231,6 +235,15 @@ class TxnLoad(threading.Thread):
             return producer
         except KafkaException as exc:
             error = exc.args[0]
+            if abort and self._abort_of_nothing_refused(error, invocation):
+                # Kafka answers the same (see the method): a client-side fatal error, the
+                # application starts over with a new producer. Nothing was committed.
+                self.errors.append(f"txn: {error}")
+                self.refused_empty_aborts.append(str(error))
+                self.aborted += 1
+                outcome("fail", error=str(error))
+                self._close(producer)
+                return self._producer()
             self._error("txn", error)
             if error.txn_requires_abort():
                 try:
@@ -242,8 +255,33 @@ class TxnLoad(threading.Thread):
                     self._error("abort", again.args[0])
             self.unknown += 1
             outcome("info", error=str(error))
-            producer.flush(0)
+            self._close(producer)
             return self._producer()
+
+    @staticmethod
+    def _close(producer: Producer) -> None:
+        """Let go of a producer that failed (a fatal one raises its error again here)."""
+        with contextlib.suppress(KafkaException):
+            producer.flush(0)
+
+    def _abort_of_nothing_refused(self, error: KafkaError, invocation: Op) -> bool:
+        """librdkafka's fatal INVALID_TXN_STATE on abort_transaction when no partition of
+        the transaction was registered: the application aborted while an
+        AddPartitionsToTxn was unanswered (refused with CONCURRENT_TRANSACTIONS because
+        the previous commit's markers were still being written), so librdkafka sends
+        EndTxn(abort) for a transaction the coordinator never began. Kafka's coordinator
+        (transaction version 1: EndTxn abort in PrepareCommit or CompleteCommit) answers
+        INVALID_TXN_STATE too, and librdkafka makes it fatal; Kafka's Java producer does
+        not send that EndTxn. Recognised from librdkafka's own eos log in the history."""
+        if error.code() != KafkaError.INVALID_TXN_STATE:
+            return False
+        return not any(
+            op.index > invocation.index
+            and op.process == self.name
+            and op.f == CLIENT_LOG
+            and "registered with transaction" in op.value["line"]
+            for op in self.history.ops()
+        )
 
 
 class TxnReader(threading.Thread):

@@ -582,6 +582,8 @@ def check_clients_ended(run: Run) -> None:
         f"commits {sum(len(m.commits) for m in run.members)} "
         f"({sum(len(m.commit_failures) for m in run.members)} failed); transactions "
         f"committed {txn.committed}, aborted {txn.aborted}, unknown {txn.unknown}, "  # type: ignore[union-attr]
+        f"aborts of unregistered transactions refused as Kafka does "
+        f"{len(txn.refused_empty_aborts)}, "  # type: ignore[union-attr]
         f"errors {txn.errors[:5]}; read_committed reader read {run.txn[1].consumed}"  # type: ignore[union-attr]
     )
 
