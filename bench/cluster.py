@@ -1,4 +1,4 @@
-"""Cluster mode (issue 15): throughput by replication factor, leader and coordinator failover.
+"""Cluster mode (issues 15, 21): throughput, failovers, an etcd outage, a network partition.
 
 Everything runs on loopback: etcd and 3 brokers started by `LocalCluster` (each
 broker a process of its own, as ``odradek cluster up`` starts them), plus one
@@ -16,7 +16,10 @@ records/s into a 1-partition RF=3 topic (``min.insync.replicas=2``); the partiti
 leader is SIGKILLed. Measured from the kill: until the new leader shows in the
 metadata, until the first acknowledgement of a record sent after the kill, and the
 longest gap between two acknowledgements. The broker is restarted and the ISR is
-whole again before the next round (``--failovers`` rounds).
+whole again before the next round (``--failovers`` rounds). ``--failover-signals
+kill,term`` also stops the leader with SIGTERM (a clean shutdown: the broker revokes
+its lease, so its leaderships move at once), ``--failovers`` rounds each; the time
+until the stopped process exited is measured too.
 
 Coordinator failover: 3 confluent-kafka consumers (classic protocol, one process,
 a thread each) in one group on a 3-partition RF=3 topic that a producer feeds at
@@ -41,6 +44,20 @@ from the kill until 2 s after etcd serves again, the same over an equally long
 window with no fault just before (the baseline), and the partitions whose leader or
 leader epoch changed (``--etcd-outages`` rounds, median).
 
+Network partition (issue 21): the fault suite's cluster (``tests/cluster/fault_cluster.py``:
+3 brokers, a 3-member etcd, and a loopback proxy in front of every broker and etcd
+member that can blackhole each directed link, ``tests/cluster/link_proxy.py``), with
+the default ``broker.session.timeout.ms`` (9000) and ``replica.lag.time.max.ms``
+(30000); an idempotent acks=all producer sends ``--rate`` records/s, round-robin, into
+a 3-partition RF=3 topic (``min.insync.replicas=2``). The leader of partition 0 is cut
+off: from etcd and the other brokers both ways (variant ``servers``), or from those and
+from its clients too (``all``). Measured from the cut: until etcd names new leaders for
+every partition it led, until each of them acknowledges a record sent after the cut,
+the longest gap between acknowledgements on its partitions and on the others; then the
+links heal and the round ends when every ISR is whole again (``--partition-cuts``
+rounds per variant in ``--partition-variants``). The producer's ``socket.timeout.ms``
+is ``--producer-socket-timeout-ms`` (librdkafka's 60000).
+
 Both failovers run once per ``--session-timeouts`` value (``broker.session.timeout.ms``,
 how long a killed broker's etcd lease outlives it; 9000 is the default), each on a
 fresh cluster.
@@ -50,9 +67,14 @@ fresh cluster.
     python bench/cluster.py --records 500000 --size 1024 --repeat 5 --skip-failover
     python bench/cluster.py --session-timeouts 3000 --json out.json
     python bench/cluster.py --skip-throughput --skip-failover --etcd-outages 5
+    python bench/cluster.py --skip-throughput --skip-coordinator --skip-etcd-outage \
+        --skip-partition --session-timeouts 9000 --failovers 5 --failover-signals kill,term
+    python bench/cluster.py --skip-throughput --skip-failover --skip-etcd-outage \
+        --partition-cuts 5
 
-Every process this script starts (etcd, brokers) is stopped at exit, also on errors;
-``--keep-dir DIR`` keeps the clusters' data and logs (``DIR/st-<ms>/logs``).
+Every process this script starts (etcd, brokers) is stopped at exit, also on errors
+and Ctrl-C; ``--keep-dir DIR`` keeps the clusters' data and logs (``DIR/st-<ms>/logs``,
+``DIR/partition/cluster/logs``).
 """
 
 from __future__ import annotations
@@ -320,11 +342,20 @@ class AckClock:
     With `partitions`, record i goes to partition i % partitions (so each partition gets
     its share at a known rate); without, the producer's partitioner chooses."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: float, partitions: int = 0) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        rate: float,
+        partitions: int = 0,
+        settings: dict[str, Any] | None = None,
+    ) -> None:
         self.topic = topic
         self.partitions = partitions
         self.interval = 1.0 / rate
-        self.producer = Producer({"bootstrap.servers": bootstrap, **FAILOVER_PRODUCER})
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, **FAILOVER_PRODUCER, **(settings or {})}
+        )
         self.sent: list[float] = []
         self.acked: list[Ack] = []
         self.errors: list[str] = []
@@ -880,11 +911,19 @@ def watch_leaders(
         time.sleep(POLL_S)
 
 
-def partition_round(cluster: Any, topic: str, rate: float, variant: str) -> dict[str, Any]:
+def partition_round(
+    cluster: Any, topic: str, rate: float, variant: str, socket_timeout_ms: int
+) -> dict[str, Any]:
     from cluster_harness import wait_fully_replicated
 
     partitions = list(range(PARTITION_TOPIC_PARTITIONS))
-    clock = AckClock(cluster.bootstrap_servers(), topic, rate, partitions=len(partitions))
+    clock = AckClock(
+        cluster.bootstrap_servers(),
+        topic,
+        rate,
+        partitions=len(partitions),
+        settings={"socket.timeout.ms": socket_timeout_ms},
+    )
     started = time.monotonic()
     clock.run_until(  # a second of steady acks on every partition
         lambda: all(
@@ -944,6 +983,7 @@ def partition_round(cluster: Any, topic: str, rate: float, variant: str) -> dict
 
     return {
         "variant": variant,
+        "socket_timeout_ms": socket_timeout_ms,
         "cut_broker": target,
         "led_partitions": led,
         "new_leaders_s": max(elected.values()) - cut if len(elected) == len(led) else None,
@@ -972,11 +1012,14 @@ def run_partitions(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
             admin.close()
         for variant in args.partition_variants:
             for n in range(args.partition_cuts):
-                r = partition_round(cluster, topic, args.rate, variant)
+                r = partition_round(
+                    cluster, topic, args.rate, variant, args.producer_socket_timeout_ms
+                )
                 rounds.append(r)
                 log(
                     f"  partition {n + 1}/{args.partition_cuts} (broker {r['cut_broker']} cut "
-                    f"from {PARTITION_VARIANTS[variant]}, leading {r['led_partitions']}): new "
+                    f"from {PARTITION_VARIANTS[variant]}, leading {r['led_partitions']}, "
+                    f"producer socket.timeout.ms {r['socket_timeout_ms']}): new "
                     f"leaders {fmt_s(r['new_leaders_s'])}, its partitions acked again "
                     f"{fmt_s(r['led_acked_again_s'])} (longest gap "
                     f"{r['led_longest_ack_gap_s']:.2f} s), the others "
@@ -1001,6 +1044,7 @@ def partition_table(rounds: list[dict[str, Any]]) -> None:
     lines = [
         [
             "cut from",
+            "producer socket.timeout.ms",
             "rounds",
             "cut -> new leaders in etcd, s",
             "cut -> its partitions acked again, s",
@@ -1010,13 +1054,16 @@ def partition_table(rounds: list[dict[str, Any]]) -> None:
             "errors / duplicates",
         ]
     ]
-    for variant, what in PARTITION_VARIANTS.items():
-        rs = [r for r in rounds if r["variant"] == variant]
+    for (variant, what), ms in itertools.product(
+        PARTITION_VARIANTS.items(), sorted({r["socket_timeout_ms"] for r in rounds})
+    ):
+        rs = [r for r in rounds if r["variant"] == variant and r["socket_timeout_ms"] == ms]
         if not rs:
             continue
         lines.append(
             [
                 what,
+                str(ms),
                 str(len(rs)),
                 values(rs, "new_leaders_s"),
                 values(rs, "led_acked_again_s"),
@@ -1158,6 +1205,13 @@ def main(argv: list[str] | None = None) -> int:
         help="what the partitioned leader is cut from, comma-separated: servers (etcd and the "
         "other brokers), all (those and its clients)",
     )
+    parser.add_argument(
+        "--producer-socket-timeout-ms",
+        type=int,
+        default=60_000,
+        help="the network partition producer's socket.timeout.ms (librdkafka's default: how "
+        "long a request to a broker that went silent stays in flight)",
+    )
     parser.add_argument("--skip-partition", action="store_true", help="no network partition")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-single-node", action="store_true", help="no single-node row")
@@ -1190,8 +1244,8 @@ def main(argv: list[str] | None = None) -> int:
         v not in PARTITION_VARIANTS for v in args.partition_variants
     ):
         parser.error("--partition-variants takes servers and/or all, comma-separated")
-    if args.partition_cuts < 1:
-        parser.error("--partition-cuts must be >= 1")
+    if args.partition_cuts < 1 or args.producer_socket_timeout_ms < 10:
+        parser.error("--partition-cuts must be >= 1 and --producer-socket-timeout-ms >= 10")
     if args.etcd_outages < 1 or args.etcd_outage_s <= 0:
         parser.error("--etcd-outages must be >= 1 and --etcd-outage-s positive")
     if args.rate <= 0 or args.hold < 0:
@@ -1246,4 +1300,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # every process was stopped on the way out
+        log("interrupted")
+        sys.exit(130)
