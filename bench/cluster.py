@@ -62,7 +62,7 @@ Both failovers run once per ``--session-timeouts`` value (``broker.session.timeo
 how long a killed broker's etcd lease outlives it; 9000 is the default), each on a
 fresh cluster.
 
-    python bench/cluster.py                              # about 13 minutes, 7 of them partitions
+    python bench/cluster.py                              # about 12 minutes, 7 of them partitions
     python bench/cluster.py --skip-throughput --failovers 5
     python bench/cluster.py --records 500000 --size 1024 --repeat 5 --skip-failover
     python bench/cluster.py --session-timeouts 3000 --json out.json
