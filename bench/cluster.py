@@ -1,4 +1,4 @@
-"""Cluster mode (issue 15): throughput by replication factor, leader and coordinator failover.
+"""Cluster mode (issues 15, 21): throughput, failovers, an etcd outage, a network partition.
 
 Everything runs on loopback: etcd and 3 brokers started by `LocalCluster` (each
 broker a process of its own, as ``odradek cluster up`` starts them), plus one
@@ -16,7 +16,10 @@ records/s into a 1-partition RF=3 topic (``min.insync.replicas=2``); the partiti
 leader is SIGKILLed. Measured from the kill: until the new leader shows in the
 metadata, until the first acknowledgement of a record sent after the kill, and the
 longest gap between two acknowledgements. The broker is restarted and the ISR is
-whole again before the next round (``--failovers`` rounds).
+whole again before the next round (``--failovers`` rounds). ``--failover-signals
+kill,term`` also stops the leader with SIGTERM (a clean shutdown: the broker revokes
+its lease, so its leaderships move at once), ``--failovers`` rounds each; the time
+until the stopped process exited is measured too.
 
 Coordinator failover: 3 confluent-kafka consumers (classic protocol, one process,
 a thread each) in one group on a 3-partition RF=3 topic that a producer feeds at
@@ -41,18 +44,37 @@ from the kill until 2 s after etcd serves again, the same over an equally long
 window with no fault just before (the baseline), and the partitions whose leader or
 leader epoch changed (``--etcd-outages`` rounds, median).
 
+Network partition (issue 21): the fault suite's cluster (``tests/cluster/fault_cluster.py``:
+3 brokers, a 3-member etcd, and a loopback proxy in front of every broker and etcd
+member that can blackhole each directed link, ``tests/cluster/link_proxy.py``), with
+the default ``broker.session.timeout.ms`` (9000) and ``replica.lag.time.max.ms``
+(30000); an idempotent acks=all producer sends ``--rate`` records/s, round-robin, into
+a 3-partition RF=3 topic (``min.insync.replicas=2``). The leader of partition 0 is cut
+off: from etcd and the other brokers both ways (variant ``servers``), or from those and
+from its clients too (``all``). Measured from the cut: until etcd names new leaders for
+every partition it led, until each of them acknowledges a record sent after the cut,
+the longest gap between acknowledgements on its partitions and on the others; then the
+links heal and the round ends when every ISR is whole again (``--partition-cuts``
+rounds per variant in ``--partition-variants``). The producer's ``socket.timeout.ms``
+is ``--producer-socket-timeout-ms`` (librdkafka's 60000).
+
 Both failovers run once per ``--session-timeouts`` value (``broker.session.timeout.ms``,
 how long a killed broker's etcd lease outlives it; 9000 is the default), each on a
 fresh cluster.
 
-    python bench/cluster.py                              # about 3 minutes
+    python bench/cluster.py                              # about 12 minutes, 7 of them partitions
     python bench/cluster.py --skip-throughput --failovers 5
     python bench/cluster.py --records 500000 --size 1024 --repeat 5 --skip-failover
     python bench/cluster.py --session-timeouts 3000 --json out.json
     python bench/cluster.py --skip-throughput --skip-failover --etcd-outages 5
+    python bench/cluster.py --skip-throughput --skip-coordinator --skip-etcd-outage \
+        --skip-partition --session-timeouts 9000 --failovers 5 --failover-signals kill,term
+    python bench/cluster.py --skip-throughput --skip-failover --skip-etcd-outage \
+        --partition-cuts 5
 
-Every process this script starts (etcd, brokers) is stopped at exit, also on errors;
-``--keep-dir DIR`` keeps the clusters' data and logs (``DIR/st-<ms>/logs``).
+Every process this script starts (etcd, brokers) is stopped at exit, also on errors
+and Ctrl-C; ``--keep-dir DIR`` keeps the clusters' data and logs (``DIR/st-<ms>/logs``,
+``DIR/partition/cluster/logs``).
 """
 
 from __future__ import annotations
@@ -70,9 +92,9 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import libversion as rdkafka_version
@@ -307,15 +329,35 @@ def run_throughput(
 # ============================================================== leader failover
 
 
-class AckClock:
-    """An acks=all producer at a fixed rate; when each record was sent and acknowledged."""
+class Ack(NamedTuple):
+    when: float
+    index: int  # the record's place in `AckClock.sent`
+    partition: int
+    offset: int
 
-    def __init__(self, bootstrap: str, topic: str, rate: float) -> None:
+
+class AckClock:
+    """An acks=all producer at a fixed rate; when each record was sent and acknowledged.
+
+    With `partitions`, record i goes to partition i % partitions (so each partition gets
+    its share at a known rate); without, the producer's partitioner chooses."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        rate: float,
+        partitions: int = 0,
+        settings: dict[str, Any] | None = None,
+    ) -> None:
         self.topic = topic
+        self.partitions = partitions
         self.interval = 1.0 / rate
-        self.producer = Producer({"bootstrap.servers": bootstrap, **FAILOVER_PRODUCER})
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, **FAILOVER_PRODUCER, **(settings or {})}
+        )
         self.sent: list[float] = []
-        self.acked: list[tuple[float, int, int]] = []  # (when, record index, offset)
+        self.acked: list[Ack] = []
         self.errors: list[str] = []
         self._next = time.monotonic()
 
@@ -324,7 +366,9 @@ class AckClock:
             if error is not None:
                 self.errors.append(str(error))
             else:
-                self.acked.append((time.monotonic(), index, message.offset()))
+                self.acked.append(
+                    Ack(time.monotonic(), index, message.partition(), message.offset())
+                )
 
         return callback
 
@@ -336,22 +380,40 @@ class AckClock:
             if now >= self._next:
                 index = len(self.sent)
                 self.sent.append(now)
-                self.producer.produce(self.topic, b"%d" % index, on_delivery=self._delivered(index))
+                where = {"partition": index % self.partitions} if self.partitions else {}
+                self.producer.produce(
+                    self.topic, b"%d" % index, on_delivery=self._delivered(index), **where
+                )
                 self._next += self.interval
             self.producer.poll(max(0.0, min(self._next - time.monotonic(), 0.005)))
 
-    def first_ack_of_record_sent_after(self, t: float) -> float | None:
-        times = [when for when, index, _ in self.acked if self.sent[index] > t]
+    def _acks(self, partitions: Iterable[int] | None) -> list[Ack]:
+        if partitions is None:
+            return self.acked
+        wanted = set(partitions)
+        return [a for a in self.acked if a.partition in wanted]
+
+    def first_ack_of_record_sent_after(
+        self, t: float, partitions: Iterable[int] | None = None
+    ) -> float | None:
+        times = [a.when for a in self._acks(partitions) if self.sent[a.index] > t]
         return min(times) if times else None
 
     def longest_gap(self) -> float:
-        times = sorted(when for when, _, _ in self.acked)
+        times = sorted(a.when for a in self.acked)
         return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
-    def gap_between(self, start: float, end: float) -> float:
-        """The longest time in [start, end] with no acknowledgement."""
-        times = [start, *sorted(w for w, _, _ in self.acked if start <= w <= end), end]
-        return max(b - a for a, b in itertools.pairwise(times))
+    def gap_between(
+        self, start: float, end: float, partitions: Iterable[int] | None = None
+    ) -> float:
+        """The longest time in [start, end] with no acknowledgement (on `partitions`)."""
+        times = [start, *sorted(a.when for a in self._acks(partitions) if start <= a.when <= end)]
+        return max(b - a for a, b in itertools.pairwise([*times, end]))
+
+    def duplicate_offsets(self) -> int:
+        """Acknowledgements of an offset already acknowledged (a record written twice)."""
+        offsets = [(a.partition, a.offset) for a in self.acked]
+        return len(offsets) - len(set(offsets))
 
     def close(self) -> int:
         """Flush; the records never acknowledged."""
@@ -370,9 +432,14 @@ def watch_leader(
         time.sleep(POLL_S)
 
 
+FAILOVER_SIGNALS = {"kill": "SIGKILL", "term": "SIGTERM"}
+
+
 def leader_failover_round(
-    cluster: LocalCluster, admin: AdminClient, topic: str, rate: float
+    cluster: LocalCluster, admin: AdminClient, topic: str, rate: float, how: str
 ) -> dict[str, Any]:
+    """Stop the partition's leader with SIGKILL (`how` "kill": a crash) or SIGTERM ("term":
+    a clean shutdown, which revokes its lease and so hands its leaderships on at once)."""
     clock = AckClock(cluster.bootstrap_servers(), topic, rate)
     clock.run_until(lambda: len(clock.acked) >= rate, STEP_TIMEOUT_S)  # a second of steady acks
     leader = leader_of(admin, topic)
@@ -382,23 +449,37 @@ def leader_failover_round(
     watcher = threading.Thread(
         target=watch_leader, args=(watcher_admin, topic, leader, stop, new_leader_seen), daemon=True
     )
+    exited: list[float] = []
+
+    def terminate() -> None:  # beside the producer: a clean shutdown takes a while
+        cluster.stop(leader, timeout_s=STEP_TIMEOUT_S)
+        exited.append(time.monotonic())
+
+    stopper = threading.Thread(target=terminate, daemon=True)
     killed = time.monotonic()
-    cluster.kill(leader)
+    if how == "kill":
+        cluster.kill(leader)
+        exited.append(time.monotonic())
+    else:
+        stopper.start()
     try:
         watcher.start()
         clock.run_until(lambda: clock.first_ack_of_record_sent_after(killed) is not None, 120)
         recovered = clock.first_ack_of_record_sent_after(killed)
         steady_again = time.monotonic() + 1.0
-        clock.run_until(lambda: time.monotonic() >= steady_again, 2.0)
+        clock.run_until(lambda: time.monotonic() >= steady_again and bool(exited), STEP_TIMEOUT_S)
         unacked = clock.close()
     finally:
         stop.set()
         with contextlib.suppress(RuntimeError):
             watcher.join(10)
+        with contextlib.suppress(RuntimeError):
+            stopper.join(STEP_TIMEOUT_S + 10)
         watcher_admin.close()
-    offsets = [offset for _, _, offset in clock.acked]
     round_result = {
+        "signal": how,
         "killed_broker": leader,
+        "exited_s": exited[0] - killed if exited else None,
         "new_leader_in_metadata_s": new_leader_seen[0] - killed if new_leader_seen else None,
         "acked_again_s": None if recovered is None else recovered - killed,
         "longest_ack_gap_s": clock.longest_gap(),
@@ -406,7 +487,7 @@ def leader_failover_round(
         "acked": len(clock.acked),
         "unacked": unacked,
         "errors": len(clock.errors),
-        "duplicate_offsets": len(offsets) - len(set(offsets)),
+        "duplicate_offsets": clock.duplicate_offsets(),
     }
     # Bring the broker back; the next round starts with a whole ISR.
     cluster.start(leader, timeout_s=START_TIMEOUT_S)
@@ -421,18 +502,20 @@ def run_leader_failover(
     try:
         topic = create_topic(admin, 1, 3, "bench-failover")
         rounds = []
-        for n in range(args.failovers):
-            r = leader_failover_round(cluster, admin, topic, args.rate)
-            r["session_timeout_ms"] = session_timeout_ms
-            rounds.append(r)
-            log(
-                f"  leader failover {n + 1}/{args.failovers} (session {session_timeout_ms} ms): "
-                f"killed {r['killed_broker']}, new leader in metadata "
-                f"{fmt_s(r['new_leader_in_metadata_s'])}, acks again {fmt_s(r['acked_again_s'])}, "
-                f"longest gap {r['longest_ack_gap_s']:.2f} s, {r['acked']}/{r['sent']} acked, "
-                f"{r['errors']} errors, {r['duplicate_offsets']} duplicate offsets; "
-                f"load {load_average()}"
-            )
+        for how in args.failover_signals:
+            for n in range(args.failovers):
+                r = leader_failover_round(cluster, admin, topic, args.rate, how)
+                r["session_timeout_ms"] = session_timeout_ms
+                rounds.append(r)
+                log(
+                    f"  leader failover {n + 1}/{args.failovers} ({FAILOVER_SIGNALS[how]}, "
+                    f"session {session_timeout_ms} ms): stopped {r['killed_broker']} (exited "
+                    f"{fmt_s(r['exited_s'])}), new leader in metadata "
+                    f"{fmt_s(r['new_leader_in_metadata_s'])}, acks again "
+                    f"{fmt_s(r['acked_again_s'])}, longest gap {r['longest_ack_gap_s']:.2f} s, "
+                    f"{r['acked']}/{r['sent']} acked, {r['errors']} errors, "
+                    f"{r['duplicate_offsets']} duplicate offsets; load {load_average()}"
+                )
         return rounds
     finally:
         admin.close()
@@ -763,6 +846,241 @@ def etcd_outage_table(rounds: list[dict[str, Any]]) -> None:
     print()
 
 
+# ============================================================ network partition
+
+# The fault suite's cluster (tests/cluster/fault_cluster.py): a 3-member etcd, 3 brokers,
+# and a loopback proxy in front of every broker and etcd member that can blackhole any
+# directed link (tests/cluster/link_proxy.py).
+FAULT_SUITE = Path(__file__).resolve().parent.parent / "tests" / "cluster"
+PARTITION_TOPIC_PARTITIONS = 3
+# What the partitioned broker is cut from: etcd and the other brokers (both ways), and
+# in the second variant from its clients (the producer, the bench's admin client) too.
+PARTITION_VARIANTS = {
+    "servers": "etcd and the other brokers",
+    "all": "etcd, the other brokers and its clients",
+}
+PARTITION_SETTLE_S = 1.0
+
+
+def fault_cluster(root: Path) -> contextlib.AbstractContextManager[Any]:
+    """The fault suite's proxied cluster, with the broker defaults this bench measures
+    (the suite shortens the lease and the ISR lag to run faster)."""
+    if str(FAULT_SUITE) not in sys.path:
+        sys.path.insert(0, str(FAULT_SUITE))
+    from fault_cluster import running_fault_cluster
+
+    return running_fault_cluster(
+        root,
+        settings={
+            "broker.session.timeout.ms": str(ETCD_OUTAGE_SESSION_MS),
+            "replica.lag.time.max.ms": "30000",
+        },
+    )
+
+
+def partition_cut_links(cluster: Any, broker: int, variant: str) -> list[tuple[Any, Any]]:
+    """Every directed link that isolates `broker` in `variant` (as the fault suite cuts)."""
+    from fault_cluster import etcd_upstreams
+    from link_proxy import CLIENT
+
+    others = [b for b in cluster.broker_ids if b != broker]
+    links: list[tuple[Any, Any]] = [(broker, m) for m in etcd_upstreams(cluster.quorum)]
+    links += [(broker, o) for o in others] + [(o, broker) for o in others]
+    if variant == "all":
+        links.append((CLIENT, broker))
+    return links
+
+
+def watch_leaders(
+    cluster: LocalCluster,
+    topic: str,
+    led: list[int],
+    old: int,
+    stop: threading.Event,
+    seen: dict[int, float],
+) -> None:
+    """Record when etcd first names a leader other than `old` for each partition of `led`."""
+    while not stop.is_set() and len(seen) < len(led):
+        with contextlib.suppress(Exception):
+            now_leading = leaderships(cluster)
+            now = time.monotonic()
+            for partition in led:
+                leader, _ = now_leading.get((topic, partition), (-1, 0))
+                if partition not in seen and leader not in (-1, old):
+                    seen[partition] = now
+        time.sleep(POLL_S)
+
+
+def partition_round(
+    cluster: Any, topic: str, rate: float, variant: str, socket_timeout_ms: int
+) -> dict[str, Any]:
+    from cluster_harness import wait_fully_replicated
+
+    partitions = list(range(PARTITION_TOPIC_PARTITIONS))
+    clock = AckClock(
+        cluster.bootstrap_servers(),
+        topic,
+        rate,
+        partitions=len(partitions),
+        settings={"socket.timeout.ms": socket_timeout_ms},
+    )
+    started = time.monotonic()
+    clock.run_until(  # a second of steady acks on every partition
+        lambda: all(
+            clock.first_ack_of_record_sent_after(started + 1.0, [p]) is not None for p in partitions
+        ),
+        STEP_TIMEOUT_S,
+    )
+    before = leaderships(cluster)
+    target = before[(topic, 0)][0]
+    led = [p for p in partitions if before[(topic, p)][0] == target]
+    others = [p for p in partitions if p not in led]
+    stop = threading.Event()
+    elected: dict[int, float] = {}
+    watcher = threading.Thread(
+        target=watch_leaders, args=(cluster, topic, led, target, stop, elected), daemon=True
+    )
+    whole: list[float] = []
+
+    def wait_whole() -> None:  # beside the producer
+        wait_fully_replicated(cluster, STEP_TIMEOUT_S)
+        whole.append(time.monotonic())
+
+    waiter = threading.Thread(target=wait_whole, daemon=True)
+    cut = time.monotonic()
+    cluster.proxies.cut(partition_cut_links(cluster, target, variant))
+    healed = None
+    try:
+        watcher.start()
+
+        def every_partition_acked_again() -> bool:
+            return all(
+                clock.first_ack_of_record_sent_after(cut, [p]) is not None for p in partitions
+            )
+
+        clock.run_until(every_partition_acked_again, STEP_TIMEOUT_S)
+        settled = time.monotonic() + PARTITION_SETTLE_S
+        clock.run_until(lambda: time.monotonic() >= settled, PARTITION_SETTLE_S + 1)
+        healed = time.monotonic()
+        cluster.proxies.heal()
+        waiter.start()
+        clock.run_until(lambda: bool(whole) or not waiter.is_alive(), STEP_TIMEOUT_S + 10)
+        ended = time.monotonic()
+        unacked = clock.close()
+    finally:
+        cluster.proxies.heal()  # also after a failure: the brokers can then stop cleanly
+        stop.set()
+        with contextlib.suppress(RuntimeError):
+            watcher.join(10)
+        with contextlib.suppress(RuntimeError):
+            waiter.join(STEP_TIMEOUT_S + 10)
+    if not whole:
+        raise TimeoutError(f"the ISRs were not whole again {STEP_TIMEOUT_S:.0f} s after the heal")
+
+    def acked_again(ps: list[int]) -> float | None:
+        times = [clock.first_ack_of_record_sent_after(cut, [p]) for p in ps]
+        return None if not ps or None in times else max(t for t in times if t) - cut
+
+    return {
+        "variant": variant,
+        "socket_timeout_ms": socket_timeout_ms,
+        "cut_broker": target,
+        "led_partitions": led,
+        "new_leaders_s": max(elected.values()) - cut if len(elected) == len(led) else None,
+        "led_acked_again_s": acked_again(led),
+        "led_longest_ack_gap_s": clock.gap_between(cut, ended, led),
+        "others_acked_again_s": acked_again(others),
+        "others_longest_ack_gap_s": clock.gap_between(cut, ended, others) if others else None,
+        "cut_for_s": healed - cut,
+        "isr_whole_after_heal_s": whole[0] - healed,
+        "sent": len(clock.sent),
+        "acked": len(clock.acked),
+        "unacked": unacked,
+        "errors": len(clock.errors),
+        "duplicate_offsets": clock.duplicate_offsets(),
+    }
+
+
+def run_partitions(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
+    rounds = []
+    with fault_cluster(root / "partition") as cluster:
+        log(f"partition cluster: {cluster.bootstrap_servers()} (proxies)")
+        admin = admin_for(cluster.bootstrap_servers())
+        try:
+            topic = create_topic(admin, PARTITION_TOPIC_PARTITIONS, 3, "bench-partition")
+        finally:
+            admin.close()
+        for variant in args.partition_variants:
+            for n in range(args.partition_cuts):
+                r = partition_round(
+                    cluster, topic, args.rate, variant, args.producer_socket_timeout_ms
+                )
+                rounds.append(r)
+                log(
+                    f"  partition {n + 1}/{args.partition_cuts} (broker {r['cut_broker']} cut "
+                    f"from {PARTITION_VARIANTS[variant]}, leading {r['led_partitions']}, "
+                    f"producer socket.timeout.ms {r['socket_timeout_ms']}): new "
+                    f"leaders {fmt_s(r['new_leaders_s'])}, its partitions acked again "
+                    f"{fmt_s(r['led_acked_again_s'])} (longest gap "
+                    f"{r['led_longest_ack_gap_s']:.2f} s), the others "
+                    f"{fmt_s(r['others_acked_again_s'])} (longest gap "
+                    f"{fmt_s(r['others_longest_ack_gap_s'])}), healed after "
+                    f"{r['cut_for_s']:.2f} s, ISRs whole {r['isr_whole_after_heal_s']:.2f} s "
+                    f"later, {r['acked']}/{r['sent']} acked, {r['errors']} errors, "
+                    f"{r['duplicate_offsets']} duplicate offsets; load {load_average()}"
+                )
+    return rounds
+
+
+def partition_table(rounds: list[dict[str, Any]]) -> None:
+    if not rounds:
+        return
+
+    def values(rs: list[dict[str, Any]], key: str) -> str:
+        found = [r[key] for r in rs if r[key] is not None]
+        never = len(rs) - len(found)
+        return spread(found) + (f" ({never} never)" if never else "")
+
+    lines = [
+        [
+            "cut from",
+            "producer socket.timeout.ms",
+            "rounds",
+            "cut -> new leaders in etcd, s",
+            "cut -> its partitions acked again, s",
+            "longest gap between acks, its partitions, s",
+            "longest gap between acks, other partitions, s",
+            "heal -> ISRs whole, s",
+            "errors / duplicates",
+        ]
+    ]
+    for (variant, what), ms in itertools.product(
+        PARTITION_VARIANTS.items(), sorted({r["socket_timeout_ms"] for r in rounds})
+    ):
+        rs = [r for r in rounds if r["variant"] == variant and r["socket_timeout_ms"] == ms]
+        if not rs:
+            continue
+        lines.append(
+            [
+                what,
+                str(ms),
+                str(len(rs)),
+                values(rs, "new_leaders_s"),
+                values(rs, "led_acked_again_s"),
+                values(rs, "led_longest_ack_gap_s"),
+                values(rs, "others_longest_ack_gap_s"),
+                values(rs, "isr_whole_after_heal_s"),
+                f"{sum(r['errors'] for r in rs)} / {sum(r['duplicate_offsets'] for r in rs)}",
+            ]
+        )
+    print(
+        "Network partition (the leader of a partition of an RF=3 topic cut off, then healed) "
+        "under acks=all, min / median / max"
+    )
+    print(markdown_table(lines))
+    print()
+
+
 # =================================================================== report
 
 
@@ -779,28 +1097,38 @@ def failover_tables(leader: list[dict[str, Any]], coordinator: list[dict[str, An
         lines = [
             [
                 "broker.session.timeout.ms",
+                "signal",
                 "rounds",
-                "kill -> new leader in metadata, s",
-                "kill -> acks again, s",
+                "signal -> process exited, s",
+                "signal -> new leader in metadata, s",
+                "signal -> acks again, s",
                 "longest gap between acks, s",
                 "errors / duplicates",
             ]
         ]
         for ms in timeouts:
-            rounds = [r for r in leader if r["session_timeout_ms"] == ms]
-            lines.append(
-                [
-                    str(ms),
-                    str(len(rounds)),
-                    spread(values(rounds, "new_leader_in_metadata_s"))
-                    + missing(rounds, "new_leader_in_metadata_s"),
-                    spread(values(rounds, "acked_again_s")) + missing(rounds, "acked_again_s"),
-                    spread(values(rounds, "longest_ack_gap_s")),
-                    f"{sum(r['errors'] for r in rounds)} / "
-                    f"{sum(r['duplicate_offsets'] for r in rounds)}",
-                ]
-            )
-        print("Leader failover (SIGKILL the leader of an RF=3 partition), min / median / max")
+            for how, name in FAILOVER_SIGNALS.items():
+                rounds = [r for r in leader if r["session_timeout_ms"] == ms and r["signal"] == how]
+                if not rounds:
+                    continue
+                lines.append(
+                    [
+                        str(ms),
+                        name,
+                        str(len(rounds)),
+                        spread(values(rounds, "exited_s")),
+                        spread(values(rounds, "new_leader_in_metadata_s"))
+                        + missing(rounds, "new_leader_in_metadata_s"),
+                        spread(values(rounds, "acked_again_s")) + missing(rounds, "acked_again_s"),
+                        spread(values(rounds, "longest_ack_gap_s")),
+                        f"{sum(r['errors'] for r in rounds)} / "
+                        f"{sum(r['duplicate_offsets'] for r in rounds)}",
+                    ]
+                )
+        print(
+            "Leader failover (SIGKILL or SIGTERM the leader of an RF=3 partition), "
+            "min / median / max"
+        )
         print(markdown_table(lines))
         print()
     if coordinator:
@@ -838,6 +1166,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per throughput cell; median")
     parser.add_argument("--failovers", type=int, default=3, help="kills per failover benchmark")
     parser.add_argument(
+        "--failover-signals",
+        default="kill",
+        help="how the leader is stopped in the leader failover, comma-separated: kill "
+        "(SIGKILL, a crash), term (SIGTERM, a clean shutdown); --failovers rounds each",
+    )
+    parser.add_argument(
         "--rate", type=float, default=200.0, help="records/s produced during the failovers"
     )
     parser.add_argument(
@@ -862,6 +1196,23 @@ def main(argv: list[str] | None = None) -> int:
         "--etcd-outage-s", type=float, default=10.0, help="seconds the whole etcd is down"
     )
     parser.add_argument("--skip-etcd-outage", action="store_true")
+    parser.add_argument(
+        "--partition-cuts", type=int, default=5, help="rounds of each network partition variant"
+    )
+    parser.add_argument(
+        "--partition-variants",
+        default="servers,all",
+        help="what the partitioned leader is cut from, comma-separated: servers (etcd and the "
+        "other brokers), all (those and its clients)",
+    )
+    parser.add_argument(
+        "--producer-socket-timeout-ms",
+        type=int,
+        default=60_000,
+        help="the network partition producer's socket.timeout.ms (librdkafka's default: how "
+        "long a request to a broker that went silent stays in flight)",
+    )
+    parser.add_argument("--skip-partition", action="store_true", help="no network partition")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-single-node", action="store_true", help="no single-node row")
     parser.add_argument("--skip-odradek-client", action="store_true")
@@ -874,12 +1225,27 @@ def main(argv: list[str] | None = None) -> int:
         timeouts = [int(v) for v in args.session_timeouts.split(",") if v.strip()]
     except ValueError:
         parser.error("--session-timeouts takes whole milliseconds, comma-separated")
+    args.failover_signals = [v.strip() for v in args.failover_signals.split(",") if v.strip()]
+    if not args.failover_signals or any(v not in FAILOVER_SIGNALS for v in args.failover_signals):
+        parser.error("--failover-signals takes kill and/or term, comma-separated")
     if not timeouts or any(ms < 2000 for ms in timeouts):
         parser.error("--session-timeouts: each at least 2000 (the broker's minimum)")
     if min(args.records, args.size, args.partitions, args.repeat, args.failovers) < 1:
         parser.error("--records, --size, --partitions, --repeat and --failovers must be >= 1")
-    if args.skip_throughput and args.skip_failover and args.skip_etcd_outage:
-        parser.error("--skip-throughput, --skip-failover and --skip-etcd-outage leave nothing")
+    if (
+        args.skip_throughput
+        and args.skip_failover
+        and args.skip_etcd_outage
+        and args.skip_partition
+    ):
+        parser.error("the --skip-* options given leave nothing to run")
+    args.partition_variants = [v.strip() for v in args.partition_variants.split(",") if v.strip()]
+    if not args.partition_variants or any(
+        v not in PARTITION_VARIANTS for v in args.partition_variants
+    ):
+        parser.error("--partition-variants takes servers and/or all, comma-separated")
+    if args.partition_cuts < 1 or args.producer_socket_timeout_ms < 10:
+        parser.error("--partition-cuts must be >= 1 and --producer-socket-timeout-ms >= 10")
     if args.etcd_outages < 1 or args.etcd_outage_s <= 0:
         parser.error("--etcd-outages must be >= 1 and --etcd-outage-s positive")
     if args.rate <= 0 or args.hold < 0:
@@ -920,6 +1286,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_etcd_outage:
         out["etcd_outage"] = run_etcd_outages(args, root)
         etcd_outage_table(out["etcd_outage"])
+    if not args.skip_partition:
+        out["partition"] = run_partitions(args, root)
+        partition_table(out["partition"])
     if args.keep_dir is None:  # kept when a step failed: its logs are under DIR/st-*/logs
         shutil.rmtree(root, ignore_errors=True)
     out["leader_failover"] = leader
@@ -931,4 +1300,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # every process was stopped on the way out
+        log("interrupted")
+        sys.exit(130)

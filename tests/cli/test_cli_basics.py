@@ -111,7 +111,9 @@ def test_unreachable_broker_is_one_line_exit_1_within_seconds(run_process, args)
     port = free_port()
     started = time.monotonic()
     result = run_process(*args, "--bootstrap", f"127.0.0.1:{port}", "--connect-timeout", "2")
-    assert time.monotonic() - started < 15
+    # no hang: the 2 s connect timeout plus Python's start, with room for a loaded machine
+    # (16 s was seen at load average 20)
+    assert time.monotonic() - started < 40
     assert result.code == 1, result
     lines = result.err.strip().splitlines()
     assert len(lines) == 1, result.err

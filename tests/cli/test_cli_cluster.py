@@ -428,8 +428,8 @@ def test_status_of_a_data_dir_says_why_a_dead_broker_still_shows(
     assert 0 < left <= LEASE_TTL_S + 1
     assert note == (
         f"broker 1's registration (pid {REGISTERED_PID}) stays in etcd until its lease ends, "
-        f"within {left} s: a broker that stops without leaving is seen as dead only then "
-        "(broker.session.timeout.ms)"
+        f"within {left} s, or sooner once another broker finds its port closed: a broker "
+        "that stops without leaving is seen as dead only then (broker.session.timeout.ms)"
     )
     [controller] = [line for line in outcome.lines if line.startswith("Controller")]
     assert controller.split(None, 1)[1] == (
@@ -543,7 +543,7 @@ def test_up_without_an_etcd_binary_is_one_line_naming_the_extra_and_writes_nothi
 
 def test_status_given_only_etcd_says_why_a_broker_that_stopped_refreshing_still_counts() -> None:
     """With --etcd there is no process to look at: a registration whose lease nobody
-    has refreshed for a third of its TTL is named, with how long it still holds."""
+    has refreshed for two refresh intervals is named, with how long it still holds."""
     from odradek.cli.cluster import BrokerRow, _print_status
     from odradek.replication.model import RegistrationLease
 
@@ -561,11 +561,12 @@ def test_status_given_only_etcd_says_why_a_broker_that_stopped_refreshing_still_
             _print_status(summary, [row], filtered=False)
         return " ".join(out.getvalue().split())
 
-    stale = shown(RegistrationLease(1, ttl_s=9, remaining_s=3))
+    stale = shown(RegistrationLease(1, ttl_s=9, remaining_s=3, lease_id=7))
     assert "3 s left of 9 s, not refreshed for 6 s" in stale
     assert (
         "broker 1 (pid 4242) has not refreshed its lease for 6 s: it may have stopped "
-        "without leaving; it counts as alive until the lease ends, within 4 s"
+        "without leaving; it counts as alive until the lease ends, within 4 s, or another "
+        "broker finds its port closed"
     ) in stale
-    fresh = shown(RegistrationLease(1, ttl_s=9, remaining_s=8))
+    fresh = shown(RegistrationLease(1, ttl_s=9, remaining_s=8, lease_id=7))
     assert "not refreshed" not in fresh and "8 s left of 9 s" in fresh

@@ -10,13 +10,15 @@ thread, stopped by its `stopping` event; what it saw go wrong is kept for the te
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import random
 import threading
 import time
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from kafka_history import History, key_of
+from kafka_history import History, Op, key_of
 
 TOPIC = "faults"
 TXN_TOPIC = "faults-txn"
@@ -32,6 +34,32 @@ TXN_TIMEOUT_S = 30.0
 TXN_END_ATTEMPTS = 3
 TXN_RETRY_PAUSE_S = 0.5
 FLUSH_TIMEOUT_S = 30.0
+
+
+CLIENT_LOG = "client-log"  # a history event: one line of librdkafka's own log
+
+
+class ClientLog(logging.Handler):
+    """librdkafka's idempotence and transaction log (``debug: eos``: PID acquisitions,
+    epoch bumps and why, partition drains, fatal errors), written into the history as
+    `CLIENT_LOG` events, so a duplicate can be traced to the broker answer that made
+    the client bump its epoch (issue 21, item 4). About twenty lines per PID."""
+
+    def __init__(self, process: str, history: History) -> None:
+        super().__init__(logging.DEBUG)
+        self.process = process
+        self.history = history
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.history.event(self.process, CLIENT_LOG, {"line": record.getMessage()}, "info")
+
+    def config(self) -> dict[str, object]:
+        """The Producer settings that send its eos log here."""
+        logger = logging.getLogger(f"fault-load.{self.process}")
+        logger.handlers[:] = [self]
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        return {"debug": "eos", "logger": logger}
 
 
 class ProducerLoad(threading.Thread):
@@ -75,6 +103,7 @@ class ProducerLoad(threading.Thread):
                     "acks": "all",
                     "linger.ms": 5,
                     "error_cb": self._error,
+                    **ClientLog(self.name, self.history).config(),
                 }
             )
             sequence = 0
@@ -116,6 +145,9 @@ class TxnLoad(threading.Thread):
         self.committed = self.aborted = self.unknown = 0
         self.errors: list[str] = []
         self.fatal: list[str] = []
+        # Aborts of transactions no partition was registered in, refused as Kafka refuses
+        # them (`_abort_of_nothing_refused`): counted, not failures.
+        self.refused_empty_aborts: list[str] = []
         self.crash: BaseException | None = None
 
     def _producer(self) -> Producer | None:
@@ -127,6 +159,7 @@ class TxnLoad(threading.Thread):
                     "bootstrap.servers": self.bootstrap,
                     "transactional.id": f"{self.name}-txn",
                     "linger.ms": 5,
+                    **ClientLog(self.name, self.history).config(),
                 }
             )
             try:
@@ -202,6 +235,15 @@ class TxnLoad(threading.Thread):
             return producer
         except KafkaException as exc:
             error = exc.args[0]
+            if abort and self._abort_of_nothing_refused(error, invocation):
+                # Kafka answers the same (see the method): a client-side fatal error, the
+                # application starts over with a new producer. Nothing was committed.
+                self.errors.append(f"txn: {error}")
+                self.refused_empty_aborts.append(str(error))
+                self.aborted += 1
+                outcome("fail", error=str(error))
+                self._close(producer)
+                return self._producer()
             self._error("txn", error)
             if error.txn_requires_abort():
                 try:
@@ -213,8 +255,33 @@ class TxnLoad(threading.Thread):
                     self._error("abort", again.args[0])
             self.unknown += 1
             outcome("info", error=str(error))
-            producer.flush(0)
+            self._close(producer)
             return self._producer()
+
+    @staticmethod
+    def _close(producer: Producer) -> None:
+        """Let go of a producer that failed (a fatal one raises its error again here)."""
+        with contextlib.suppress(KafkaException):
+            producer.flush(0)
+
+    def _abort_of_nothing_refused(self, error: KafkaError, invocation: Op) -> bool:
+        """librdkafka's fatal INVALID_TXN_STATE on abort_transaction when no partition of
+        the transaction was registered: the application aborted while an
+        AddPartitionsToTxn was unanswered (refused with CONCURRENT_TRANSACTIONS because
+        the previous commit's markers were still being written), so librdkafka sends
+        EndTxn(abort) for a transaction the coordinator never began. Kafka's coordinator
+        (transaction version 1: EndTxn abort in PrepareCommit or CompleteCommit) answers
+        INVALID_TXN_STATE too, and librdkafka makes it fatal; Kafka's Java producer does
+        not send that EndTxn. Recognised from librdkafka's own eos log in the history."""
+        if error.code() != KafkaError.INVALID_TXN_STATE:
+            return False
+        return not any(
+            op.index > invocation.index
+            and op.process == self.name
+            and op.f == CLIENT_LOG
+            and "registered with transaction" in op.value["line"]
+            for op in self.history.ops()
+        )
 
 
 class TxnReader(threading.Thread):

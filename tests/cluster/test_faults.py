@@ -78,6 +78,7 @@ from cluster_harness import (
 from confluent_kafka.admin import AdminClient, NewTopic
 from fault_cluster import FaultCluster, etcd_upstreams, running_fault_cluster
 from fault_load import (
+    CLIENT_LOG,
     FLUSH_TIMEOUT_S,
     GROUP,
     PARTITIONS,
@@ -245,9 +246,20 @@ class Run:
         lines = [f"seed {self.seed} ({SEED_ENV}={self.seed} reproduces the schedule)"]
         lines += [f"  fault {i}: {f}" for i, f in enumerate(self.schedule)]
         lines += ["events:", *(f"  {line}" for line in self.log[-40:])]
+        lines += ["producer ids and epochs (librdkafka's eos log):"]
+        lines += [f"  {line}" for line in self.epoch_changes()[-20:]]
         lines.append(f"broker logs: {log_paths(self.cluster)}")
         lines.append(f"history: {self.history.path}")
         return "\n".join(lines)
+
+    def epoch_changes(self) -> list[str]:
+        """The clients' own lines about producer ids, epoch bumps and fatal errors."""
+        words = ("PID{", "epoch", "Epoch", "fatal", "Fatal")
+        return [
+            f"{op.process}: {op.value['line']}"
+            for op in self.history.ops()
+            if op.f == CLIENT_LOG and any(w in op.value["line"] for w in words)
+        ]
 
     def acked_count(self) -> int:
         return sum(len(p.acked) for p in self.producers)
@@ -570,6 +582,8 @@ def check_clients_ended(run: Run) -> None:
         f"commits {sum(len(m.commits) for m in run.members)} "
         f"({sum(len(m.commit_failures) for m in run.members)} failed); transactions "
         f"committed {txn.committed}, aborted {txn.aborted}, unknown {txn.unknown}, "  # type: ignore[union-attr]
+        f"aborts of unregistered transactions refused as Kafka does "
+        f"{len(txn.refused_empty_aborts)}, "  # type: ignore[union-attr]
         f"errors {txn.errors[:5]}; read_committed reader read {run.txn[1].consumed}"  # type: ignore[union-attr]
     )
 

@@ -33,10 +33,17 @@ from kafka.admin import KafkaAdminClient
 
 from odradek.client import Consumer as OdradekConsumer
 from odradek.client import Producer as OdradekProducer
-from odradek.devcluster.launcher import LocalCluster
+from odradek.cluster.fetcher import LeaderConnection
+from odradek.devcluster.launcher import LocalCluster, run_coroutine
+from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.codec import build, decode_response, request_type
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.produce import encode_produce_request
+from odradek.protocol.records import build_batch
 
 from cluster_harness import (  # isort: skip
     START_TIMEOUT_S,
+    cluster_metadata,
     eventually,
     read_replica_log,
     running_cluster,
@@ -425,6 +432,75 @@ def test_deleting_a_topic_removes_it_from_every_broker(cluster: LocalCluster) ->
         wait_for(lambda d=directory: not list(d.glob("doomed-*")), f"broker {broker}'s files")
 
 
+def send_raw(cluster: LocalCluster, broker: int, api_key: int, version: int, body: Any) -> Any:
+    """One request to one broker; the decoded response."""
+    host, _, port = cluster.broker_address(broker).rpartition(":")
+
+    async def send() -> bytes:
+        connection = LeaderConnection(host, int(port), "hints", 10)
+        try:
+            return await connection.send(api_key, version, body)
+        finally:
+            connection.close()
+
+    return decode_response(api_key, version, run_coroutine(send))[1]
+
+
+def test_not_leader_answers_name_the_current_leader(
+    cluster: LocalCluster, admin: AdminClient
+) -> None:
+    """KIP-951: a Produce (v12) or Fetch (v16) sent to a follower is refused with
+    NOT_LEADER_OR_FOLLOWER naming the partition's leader and epoch, and the response
+    carries that leader's endpoint, so a client moves without a Metadata round trip."""
+    create(admin, "hinted", 1, 3)
+    state = cluster_metadata(cluster).partitions[("hinted", 0)].state
+    leader, epoch = state.leader, state.leader_epoch
+    follower = next(b for b in cluster.broker_ids if b != leader)
+    host, _, port = cluster.broker_address(leader).rpartition(":")
+    endpoint = [(leader, host, int(port))]
+
+    batch = build_batch([(None, b"hint", ())], timestamp_ms=0)
+    body = encode_produce_request(12, None, 1, 5000, [("hinted", [(0, batch)])])
+    produced = send_raw(cluster, follower, ApiKey.PRODUCE, 12, body)
+    [answer] = produced.responses[0].partition_responses
+    assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert (answer.current_leader.leader_id, answer.current_leader.leader_epoch) == (leader, epoch)
+    assert [(n.node_id, n.host, n.port) for n in produced.node_endpoints] == endpoint
+
+    topic_id = cluster_metadata(cluster).topics["hinted"].topic_id
+    fetch = build(
+        request_type(ApiKey.FETCH, 16),
+        {
+            "max_wait": 0,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic_id": topic_id,
+                    "partitions": [
+                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        },
+    )
+    fetched = send_raw(cluster, follower, ApiKey.FETCH, 16, fetch)
+    [part] = fetched.responses[0].partitions
+    assert part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (leader, epoch)
+    assert [(n.node_id, n.host, n.port) for n in fetched.node_endpoints] == endpoint
+    # From the leader itself: no error, no hint.
+    fetched = send_raw(cluster, leader, ApiKey.FETCH, 16, fetch)
+    [part] = fetched.responses[0].partitions
+    assert part.error_code == 0 and part.current_leader.leader_id == -1
+    assert fetched.node_endpoints == ()
+
+
 def test_every_replica_holds_the_same_log(cluster: LocalCluster, admin: AdminClient) -> None:
     """Last (it stops the cluster): every replica's log on disk equals the others'."""
     cluster.stop_all(timeout_s=15.0)
@@ -444,3 +520,4 @@ def test_every_replica_holds_the_same_log(cluster: LocalCluster, admin: AdminCli
         if topic == "diverge":
             assert not [v for v in values if v is not None and v.startswith(b"lost")]
             assert len(values) == 80
+

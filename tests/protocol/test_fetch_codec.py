@@ -52,6 +52,10 @@ partitions = st.lists(
             "records": st.none() | st.binary(max_size=200),
             "diverging_epoch": st.none()
             | st.fixed_dictionaries({"epoch": st.integers(0, 2**31 - 1), "end_offset": i64}),
+            "current_leader": st.none()
+            | st.fixed_dictionaries(
+                {"leader_id": st.integers(-1, 2**31 - 1), "leader_epoch": st.integers(-1, 99)}
+            ),
         }
     ),
     max_size=4,
@@ -60,13 +64,27 @@ topics = st.lists(
     st.tuples(st.text(min_size=1, max_size=12), st.uuids(), partitions),
     max_size=4,
 )
+# KIP-951's NodeEndpoints (v16+): the leaders named by CurrentLeader
+node_endpoints = st.lists(
+    st.fixed_dictionaries(
+        {
+            "node_id": st.integers(0, 2**31 - 1),
+            "host": st.text(min_size=1, max_size=12),
+            "port": st.integers(1, 65535),
+            "rack": st.none() | st.text(max_size=6),
+        }
+    ),
+    max_size=3,
+)
 
 
 def _kio_partition(version: int, partition: dict[str, Any]) -> dict[str, Any]:
     """A partition as kio builds it: DivergingEpoch only from v12, its default when absent."""
-    out = {k: v for k, v in partition.items() if k != "diverging_epoch"}
-    if version >= 12 and partition.get("diverging_epoch") is not None:
-        out["diverging_epoch"] = partition["diverging_epoch"]
+    tagged = ("diverging_epoch", "current_leader")
+    out = {k: v for k, v in partition.items() if k not in tagged}
+    for key in tagged:
+        if version >= 12 and partition.get(key) is not None:
+            out[key] = partition[key]
     return out
 
 
@@ -78,7 +96,11 @@ def _ours(partition: dict[str, Any]) -> dict[str, Any]:
     return {**partition, "diverging_epoch": EpochEndOffset(**diverging)}
 
 
-def _kio_bytes(version: int, correlation: int, values: dict[str, Any], topics_: list) -> bytes:
+def _kio_bytes(
+    version: int, correlation: int, values: dict[str, Any], topics_: list, nodes: list = ()
+) -> bytes:
+    if version >= 16:
+        values = {**values, "node_endpoints": nodes}
     entity = build(
         response_type(ApiKey.FETCH, version),
         {
@@ -108,9 +130,16 @@ def _joined(encoded: Any) -> bytes:
     error_code=st.sampled_from([0, 70, 71]),
     session_id=st.integers(0, 2**31 - 1),
     data=topics,
+    nodes=node_endpoints,
 )
 def test_written_as_kio_writes_and_read_as_kio_reads(
-    version: int, correlation: int, throttle: int, error_code: int, session_id: int, data
+    version: int,
+    correlation: int,
+    throttle: int,
+    error_code: int,
+    session_id: int,
+    data: Any,
+    nodes: list[dict[str, Any]],
 ) -> None:
     values = {"throttle_time": throttle, "error_code": error_code, "session_id": session_id}
     ours = encode_fetch_response(
@@ -120,8 +149,9 @@ def test_written_as_kio_writes_and_read_as_kio_reads(
         error_code=error_code,
         session_id=session_id,
         topics=[(name, tid, [_ours(p) for p in parts]) for name, tid, parts in data],
+        node_endpoints=nodes,
     )
-    expected = _kio_bytes(version, correlation, values, data)
+    expected = _kio_bytes(version, correlation, values, data, nodes)
     assert _joined(ours) == expected
     assert ours.size == len(expected)
 

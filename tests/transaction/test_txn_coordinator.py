@@ -54,6 +54,9 @@ def test_commit_prepares_writes_markers_then_completes() -> None:
     # While the markers are written, the producer must wait.
     assert ctx.add("app", pid, 0, T1) == E.CONCURRENT_TRANSACTIONS
     assert ctx.end("app", pid, 0, commit=True) == E.CONCURRENT_TRANSACTIONS
+    # An abort now (librdkafka's, for a next transaction whose AddPartitionsToTxn was
+    # refused meanwhile) is refused as Kafka refuses it (transaction version 1).
+    assert ctx.end("app", pid, 0, commit=False) == E.INVALID_TXN_STATE
     assert ctx.init("app").error_code == E.CONCURRENT_TRANSACTIONS
     (job,) = ctx.write_markers()
     assert job.commit and job.partitions == {T1, T2, OFFSETS}

@@ -73,6 +73,9 @@ log = logging.getLogger("odradek.broker")
 
 ControlPlaneFactory = Callable[["Broker"], ControlPlane]
 LISTEN_BACKLOG = 512
+# Shutdown cancels connection tasks up to this many times, waiting this long each time.
+CONNECTION_CANCEL_ATTEMPTS = 3
+CONNECTION_CANCEL_WAIT_S = 2.0
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
 # Responses with more top-level entries than this are encoded off the event loop.
 LARGE_RESPONSE_ENTRIES = 100
@@ -260,11 +263,9 @@ class Broker:
         for server in self._servers:
             server.close()
             await server.wait_closed()
-        for task in list(self._connections):
-            task.cancel()
         if self._housekeeping is not None:
             self._housekeeping.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
+        await self._end_connections()
         if self._housekeeping is not None:
             await asyncio.gather(self._housekeeping, return_exceptions=True)
         await self.txns.stop()
@@ -274,6 +275,22 @@ class Broker:
             log.info("odradek broker stopped")
         else:
             log.info("odradek broker did not start; its data directory is closed")
+
+    async def _end_connections(self) -> None:
+        """Cancel every connection's task and wait for them, cancelling again whatever
+        is still running after a while: a task may swallow one cancel (Python 3.11's
+        wait_for does when the awaited future completes at the same moment) and go on
+        to its next request, and shutdown must not wait for a client for good."""
+        for _ in range(CONNECTION_CANCEL_ATTEMPTS):
+            running = [task for task in self._connections if not task.done()]
+            if not running:
+                return
+            for task in running:
+                task.cancel()
+            await asyncio.wait(running, timeout=CONNECTION_CANCEL_WAIT_S)
+        still = [task for task in self._connections if not task.done()]
+        if still:
+            log.warning("%d connections did not end on shutdown; leaving them", len(still))
 
     async def _run_housekeeping(self) -> None:
         """Retention and compaction, each on its own interval, in a worker thread.

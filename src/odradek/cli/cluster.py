@@ -579,8 +579,9 @@ def _alive_cell(row: BrokerRow) -> Any:
 
 
 def _unrefreshed(lease: RegistrationLease | None) -> bool:
-    # a live broker refreshes every sixth of the TTL: a third means it stopped doing so
-    return lease is not None and lease.unrefreshed_s > lease.ttl_s // 3 + 1
+    from odradek.cluster.lease_deadline import stopped_refreshing
+
+    return lease is not None and stopped_refreshing(lease.ttl_s, lease.remaining_s)
 
 
 def _lease_cell(lease: RegistrationLease | None) -> Any:
@@ -634,8 +635,9 @@ def _print_status(summary: dict[str, Any], rows: list[BrokerRow], *, filtered: b
             out.print(
                 render.text(
                     f"broker {b.id}'s registration{whose} stays in etcd until its lease "
-                    f"ends, within {b.lease.remaining_s + 1} s: a broker that stops without "
-                    "leaving is seen as dead only then (broker.session.timeout.ms)",
+                    f"ends, within {b.lease.remaining_s + 1} s, or sooner once another "
+                    "broker finds its port closed: a broker that stops without leaving is "
+                    "seen as dead only then (broker.session.timeout.ms)",
                     "yellow",
                 )
             )
@@ -645,7 +647,8 @@ def _print_status(summary: dict[str, Any], rows: list[BrokerRow], *, filtered: b
                 render.text(
                     f"broker {b.id}{whose} has not refreshed its lease for "
                     f"{b.lease.unrefreshed_s} s: it may have stopped without leaving; it "
-                    f"counts as alive until the lease ends, within {b.lease.remaining_s + 1} s",
+                    f"counts as alive until the lease ends, within {b.lease.remaining_s + 1} s, "
+                    "or another broker finds its port closed",
                     "yellow",
                 )
             )

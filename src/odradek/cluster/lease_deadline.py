@@ -71,6 +71,20 @@ def refresh_interval(ttl_s: float) -> float:
     return max(ttl_s / REFRESHES_PER_TTL, 0.05)
 
 
+# Refreshes in a row a lease's holder must have missed to count as silent: one late
+# refresh is a busy event loop or a slow etcd, two are a broker that stopped.
+SILENT_AFTER_MISSED = 2
+
+
+def stopped_refreshing(ttl_s: int, remaining_s: int) -> bool:
+    """Whether a lease etcd reports (granted `ttl_s`, `remaining_s` left, both whole
+    seconds as LeaseTimeToLive gives them) has gone `SILENT_AFTER_MISSED` refresh
+    intervals without a refresh. etcd truncates the remaining time, so a lease
+    refreshed a moment ago already shows `ttl_s - 1`: that second is not silence."""
+    unrefreshed = ttl_s - remaining_s - 1
+    return unrefreshed >= SILENT_AFTER_MISSED * refresh_interval(ttl_s)
+
+
 @dataclass
 class LeaseDeadline:
     """When etcd can have expired a lease at the earliest, as far as this process knows.

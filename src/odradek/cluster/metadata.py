@@ -609,13 +609,22 @@ class EtcdMetadataStore:
         result = await self._client.get_prefix(self.keys.brokers)
         leases = {}
         for kv in result:
-            broker_id = BrokerInfo.decode(kv.value).broker_id
-            info = await self._client.get_lease_info(kv.lease, keys=False)
-            if info.TTL >= 0:  # -1: it ended between the two reads
-                leases[broker_id] = RegistrationLease(
-                    broker_id, int(info.grantedTTL), int(info.TTL)
-                )
+            lease = await self._registration_lease(kv)
+            if lease is not None:
+                leases[lease.broker_id] = lease
         return leases
+
+    async def registration_lease(self, broker_id: int) -> RegistrationLease | None:
+        """The lease under one broker's registration (None: not registered)."""
+        kv, _ = await self._get_one(self.keys.broker(broker_id))
+        return None if kv is None else await self._registration_lease(kv)
+
+    async def _registration_lease(self, kv: aetcd.rtypes.KeyValue) -> RegistrationLease | None:
+        broker_id = BrokerInfo.decode(kv.value).broker_id
+        info = await self._client.get_lease_info(kv.lease, keys=False)
+        if info.TTL < 0:  # it ended between the two reads
+            return None
+        return RegistrationLease(broker_id, int(info.grantedTTL), int(info.TTL), int(kv.lease))
 
     async def watch_brokers(self, start_revision: int) -> AsyncGenerator[BrokerChange, None]:
         """Registrations and departures from `start_revision` on, in order."""

@@ -51,6 +51,7 @@ from odradek.broker.control_plane import (
 from odradek.broker.security.inter_broker import inter_broker
 from odradek.broker.topics import LEGACY_GROUP_EVENTS_TOPIC, NewTopic, Topic, TopicError
 from odradek.cluster.controller import Controller
+from odradek.cluster.dead_broker import DeadBrokerDetector
 from odradek.cluster.etcd_tls import EtcdTls, failure_hint
 from odradek.cluster.fetcher import LeaderConnection, ReplicaFetcher
 from odradek.cluster.metadata import EtcdMetadataStore, LeaseKeeper
@@ -253,6 +254,15 @@ class ClusterNode:
         broker.security.inter_broker = inter
         self.inter_broker_listener = inter.listener if inter is not None else None
         self.peers = PeerConnector(inter)
+        self.peers.on_refused = self._peer_refused
+        self.dead_brokers = DeadBrokerDetector(
+            self.broker_id,
+            self.store,
+            self.peer_address,
+            lease_ttl_s=self.lease_ttl_s,
+            fencing_held_until=self.fencing_held_until,
+            clock=lambda: asyncio.get_running_loop().time(),
+        )
         self.controller: Controller | None = None
         self._claim: ControllerClaim | None = None
         self.lease: LeaseKeeper | None = None
@@ -288,6 +298,7 @@ class ClusterNode:
             ) from None
         self._session_task = asyncio.create_task(self._run_session(), name="cluster-session")
         self._tasks.append(asyncio.create_task(self._check_isr(), name="cluster-isr"))
+        self._tasks.append(asyncio.create_task(self.dead_brokers.run(), name="dead-brokers"))
 
     async def _connect(self) -> None:
         """Open the store and read once (does any etcd member answer?)."""
@@ -752,6 +763,12 @@ class ClusterNode:
         """Where this broker reaches another: its inter-broker listener."""
         return self.address_of(broker_id, self.inter_broker_listener)
 
+    def _peer_refused(self, host: str, port: int) -> None:
+        """A connection to another broker was refused: is it dead? (`dead_broker`)"""
+        for broker_id in list(self.brokers):
+            if self.peer_address(broker_id) == (host, port):
+                self.dead_brokers.suspect(broker_id)
+
     def replicas_of(self, topic: str, partition: int) -> tuple[int, ...]:
         assignment = self.assignments.get(topic)
         return tuple(assignment.replicas.get(partition, ())) if assignment is not None else ()
@@ -1125,6 +1142,9 @@ class ClusterNode:
         if state is None:
             return PartitionInfo(ErrorCode.LEADER_NOT_AVAILABLE, -1, -1, replicas, (), offline)
         leader = state.state.leader if state.state.leader in self.brokers else -1
+        if leader == self.broker_id and not self.replicas.leads(topic, partition):
+            # It gave up its roles (its lease lost): not the leader until the watch says so
+            leader = -1
         error = ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
         return PartitionInfo(
             error, leader, state.state.leader_epoch, replicas, state.state.isr, offline

@@ -66,12 +66,18 @@ class PeerConnector:
         self.inter = inter
         self._ids = itertools.count(1)
         self._refusals = RateLimitedLog(log)  # a refusal repeats on every retry
+        # Told of every refused connection (nothing listening there: a dead broker?).
+        self.on_refused: Callable[[str, int], None] | None = None
 
     async def open(self, host: str, port: int) -> Streams:
         try:
             return await self._open(host, port)
         except PeerAuthenticationError as exc:
             self._refusals.log(f"{host}:{port}", logging.ERROR, "%s", exc)
+            raise
+        except ConnectionRefusedError:
+            if self.on_refused is not None:
+                self.on_refused(host, port)
             raise
 
     async def _open(self, host: str, port: int) -> Streams:

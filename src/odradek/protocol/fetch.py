@@ -72,8 +72,28 @@ _I32_I16_I32 = struct.Struct(">ihi")  # throttle, error code, session id
 _I32_I32_I32 = struct.Struct(">iii")
 _I32_I64 = struct.Struct(">iq")
 _NO_TOPIC_ID = bytes(16)
-# one tagged field, tag 0 (DivergingEpoch), 13 bytes: epoch, end offset, no tags of its own
-_DIVERGING_EPOCH_TAG = b"\x01\x00\x0d"
+# tag 0 (DivergingEpoch), 13 bytes: epoch, end offset, no tags of its own
+_DIVERGING_EPOCH_TAG = b"\x00\x0d"
+# tag 1 (CurrentLeader, KIP-951), 9 bytes: leader id, leader epoch, no tags of its own
+_CURRENT_LEADER_TAG = b"\x01\x09"
+_I32_I32 = struct.Struct(">ii")
+FIRST_NODE_ENDPOINTS_VERSION = 16
+
+
+def _compact_string(text: str | None) -> bytes:
+    if text is None:
+        return b"\x00"
+    raw = text.encode()
+    return _uvarint(len(raw) + 1) + raw
+
+
+def _node_endpoints(nodes: Sequence[Mapping[str, Any]]) -> bytes:
+    """The response's NodeEndpoints (tag 0, v16+): node id, host, port, rack each."""
+    out = bytearray(_uvarint(len(nodes) + 1))
+    for n in nodes:
+        out += _I32.pack(n["node_id"]) + _compact_string(n["host"]) + _I32.pack(n["port"])
+        out += _compact_string(n["rack"]) + b"\x00"
+    return bytes(out)
 
 
 class FetchDecodeError(ValueError):
@@ -204,6 +224,7 @@ def encode_fetch_response(
     error_code: int,
     session_id: int,
     topics: Iterable[tuple[str | None, uuid.UUID | None, Sequence[Mapping[str, Any]]]],
+    node_endpoints: Sequence[Mapping[str, Any]] = (),
 ) -> EncodedResponse:
     """A Fetch response frame of ``version``.
 
@@ -213,7 +234,10 @@ def encode_fetch_response(
     ``producer_id`` and ``first_offset``), ``preferred_read_replica`` and ``records``
     (None, bytes-like, or a spliced part with a ``length``); optionally
     ``diverging_epoch`` (None, or an object with ``epoch`` and ``end_offset``:
-    written from v12 when the epoch is set, as Kafka writes a non-default tag).
+    written from v12 when the epoch is set, as Kafka writes a non-default tag) and
+    ``current_leader`` (None, or a mapping with ``leader_id`` and ``leader_epoch``:
+    KIP-951's tag 1, written from v12 when given). ``node_endpoints``: mappings with
+    ``node_id``, ``host``, ``port`` and ``rack`` (v16+, the response's tag 0).
     """
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"Fetch v{version} is not written by this encoder")
@@ -276,16 +300,31 @@ def encode_fetch_response(
                     buf = bytearray()
             if flexible:
                 diverging = p.get("diverging_epoch")
-                if diverging is not None and diverging.epoch >= 0:
-                    buf += _DIVERGING_EPOCH_TAG  # one tagged field: tag 0, 13 bytes
-                    buf += _I32_I64.pack(diverging.epoch, diverging.end_offset)
-                    buf += b"\x00"  # its own tagged fields
-                else:
+                leader = p.get("current_leader")
+                if diverging is not None and diverging.epoch < 0:
+                    diverging = None
+                if leader is not None and leader["leader_id"] == leader["leader_epoch"] == -1:
+                    leader = None  # the default: not written (as Kafka's generated code)
+                if diverging is None and leader is None:
                     buf += b"\x00"  # no partition tagged fields
+                else:
+                    buf += _uvarint((diverging is not None) + (leader is not None))
+                    if diverging is not None:  # tag 0, 13 bytes, no tags of its own
+                        buf += _DIVERGING_EPOCH_TAG
+                        buf += _I32_I64.pack(diverging.epoch, diverging.end_offset)
+                        buf += b"\x00"
+                    if leader is not None:  # tag 1, 9 bytes, no tags of its own
+                        buf += _CURRENT_LEADER_TAG
+                        buf += _I32_I32.pack(leader["leader_id"], leader["leader_epoch"])
+                        buf += b"\x00"
         if flexible:
             buf += b"\x00"  # topic tagged fields
     if flexible:
-        buf += b"\x00"  # response tagged fields
+        if node_endpoints and version >= FIRST_NODE_ENDPOINTS_VERSION:
+            field = _node_endpoints(node_endpoints)
+            buf += b"\x01\x00" + _uvarint(len(field)) + field  # one tagged field, tag 0
+        else:
+            buf += b"\x00"  # response tagged fields
     parts.append(buf)
     size += len(buf)
     first = parts[0]

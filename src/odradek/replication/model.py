@@ -170,6 +170,7 @@ class RegistrationLease:
     broker_id: int
     ttl_s: int  # as granted: broker.session.timeout.ms in whole seconds
     remaining_s: int  # etcd ends the lease within this (+1) unless it is refreshed
+    lease_id: int
 
     @property
     def unrefreshed_s(self) -> int:

@@ -462,7 +462,11 @@ class ReplicaManager:
         waiter = _AckWaiter(last_offset, future)
         replica.waiters.append(waiter)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+            # asyncio.timeout, not wait_for: on Python 3.11, wait_for swallows a cancel
+            # that arrives as the future completes, and a broker stopping then waited
+            # for good on the connection whose request this was.
+            async with asyncio.timeout(timeout_s):
+                return await asyncio.shield(future)
         except TimeoutError:
             return int(ErrorCode.REQUEST_TIMED_OUT)
         finally:

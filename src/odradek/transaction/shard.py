@@ -460,8 +460,12 @@ class TransactionCoordinatorShard:
             return EndTxnResponse(int(E.PRODUCER_FENCED))
         state = meta.state
         if state.preparing:
-            # Its markers are being written (Kafka's pending transition).
-            return EndTxnResponse(int(E.CONCURRENT_TRANSACTIONS))
+            # Its markers are being written. The same end again waits for them
+            # (CONCURRENT_TRANSACTIONS, retriable); the other end is refused, as Kafka's
+            # TransactionCoordinator.endTransaction does for transaction version 1
+            # (an abort while the previous commit completes: INVALID_TXN_STATE).
+            same = state is (S.PREPARE_COMMIT if req.commit else S.PREPARE_ABORT)
+            return EndTxnResponse(int(E.CONCURRENT_TRANSACTIONS if same else E.INVALID_TXN_STATE))
         if TXN_TRANSITIONS.allows(state, S.PREPARE_COMMIT if req.commit else S.PREPARE_ABORT):
             self._prepare_end(meta, commit=req.commit, producer_epoch=meta.producer_epoch)
             return EndTxnResponse(int(E.NONE), meta.producer_id, meta.producer_epoch)

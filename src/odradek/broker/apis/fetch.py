@@ -49,6 +49,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
+from odradek.broker.apis.leader_hints import FETCH_HINTED, FETCH_HINTS_FROM, LeaderHints
 from odradek.broker.context import RequestContext
 from odradek.broker.fetch_sessions import (
     FetchContext,
@@ -296,11 +297,18 @@ def _encode(
     by_id = ctx.version >= TOPIC_IDS_FROM
     topics: list[tuple[str | None, Any, list[dict[str, Any]]]] = []
     last: Hashable = object()
-    for (topic, _), entry, _ in entries:
+    hints = LeaderHints(ctx) if ctx.version >= FETCH_HINTS_FROM else None
+    for (topic, partition), entry, _ in entries:
         if topic != last:
             topics.append((None if by_id else topic, topic if by_id else None, []))
             last = topic
         topics[-1][2].append(entry)
+        if hints is not None and entry["error_code"] in FETCH_HINTED:
+            # KIP-951: where the partition's leader is now (`leader_hints`)
+            found = ctx.broker.topics.topics_by_id.get(topic) if by_id else None
+            name = found.name if found is not None else None if by_id else topic
+            if name is not None:
+                entry["current_leader"] = hints.current_leader(name, partition)
     return encode_fetch_response(
         ctx.version,
         ctx.header.correlation_id,
@@ -308,6 +316,7 @@ def _encode(
         error_code=error_code,
         session_id=session_id,
         topics=topics,
+        node_endpoints=hints.node_endpoints() if hints is not None else (),
     )
 
 

@@ -40,6 +40,7 @@ import struct
 from concurrent.futures import Future
 from typing import Any
 
+from odradek.broker.apis.leader_hints import PRODUCE_HINTED, PRODUCE_HINTS_FROM, LeaderHints
 from odradek.broker.config import topic_config_value
 from odradek.broker.context import NO_THROTTLE, RequestContext, respond
 from odradek.broker.registry import handles
@@ -490,4 +491,18 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
         await _await_flushes(flushes)
     if waits:
         await _await_replication(ctx, waits, _ms(request.timeout))
-    return respond(ctx, {"responses": responses, "throttle_time": NO_THROTTLE})
+    answer: dict[str, Any] = {"responses": responses, "throttle_time": NO_THROTTLE}
+    if ctx.version >= PRODUCE_HINTS_FROM:
+        answer["node_endpoints"] = _name_leaders(ctx, responses)
+    return respond(ctx, answer)
+
+
+def _name_leaders(ctx: RequestContext, responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """KIP-951: each partition refused as not led here names its current leader; the
+    endpoints of those leaders, for the response (`leader_hints`)."""
+    hints = LeaderHints(ctx)
+    for topic in responses:
+        for result in topic["partition_responses"]:
+            if result["error_code"] in PRODUCE_HINTED:
+                result["current_leader"] = hints.current_leader(topic["name"], result["index"])
+    return hints.node_endpoints()
