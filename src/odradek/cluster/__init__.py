@@ -136,8 +136,6 @@ Known limits, for the next round
 --------------------------------
 * Topic deletion removes the metadata at once; brokers delete their logs when
   they see the DELETE (no tombstone state yet).
-* Every broker opens a log for every partition of every topic (replica or not);
-  inter-broker traffic is plain (no TLS/SASL).
 * Completing a reassignment writes the partition state and the topic key in two
   compare-and-swaps (they have separate revisions), safe only in that order;
   one transaction comparing both revisions would make it atomic.
