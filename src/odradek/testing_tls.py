@@ -80,6 +80,7 @@ def _certificate(
     ca: bool = False,
     sans: list[Any] | None = None,
     client: bool = False,
+    server_and_client: bool = False,
 ) -> Any:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
@@ -114,7 +115,8 @@ def _certificate(
         )
     else:
         usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        usages = [usage, ExtendedKeyUsageOID.CLIENT_AUTH] if server_and_client else [usage]
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     return builder.sign(issuer_key if issuer_key is not None else key, hashes.SHA256())
@@ -137,8 +139,16 @@ def _client_certificate(directory: Path, name: str, ca: Any, ca_key: Any) -> Cli
     return paths
 
 
-def make_pki(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> Pki:
-    """A CA and a server certificate valid for ``hosts``, as PEM files in ``directory``."""
+def make_pki(
+    directory: Path,
+    hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
+    *,
+    server_and_client: bool = False,
+) -> Pki:
+    """A CA and a server certificate valid for ``hosts``, as PEM files in ``directory``.
+
+    `server_and_client`: the server certificate also allows client authentication (an
+    etcd member with --client-cert-auth presents its own to itself, from its gateway)."""
     from cryptography import x509
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -151,7 +161,9 @@ def make_pki(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"
         except ValueError:
             sans.append(x509.DNSName(host))
     server_key = _key()
-    server = _certificate(hosts[-1], server_key, ca, ca_key, sans=sans)
+    server = _certificate(
+        hosts[-1], server_key, ca, ca_key, sans=sans, server_and_client=server_and_client
+    )
     pki = Pki(
         directory,
         directory / "ca.crt",

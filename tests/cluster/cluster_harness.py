@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from odradek.client.admin import AdminClient, ConsumerGroupDescription
 from odradek.cluster.metadata import EtcdMetadataStore
 from odradek.coordinator.routing import partition_for
-from odradek.devcluster.launcher import LocalCluster, run_coroutine
+from odradek.devcluster.launcher import EtcdTlsFiles, LocalCluster, run_coroutine
 from odradek.log import LogConfig, PartitionLog
 from odradek.protocol.internal_topics import OFFSETS_TOPIC
 from odradek.protocol.records import DecodedRecord, decode_batch_records, iter_batches
@@ -53,17 +53,20 @@ def running_cluster(
     settings: dict[str, str] | None = None,
     extra_listeners: tuple[str, ...] = (),
     etcd_members: int = 1,
+    etcd_tls: EtcdTlsFiles | None = None,
 ) -> Iterator[LocalCluster]:
     """etcd (`etcd_members` members) and `brokers` brokers, every one registered; all
     stopped on exit, even after a failure (a paused broker gets SIGCONT with its
     SIGTERM). `settings` are added to (or override) CLUSTER_SETTINGS; `extra_listeners`
-    are opened by every broker besides its PLAINTEXT one (`LocalCluster.prepare`)."""
+    are opened by every broker besides its PLAINTEXT one, `etcd_tls` puts etcd behind
+    TLS (`LocalCluster.prepare`)."""
     cluster = LocalCluster.prepare(
         data_dir,
         brokers=brokers,
         settings={**CLUSTER_SETTINGS, **(settings or {})},
         extra_listeners=extra_listeners,
         etcd_members=etcd_members,
+        etcd_tls=etcd_tls,
         wait_for_registration=True,
     )
     try:
@@ -116,7 +119,9 @@ def cluster_metadata(cluster: LocalCluster) -> ClusterMetadata:
 
     async def read() -> ClusterMetadata:
         async with EtcdMetadataStore.for_endpoints(
-            cluster.etcd_endpoints(), cluster_name=cluster.cluster_name
+            cluster.etcd_endpoints(),
+            cluster_name=cluster.cluster_name,
+            tls=cluster.etcd_client_tls(),
         ) as store:
             return (await store.cluster()).items
 

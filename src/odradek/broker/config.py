@@ -163,18 +163,30 @@ class ThrottledReplicas:
         return "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
 
 
+ETCD_HTTPS = "https://"  # an endpoint given so is reached over TLS (etcd.ssl.enable)
+ETCD_SCHEMES = ("http://", ETCD_HTTPS)
+
+
+def etcd_endpoint_scheme(item: str) -> str:
+    """The scheme an etcd endpoint is given with ('' for plain HOST:PORT)."""
+    return next((s for s in ETCD_SCHEMES if item.startswith(s)), "")
+
+
 class EtcdEndpoints:
-    """HOST:PORT entries, as etcdctl's --endpoints (an optional http:// is accepted)."""
+    """HOST:PORT entries, as etcdctl's --endpoints (an optional http:// or https://)."""
 
     def __call__(self, value: Any) -> str | None:
         for item in value:
-            host, sep, port = item.removeprefix("http://").rpartition(":")
+            host, sep, port = item.removeprefix(etcd_endpoint_scheme(item)).rpartition(":")
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
                 return f"{item!r} is not HOST:PORT"
         return None
 
     def __str__(self) -> str:
         return "HOST:PORT,HOST:PORT,..."
+
+
+ETCD_TLS_FILES = ("etcd.ssl.cafile", "etcd.ssl.certfile", "etcd.ssl.keyfile")
 
 
 class ClusterName:
@@ -565,9 +577,9 @@ _SETTINGS = (
         "etcd.endpoints",
         LIST,
         "",
-        "etcd client endpoints HOST:PORT holding the cluster's metadata, tried in order at "
-        "start-up; the first that answers is used while the broker runs (Odradek; empty: one "
-        "node, no etcd).",
+        "etcd client endpoints HOST:PORT holding the cluster's metadata (every member): the "
+        "first that accepts a connection is used, the next whenever it goes away; "
+        "https://HOST:PORT for TLS (Odradek; empty: one node, no etcd).",
         None,
         EtcdEndpoints(),
     ),
@@ -578,6 +590,35 @@ _SETTINGS = (
         "Names this cluster's keys in etcd (/odradek/<name>/...), so clusters can share one etcd.",
         None,
         ClusterName(),
+    ),
+    # etcd over TLS (issue 21), named after Kafka 3.x's zookeeper.ssl.* client settings,
+    # for PEM files as etcdctl's --cacert/--cert/--key (odradek.cluster.etcd_tls).
+    Setting(
+        "etcd.ssl.enable",
+        BOOL,
+        False,
+        "Reach etcd over TLS (also on when etcd.endpoints are https://). Odradek's setting, "
+        "as Kafka's zookeeper.ssl.client.enable.",
+    ),
+    Setting(
+        "etcd.ssl.cafile",
+        STRING,
+        "",
+        "PEM file of the CA certificates etcd's server certificate must chain to (empty: the "
+        "system's default roots).",
+    ),
+    Setting(
+        "etcd.ssl.certfile",
+        STRING,
+        "",
+        "PEM client certificate presented to etcd (for etcd's --client-cert-auth; with "
+        "etcd.ssl.keyfile; empty: server authentication only).",
+    ),
+    Setting(
+        "etcd.ssl.keyfile",
+        STRING,
+        "",
+        "PEM unencrypted private key of etcd.ssl.certfile.",
     ),
     Setting("broker.rack", STRING, "", "Rack of this broker, for rack-aware replica placement."),
     Setting(
@@ -1385,6 +1426,7 @@ class BrokerConfig:
                 f"default.replication.factor={self['default.replication.factor']} needs cluster "
                 "mode (etcd.endpoints): a single node holds one replica of each partition"
             )
+        self._check_etcd_tls()
         min_lag = self["log.cleaner.min.compaction.lag.ms"]
         max_lag = self["log.cleaner.max.compaction.lag.ms"]
         if min_lag > max_lag:
@@ -1417,6 +1459,48 @@ class BrokerConfig:
             raise ConfigError(
                 f"group.consumer.heartbeat.interval.ms ({interval}) must be lower than "
                 f"group.consumer.session.timeout.ms ({session})"
+            )
+
+    def _check_etcd_tls(self) -> None:
+        """The etcd.ssl.* settings agree with each other and with the endpoints (the
+        files are read when the broker starts: `odradek.cluster.etcd_tls`)."""
+        files = [n for n in ETCD_TLS_FILES if self[n]]
+        given = files + (["etcd.ssl.enable"] if self["etcd.ssl.enable"] else [])
+        endpoints = [str(e) for e in self["etcd.endpoints"]]
+        if given and not endpoints:
+            raise ConfigError(f"{given[0]} needs etcd.endpoints (cluster mode)", (given[0],))
+        schemes = {etcd_endpoint_scheme(e) for e in endpoints} - {""}
+        if len(schemes) > 1:
+            raise ConfigError(
+                "etcd.endpoints mixes http:// and https://: TLS is for every endpoint or none",
+                ("etcd.endpoints",),
+            )
+        if self["etcd.ssl.enable"] and "http://" in schemes:
+            raise ConfigError(
+                "etcd.ssl.enable=true but etcd.endpoints are http://: give https:// or HOST:PORT",
+                ("etcd.ssl.enable", "etcd.endpoints"),
+            )
+        https = "https://" in schemes
+        if https and not self.is_default("etcd.ssl.enable") and not self["etcd.ssl.enable"]:
+            raise ConfigError(
+                "etcd.ssl.enable=false but etcd.endpoints are https://",
+                ("etcd.ssl.enable", "etcd.endpoints"),
+            )
+        if files and not (https or self["etcd.ssl.enable"]):
+            raise ConfigError(
+                f"{files[0]} is set but TLS to etcd is off: set etcd.ssl.enable=true "
+                "or give https:// endpoints",
+                (files[0],),
+            )
+        cert, key = self["etcd.ssl.certfile"], self["etcd.ssl.keyfile"]
+        if bool(cert) != bool(key):
+            given_one, missing = (
+                ("etcd.ssl.certfile", "etcd.ssl.keyfile")
+                if cert
+                else ("etcd.ssl.keyfile", "etcd.ssl.certfile")
+            )
+            raise ConfigError(
+                f"{given_one} needs {missing} (a client certificate and its key)", (given_one,)
             )
 
     @classmethod

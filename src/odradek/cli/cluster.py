@@ -21,10 +21,17 @@ from odradek.cli.common import Failed, _reason, add_format_option, key_value, po
 from odradek.cli.errors import CliError
 
 if TYPE_CHECKING:
+    from odradek.cluster.etcd_tls import EtcdTls
     from odradek.devcluster.launcher import LocalCluster
     from odradek.replication.model import ClusterMetadata, RegistrationLease
 
 DEFAULT_STATUS_TIMEOUT_S = 10.0
+# `cluster status --etcd` over TLS: each option is a broker setting's (etcd over TLS).
+ETCD_TLS_OPTIONS = (
+    ("--etcd-cafile", "etcd.ssl.cafile", "the CA certificates etcd's certificate chains to"),
+    ("--etcd-certfile", "etcd.ssl.certfile", "a client certificate to present to etcd"),
+    ("--etcd-keyfile", "etcd.ssl.keyfile", "the private key of --etcd-certfile"),
+)
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -131,7 +138,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     where.add_argument(
         "--etcd",
         metavar="HOST:PORT[,HOST:PORT...]",
-        help="the etcd holding the metadata (its members, comma-separated: any that answers)",
+        help="the etcd holding the metadata (its members, comma-separated: any that answers; "
+        "https://HOST:PORT for TLS)",
     )
     where.add_argument(
         "--data-dir", metavar="DIR", help="a cluster started by 'cluster up' (its etcd)"
@@ -141,6 +149,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="NAME",
         help="the etcd.cluster.name setting of the brokers (default: the data dir's, else odradek)",
     )
+    for option, setting, what in ETCD_TLS_OPTIONS:
+        status.add_argument(
+            option,
+            metavar="FILE",
+            help=f"with --etcd: {what}, PEM (the brokers' {setting}); any of these means TLS",
+        )
     status.add_argument(
         "--topic",
         action="append",
@@ -265,6 +279,10 @@ LAUNCHER_SETTINGS = frozenset(
         "node.id",
         "broker.id",
         "etcd.endpoints",
+        "etcd.ssl.enable",  # and the files: up gives its own etcd's (LocalCluster)
+        "etcd.ssl.cafile",
+        "etcd.ssl.certfile",
+        "etcd.ssl.keyfile",
         "broker.rack",
         "log.dirs",
         "log.dir",
@@ -358,6 +376,7 @@ class BrokerRow:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    from odradek.broker.config import etcd_endpoint_scheme
     from odradek.broker.topics import INTERNAL_TOPICS
     from odradek.cli.serve import parse_address
     from odradek.devcluster.launcher import DEFAULT_CLUSTER_NAME, ClusterError, LocalCluster
@@ -367,18 +386,30 @@ def run_status(args: argparse.Namespace) -> int:
     except extras.MissingExtra as exc:
         raise CliError(str(exc)) from None
     cluster: LocalCluster | None = None
+    tls: EtcdTls | None = None
     if args.data_dir is not None:
+        given = [o for o, _, _ in ETCD_TLS_OPTIONS if getattr(args, _dest(o)) is not None]
+        if given:
+            raise CliError(f"{given[0]} goes with --etcd")
         try:
             cluster = LocalCluster.open(args.data_dir)
         except ClusterError as exc:
             raise CliError(str(exc)) from None
         endpoints = cluster.etcd_endpoints()
+        try:
+            tls = cluster.etcd_client_tls()
+        except ClusterError as exc:
+            raise CliError(str(exc)) from None
         name = args.cluster_name or cluster.cluster_name
     else:
-        endpoints = [parse_address(e.strip(), "--etcd") for e in args.etcd.split(",")]
+        items = [e.strip() for e in args.etcd.split(",")]
+        endpoints = [
+            parse_address(e.removeprefix(etcd_endpoint_scheme(e)), "--etcd") for e in items
+        ]
+        tls = _etcd_tls(args, items)
         name = args.cluster_name or DEFAULT_CLUSTER_NAME
     _check_cluster_name(name)
-    metadata, leases = _read_metadata(endpoints, name, args.timeout)
+    metadata, leases = _read_metadata(endpoints, name, args.timeout, tls)
     missing = [t for t in args.topic or () if t not in metadata.topics]
     if missing:
         which = ", ".join(repr(t) for t in missing)
@@ -419,6 +450,30 @@ def run_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dest(option: str) -> str:
+    return option.removeprefix("--").replace("-", "_")
+
+
+def _etcd_tls(args: argparse.Namespace, endpoints: list[str]) -> EtcdTls | None:
+    """TLS to etcd as the brokers' settings would have it (their checks, one line)."""
+    from odradek.broker.config import ETCD_HTTPS, BrokerConfig, ConfigError, etcd_endpoint_scheme
+    from odradek.cluster.etcd_tls import EtcdTls
+
+    files = {s: getattr(args, _dest(o)) for o, s, _ in ETCD_TLS_OPTIONS}
+    settings = {s: v for s, v in files.items() if v is not None}
+    if settings and not any(etcd_endpoint_scheme(e) == ETCD_HTTPS for e in endpoints):
+        settings["etcd.ssl.enable"] = "true"
+    try:
+        config = BrokerConfig({"etcd.endpoints": ",".join(endpoints), **settings})
+        return EtcdTls.from_config(config)
+    except ConfigError as exc:
+        option = {s: o for o, s, _ in ETCD_TLS_OPTIONS}
+        message = str(exc)
+        for setting, flag in option.items():
+            message = message.replace(setting, flag)
+        raise CliError(message.replace("etcd.endpoints", "--etcd")) from None
+
+
 def _check_cluster_name(name: str) -> None:
     from odradek.broker.config import BrokerConfig, ConfigError
 
@@ -429,14 +484,15 @@ def _check_cluster_name(name: str) -> None:
 
 
 def _read_metadata(
-    endpoints: list[tuple[str, int]], name: str, timeout_s: float
+    endpoints: list[tuple[str, int]], name: str, timeout_s: float, tls: EtcdTls | None
 ) -> tuple[ClusterMetadata, dict[int, RegistrationLease]]:
+    from odradek.cluster.etcd_tls import failure_hint
     from odradek.cluster.metadata import EtcdMetadataStore
 
     async def read() -> tuple[ClusterMetadata, dict[int, RegistrationLease]]:
         request_timeout = max(1, int(timeout_s))
         async with EtcdMetadataStore.for_endpoints(
-            endpoints, cluster_name=name, request_timeout_s=request_timeout
+            endpoints, cluster_name=name, request_timeout_s=request_timeout, tls=tls
         ) as store:
             metadata = (await store.cluster()).items
             return metadata, await store.registration_leases()
@@ -448,7 +504,10 @@ def _read_metadata(
         raise Failed(f"cannot reach etcd at {address} within {timeout_s:g}s") from None
     except Exception as exc:  # aetcd / grpc connection errors vary by cause
         reason = _reason(exc) if str(exc) else type(exc).__name__
-        raise Failed(f"cannot read the cluster from etcd at {address}: {reason}") from None
+        hint = failure_hint(str(exc), tls=tls is not None)
+        raise Failed(
+            f"cannot read the cluster from etcd at {address}: {hint + ': ' if hint else ''}{reason}"
+        ) from None
 
 
 def _broker_rows(

@@ -133,10 +133,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--etcd",
         metavar="HOST:PORT[,HOST:PORT...]",
-        help="join a cluster whose metadata lives in etcd (the etcd.endpoints setting): the "
-        "endpoints are tried in order at start-up and the first that answers is used for "
-        "as long as the broker runs (no switch to another while running); without it the "
-        "broker is a single node and needs no etcd",
+        help="join a cluster whose metadata lives in etcd (the etcd.endpoints setting; give "
+        "every member): the first that accepts a connection is used, the next whenever it goes "
+        "away; https://HOST:PORT for TLS (the etcd.ssl.* settings); without it the broker is a "
+        "single node and needs no etcd",
     )
     parser.add_argument(
         "--node-id", type=int, metavar="ID", help="this broker's id (the node.id setting)"

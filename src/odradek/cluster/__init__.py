@@ -18,6 +18,8 @@ metadata's values), which hold every rule a lone node follows too. Modules:
 * `odradek.cluster.metadata` is the typed store every broker uses
   (`EtcdMetadataStore`, `LeaseKeeper`, `KeyLayout`), over the values of
   `odradek.replication.model`.
+* `odradek.cluster.etcd_tls` is etcd over TLS: the ``etcd.ssl.*`` PEM files read
+  and checked at start (`EtcdTls`), and a failed handshake in the settings' words.
 
 The development cluster (a local etcd and N brokers as processes) is
 `odradek.devcluster`, outside the runtime.
@@ -134,9 +136,15 @@ Known limits, for the next round
 --------------------------------
 * Topic deletion removes the metadata at once; brokers delete their logs when
   they see the DELETE (no tombstone state yet).
-* Every broker opens a log for every partition of every topic (replica or not);
-  inter-broker traffic is plain (no TLS/SASL).
 * Completing a reassignment writes the partition state and the topic key in two
   compare-and-swaps (they have separate revisions), safe only in that order;
   one transaction comparing both revisions would make it atomic.
 """
+
+import os
+
+# gRPC's core logs each failed TLS handshake with etcd on stderr (INFO, a line per
+# reconnect attempt, after the broker's own one-line error); the store and the broker
+# say why a connection failed themselves. An operator's GRPC_VERBOSITY wins. gRPC reads
+# it once, when it loads: so here, before any module of this package imports it.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")

@@ -100,7 +100,10 @@ import aetcd.rtypes
 import aetcd.transactions
 import aetcd.utils
 import grpc
+from aetcd import rpc as aetcd_rpc
+from aetcd import watcher as aetcd_watcher
 
+from odradek.cluster.etcd_tls import EtcdTls
 from odradek.cluster.lease_deadline import LeaseDeadline
 from odradek.replication.model import (
     SECURITY_DOCUMENTS,
@@ -378,6 +381,42 @@ def grpc_target(endpoints: Sequence[tuple[str, int]]) -> tuple[str, int]:
     return f"ipv4:{listed}{last_host}", last_port
 
 
+class TlsEtcdClient(aetcd.Client):
+    """aetcd's client over a TLS channel (etcd over TLS, `EtcdTls`).
+
+    aetcd 1.0 takes no TLS arguments: its `connect` always opens an insecure channel
+    (martyanov/aetcd#37 is open). This one opens ``grpc.aio.secure_channel`` instead and
+    sets up the same stubs on it; everything else is aetcd's. No username/password
+    authentication (Odradek never gives one: the client certificate authenticates).
+    """
+
+    def __init__(
+        self, tls: EtcdTls, server_name: str | None, *, options: dict[str, Any], **client: Any
+    ) -> None:
+        if server_name is not None:
+            # With several endpoints the target is an `ipv4:` address list, which names
+            # no host: check every member's certificate against this name instead.
+            options = {**options, "grpc.ssl_target_name_override": server_name}
+        super().__init__(options=options, **client)
+        self._credentials = tls.channel_credentials()
+
+    async def connect(self) -> None:
+        if self._connected.is_set():
+            return
+        target = f"{self._host}:{self._port}"
+        self.channel = grpc.aio.secure_channel(
+            target, self._credentials, options=list(self._options.items())
+        )
+        self.kvstub = aetcd_rpc.KVStub(self.channel)
+        self.clusterstub = aetcd_rpc.ClusterStub(self.channel)
+        self.leasestub = aetcd_rpc.LeaseStub(self.channel)
+        self.maintenancestub = aetcd_rpc.MaintenanceStub(self.channel)
+        self._watcher = aetcd_watcher.Watcher(
+            aetcd_rpc.WatchStub(self.channel), timeout=self._timeout, metadata=self.metadata
+        )
+        self._connected.set()
+
+
 async def refuses_connections(host: str, port: int) -> bool:
     """True if nothing listens at (host, port): the connection is refused (not merely
     unanswered, which a partition or a paused process looks like too)."""
@@ -399,7 +438,8 @@ class EtcdMetadataStore:
     """Typed access to one cluster's metadata in etcd. Use as an async context manager.
 
     `host` and `port` name one etcd member; `failover` more members of the same etcd
-    cluster, used in turn when the one in use goes away (`grpc_target`).
+    cluster, used in turn when the one in use goes away (`grpc_target`). `tls`: reach
+    them over TLS with these certificates (None: plaintext).
     """
 
     def __init__(
@@ -410,13 +450,18 @@ class EtcdMetadataStore:
         cluster_name: str = DEFAULT_CLUSTER_NAME,
         request_timeout_s: int = 10,
         failover: Sequence[tuple[str, int]] = (),
+        tls: EtcdTls | None = None,
     ) -> None:
         self.keys = KeyLayout.for_cluster(cluster_name)
         self.endpoints = [(host, port), *failover]
+        self.tls = tls
         target_host, target_port = grpc_target(self.endpoints)
-        self._client = aetcd.Client(
-            host=target_host, port=target_port, timeout=request_timeout_s, options=CHANNEL_OPTIONS
-        )
+        options = {"host": target_host, "port": target_port, "timeout": request_timeout_s}
+        if tls is None:
+            self._client = aetcd.Client(**options, options=CHANNEL_OPTIONS)
+        else:
+            server_name = host if failover else None
+            self._client = TlsEtcdClient(tls, server_name, **options, options=CHANNEL_OPTIONS)
         self._txn = aetcd.transactions
         self._leases: list[LeaseKeeper] = []
         self.on_recovered: Callable[[], None] | None = None  # given to every lease kept

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import aetcd.exceptions
 
+from odradek.broker.config import etcd_endpoint_scheme
 from odradek.broker.control_plane import (
     BrokerAddress,
     ControllerFigures,
@@ -51,6 +52,7 @@ from odradek.broker.security.inter_broker import inter_broker
 from odradek.broker.topics import LEGACY_GROUP_EVENTS_TOPIC, NewTopic, Topic, TopicError
 from odradek.cluster.controller import Controller
 from odradek.cluster.dead_broker import DeadBrokerDetector
+from odradek.cluster.etcd_tls import EtcdTls, failure_hint
 from odradek.cluster.fetcher import LeaderConnection, ReplicaFetcher
 from odradek.cluster.metadata import EtcdMetadataStore, LeaseKeeper
 from odradek.cluster.peer_connection import PeerConnector
@@ -114,7 +116,7 @@ READY_WAIT_S = 10.0
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
-    host, _, port = text.removeprefix("http://").rpartition(":")
+    host, _, port = text.removeprefix(etcd_endpoint_scheme(text)).rpartition(":")
     return host, int(port)
 
 
@@ -218,8 +220,12 @@ class ClusterNode:
         self.unclean = bool(config["unclean.leader.election.enable"])
         # One id for the whole cluster: cluster.id if set, else derived from its etcd name.
         self.cluster_id = str(config["cluster.id"]) or cluster_id_for(self.cluster_name)
+        # TLS files are read now: a missing or bad one is a ConfigError before any join.
         self.store = EtcdMetadataStore.for_endpoints(
-            self.etcd_endpoints, cluster_name=self.cluster_name, request_timeout_s=10
+            self.etcd_endpoints,
+            cluster_name=self.cluster_name,
+            request_timeout_s=10,
+            tls=EtcdTls.from_config(config),
         )
         self.store.on_recovered = self._etcd_recovered
         # When this broker last saw etcd come back after an outage (loop time): the
@@ -284,9 +290,11 @@ class ClusterNode:
             raise ClusterJoinError(f"broker id {self.broker_id} is taken: {exc}") from None
         except Exception as exc:  # etcd down or refusing: one clear line, not a traceback
             await self._close_quietly()
+            reason = _first_line(exc)
+            hint = failure_hint(reason, tls=self.store.tls is not None)
             raise ClusterJoinError(
                 f"cannot join cluster {self.cluster_name!r} through etcd at {where}: "
-                f"{_first_line(exc)}"
+                f"{hint + ': ' if hint else ''}{reason}"
             ) from None
         self._session_task = asyncio.create_task(self._run_session(), name="cluster-session")
         self._tasks.append(asyncio.create_task(self._check_isr(), name="cluster-isr"))

