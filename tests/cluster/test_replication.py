@@ -520,4 +520,3 @@ def test_every_replica_holds_the_same_log(cluster: LocalCluster, admin: AdminCli
         if topic == "diverge":
             assert not [v for v in values if v is not None and v.startswith(b"lost")]
             assert len(values) == 80
-
