@@ -11,7 +11,9 @@ odradek from ``PYTHONPATH`` (passed on as ``spark.executorEnv.PYTHONPATH``).
 Prints one JSON line ``{"executors": n, "odradek": [paths]}`` once both executors are
 registered (the module paths the executors' Python workers import), then ``started``.
 Streams SOURCE to SINK (each record to its source partition, the transactional sink)
-until STOP_FILE exists, then stops the query, prints ``{"stream_tasks": {executor:
+until STOP_FILE exists (a start that Spark's fixed 10 s Python connect-back timeout
+failed, before any batch committed, is retried and reported ``restarted: ...``), then
+stops the query, prints ``{"stream_tasks": {executor:
 tasks}, "progress": [...]}`` (the stream's tasks each executor ran, each batch's
 durations) and exits 0; a failed query exits 1.
 """
@@ -34,6 +36,9 @@ REGISTER_TIMEOUT_S = 120.0
 # JVMs that start sooner and burn less CPU on a small machine: the C1 compiler only, one
 # compiler thread, the serial collector (the batches are small).
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC"
+
+
+CONNECT_BACK = "Python worker failed to connect back"
 
 
 def executor_tasks(sc: Any) -> dict[str, int]:
@@ -95,21 +100,34 @@ def main() -> None:
         .load()
         .select("key", "value", "partition")
     )
-    query = (
-        out.writeStream.format("odradek")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", sink)
-        .option("deliveryMode", "transactional")
-        .option("transactionalId", txn_id)
-        .option("checkpointLocation", checkpoint)
-        .trigger(processingTime="200 milliseconds")
-        .start()
-    )
+
+    def start() -> Any:
+        return (
+            out.writeStream.format("odradek")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", sink)
+            .option("deliveryMode", "transactional")
+            .option("transactionalId", txn_id)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
+
+    query = start()
     print("started", flush=True)
     stop = Path(stop_file)
-    while query.isActive and not stop.exists():
-        query.awaitTermination(0.2)
-    failure = query.exception()
+    while True:
+        while query.isActive and not stop.exists():
+            query.awaitTermination(0.2)
+        # Spark gives the query's planning process (a Python "simple worker", started
+        # per query) a fixed 10 s to connect back; a starved machine can miss it. Only
+        # then, and only before any batch has committed, the query is started again.
+        failure = query.exception()
+        committed = list((Path(checkpoint) / "commits").glob("[0-9]*"))
+        if failure is None or CONNECT_BACK not in str(failure) or committed:
+            break
+        print(f"restarted: {CONNECT_BACK}", flush=True)
+        query = start()
     query.stop()
     ran = executor_tasks(sc)
     stream_tasks = {e: n - tasks_before.get(e, 0) for e, n in ran.items()}
