@@ -6,16 +6,16 @@ workers, as on a cluster; the driver runs no task) streams a 3-partition topic o
 3-partition topic with the transactional sink. While the stream runs, the test SIGKILLs
 the broker that leads one of the source partitions still being read and is also the
 sink's transaction coordinator, then produces more records (to the new leaders). The
-query must ride through without a restart (the job retries only a start that Spark's
-fixed 10 s Python connect-back timeout failed, before any batch, on a starved machine),
-and the sink must hold, read_committed, every
-source record exactly once, each source partition's records in its offset order.
+query must ride through without a restart, and the sink must hold, read_committed, every
+source record exactly once, each source partition's records in its offset order. (The
+job retries only a query start that Spark's fixed 10 s Python connect-back timeout
+failed, before any batch: that happened once in six runs on a starved machine.)
 
 The job runs in its own process (``local_cluster_job.py``): a process has one
-SparkSession and the shared ``spark`` fixture is local[2]. Marked slow: 5.5-7 minutes on
-this 2-core machine while other jobs kept its load at 8-20, nearly all of it Spark
-starting (its JVMs, the Python workers of every planner and executor: ~3 min) and the
-first micro-batch (~2.5 min); batches after that took 4-14 s. Run with ``-s`` for the
+SparkSession and the shared ``spark`` fixture is local[2]. Marked slow: 4.5-8.5 minutes
+on this 2-core machine while other jobs kept its load at 8-20, nearly all of it Spark
+starting (its JVMs, the Python workers of every planner and executor: 1.7-3.8 min) and
+the first micro-batch (1.7-3.2 min); later batches took 2-14 s. Run with ``-s`` for the
 time of each phase and batch.
 """
 
