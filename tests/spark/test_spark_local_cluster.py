@@ -12,11 +12,11 @@ job retries only a query start that Spark's fixed 10 s Python connect-back timeo
 failed, before any batch: that happened once in six runs on a starved machine.)
 
 The job runs in its own process (``local_cluster_job.py``): a process has one
-SparkSession and the shared ``spark`` fixture is local[2]. Marked slow: 4.5-8.5 minutes
-on this 2-core machine while other jobs kept its load at 8-20, nearly all of it Spark
-starting (its JVMs, the Python workers of every planner and executor: 1.7-3.8 min) and
-the first micro-batch (1.7-3.2 min); later batches took 2-14 s. Run with ``-s`` for the
-time of each phase and batch.
+SparkSession and the shared ``spark`` fixture is local[2]. Marked slow: 2.3-2.6 minutes on
+this 2-core machine at a load of 5-8 from other jobs (Spark's start, its JVMs and the
+Python workers of every planner and executor, ~1 min; the first micro-batch 0.6-1 min;
+later batches 1-5 s; the kill to caught up ~10 s), 4.5-8.5 minutes at a load of 15-20.
+Run with ``-s`` for the time of each phase and batch.
 """
 
 from __future__ import annotations
