@@ -15,7 +15,15 @@ median per cell is kept.
 
     cd bench && python3 broker_cpu.py                       # 5M x 100 B, 1M x 1 KiB, 3 rounds
     KAFKA_WORK=/tmp/kafka-anchor python3 broker_cpu.py      # + Kafka 4.1.1 and the ratio
-    python3 broker_cpu.py --quick --repeat 1                # a quick look (500k / 100k)
+    python3 broker_cpu.py --quick --repeat 1                # a quick look (1M / 200k)
+    python3 broker_cpu.py --quick --baseline /work/main/src # a change, before and after
+    python3 broker_cpu.py --repeat 1 --profile ../docs/profiles   # where the CPU goes
+
+The CPU time is read from /proc/PID/stat (10 ms ticks: 0.01-0.1 s per GB at
+these sizes). ``--profile`` runs Odradek alone under py-spy (``--nonblocking``:
+the broker is never stopped, its CPU time is unchanged) and splits its CPU time
+into categories (``CATEGORIES``): the kernel's share from the system time, the
+rest as py-spy's samples of the Python stacks fall.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from odradek.testing import BrokerProcess, free_port
 
 SIZES = {"100 B": 100, "1 KiB": 1024}
 COUNTS = {"100 B": 5_000_000, "1 KiB": 1_000_000}  # at least what issue 23 asks
-QUICK_COUNTS = {"100 B": 500_000, "1 KiB": 100_000}
+QUICK_COUNTS = {"100 B": 1_000_000, "1 KiB": 200_000}
 CELLS = [
     ("produce 100 B acks=1", "produce", "100 B", "1"),
     ("produce 100 B acks=all", "produce", "100 B", "all"),
@@ -198,11 +206,12 @@ def slug(cell: str) -> str:
 
 
 def table(rounds: list[dict[tuple[str, str], Figure]], names: list[str]) -> str:
+    """Medians per cell and broker, and Odradek's over each other broker's."""
+    others = [n for n in names if n != "odradek"]
     head = ["broker CPU s/GB"]
     for n in names:
         head += [f"{n} (range)", f"{n} system"]
-    if "kafka" in names:
-        head.append("Odradek/Kafka")
+    head += [f"odradek/{n}" for n in others]
     lines = [head]
     for cell in CELLS:
         line = [cell[0]]
@@ -214,10 +223,25 @@ def table(rounds: list[dict[tuple[str, str], Figure]], names: list[str]) -> str:
             system = statistics.median(f.system_per_gb for f in figures)
             line.append(f"{medians[n]:.2f} ({min(values):.2f}-{max(values):.2f})")
             line.append(f"{system:.2f}")
-        if "kafka" in names:
-            line.append(f"{medians['odradek'] / medians['kafka']:.2f}")
+        line += [f"{medians['odradek'] / medians[n]:.2f}" for n in others]
         lines.append(line)
     return markdown_table(lines)
+
+
+def start_odradek(data_dir: Path, src: str | None) -> BrokerProcess:
+    """An Odradek broker; from the sources in `src` (a tree's src/) instead of this
+    process's when given."""
+    saved = os.environ.get("PYTHONPATH")
+    if src is not None:
+        os.environ["PYTHONPATH"] = src  # the child inherits it
+    try:
+        return BrokerProcess(data_dir).start()
+    finally:
+        if src is not None:
+            if saved is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = saved
 
 
 # --- where Odradek's CPU goes (--profile) ---------------------------------------------------
@@ -365,13 +389,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="measured rounds; medians shown")
     parser.add_argument(
-        "--quick", action="store_true", help="500,000 x 100 B and 100,000 x 1 KiB per cell"
+        "--quick", action="store_true", help="1,000,000 x 100 B and 200,000 x 1 KiB per cell"
     )
     parser.add_argument("--partitions", type=int, default=3, help="partitions per topic")
     parser.add_argument(
         "--kafka-work",
         default=os.environ.get("KAFKA_WORK"),
         help="reference Kafka build (default: $KAFKA_WORK; without it, Odradek only)",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="SRC",
+        help="also run an Odradek broker from another tree's src/ (e.g. main's), named "
+        "'before', in the same rounds: a change measured before and after",
     )
     parser.add_argument("--json", help="also write every round's figures to this file")
     parser.add_argument(
@@ -394,16 +424,20 @@ def main() -> int:
     if profile_dir is not None:
         if shutil.which("py-spy") is None:
             parser.error("--profile needs py-spy (pip install py-spy)")
+        if args.baseline:
+            parser.error("--profile records one broker: no --baseline")
         profile_dir.mkdir(parents=True, exist_ok=True)
         kafka_work = None
 
     tmp = Path(tempfile.mkdtemp(prefix="odradek-cpu-"))
-    odradek = BrokerProcess(tmp / "odradek")
     kafka = Kafka(kafka_work, tmp / "kafka") if kafka_work else None
+    started: list[BrokerProcess] = []
     try:
-        odradek.start()
-        assert odradek.pid is not None
-        brokers = [Broker("odradek", odradek.bootstrap, odradek.pid)]
+        brokers = []
+        for name, src in [("odradek", None)] + ([("before", args.baseline)] * bool(args.baseline)):
+            started.append(start_odradek(tmp / name, src))
+            assert started[-1].pid is not None
+            brokers.append(Broker(name, started[-1].bootstrap, started[-1].pid))
         if kafka is not None:
             brokers.append(kafka.start())
         log(f"{os.cpu_count()} cpus, load {load_average()}; {args.partitions} partitions per topic")
@@ -415,7 +449,8 @@ def main() -> int:
             log(f"round {i + 1} of {args.repeat}:")
             rounds.append(run_round(brokers, counts, args.partitions, i % 2 == 0, profile_dir))
     finally:
-        odradek.stop()
+        for broker in started:
+            broker.stop()
         if kafka is not None:
             kafka.stop()
         shutil.rmtree(tmp, ignore_errors=True)
