@@ -12,10 +12,11 @@ for magic 2: besides the header and CRC it walks every record without building
 objects. An uncompressed batch gets the cheap walk (``_check_record_frames``:
 record lengths tile the batch into exactly ``records_count`` records, whose
 first and last offset deltas are 0 and n-1), in C when the compiled codec is
-built (``columns.record_frames_ok``; this module's walk words the error). A compressed one is first inflated
-with a hard output bound (``decompress``), so a small batch that would inflate
-to gigabytes is refused before it costs memory, then walked completely
-(``_check_records``: every offset delta, key, value and header length).
+built (``columns.record_frames_ok``; this module's walk words the error). A
+compressed one is first inflated with a hard output bound (``decompress``), so
+a small batch that would inflate to gigabytes is refused before it costs
+memory, then walked completely (``_check_records``: every offset delta, key,
+value and header length).
 
 Batch layout (big endian), offsets in bytes::
 
