@@ -8,7 +8,7 @@ Six cells, each a fresh topic: produce 100 B and 1 KiB values with acks=1 and
 acks=all, then fetch the acks=1 topics back from offset 0 (assigned partitions,
 no group). When ``KAFKA_WORK`` names a reference build
 (/work/shared/reference-kafka: ``build_all.sh``, ``start_kafka.sh``), Kafka 4.1.1
-runs in the same process: both brokers are started once, a first round of every
+runs in the same run: both brokers are started once, a first round of every
 cell warms both (Kafka's JIT) and is discarded, then ``--repeat`` rounds run
 each cell on both brokers in turn, the order flipping every round, and the
 median per cell is kept.
