@@ -1,100 +1,500 @@
-"""The broker's own CPU time and page faults for a fixed produce-then-consume workload.
+"""The broker's own CPU seconds per GB produced and fetched: Odradek next to Apache Kafka 4.1.1.
 
-Wall-clock throughput on a shared machine moves with the load; the CPU seconds
-the broker process spends (user + system, from /proc) and its minor page
-faults move much less, so they show what a change to the serving path costs.
+Throughput on this machine is set by the client (confluent-kafka), not the
+broker, so it no longer ranks brokers; the CPU time the broker process spends
+(user + system, /proc/PID/stat, all its threads) per gigabyte of values does.
 
-    python bench/broker_cpu.py                   # 300,000 records of 1 KiB
-    python bench/broker_cpu.py --records 100000 --size 100 --repeat 3
+Six cells, each a fresh topic: produce 100 B and 1 KiB values with acks=1 and
+acks=all, then fetch the acks=1 topics back from offset 0 (assigned partitions,
+no group). When ``KAFKA_WORK`` names a reference build
+(/work/shared/reference-kafka: ``build_all.sh``, ``start_kafka.sh``), Kafka 4.1.1
+runs in the same run: both brokers are started once, a first round of every
+cell warms both (Kafka's JIT) and is discarded, then ``--repeat`` rounds run
+each cell on both brokers in turn, the order flipping every round, and the
+median per cell is kept.
+
+    cd bench && python3 broker_cpu.py                       # 5M x 100 B, 1M x 1 KiB, 3 rounds
+    KAFKA_WORK=/tmp/kafka-anchor python3 broker_cpu.py      # + Kafka 4.1.1 and the ratio
+    python3 broker_cpu.py --quick --repeat 1                # a quick look (1M / 200k)
+    python3 broker_cpu.py --quick --baseline /work/main/src # a change, before and after
+    python3 broker_cpu.py --repeat 1 --profile ../docs/profiles   # where the CPU goes
+
+The CPU time is read from /proc/PID/stat (10 ms ticks: 0.01-0.1 s per GB at
+these sizes). ``--profile`` runs Odradek alone under py-spy (``--nonblocking``:
+the broker is never stopped, its CPU time is unchanged) and splits its CPU time
+into categories (``CATEGORIES``): the kernel's share from the system time, the
+rest as py-spy's samples of the Python stacks fall.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from report import markdown_table  # bench/report.py (scripts run from bench/)
+from throughput import Target, consume, create_topic, produce  # bench/throughput.py's load
 
-from odradek.testing import BrokerProcess
+from odradek.testing import BrokerProcess, free_port
+
+SIZES = {"100 B": 100, "1 KiB": 1024}
+COUNTS = {"100 B": 5_000_000, "1 KiB": 1_000_000}  # at least what issue 23 asks
+QUICK_COUNTS = {"100 B": 1_000_000, "1 KiB": 200_000}
+CELLS = [
+    ("produce 100 B acks=1", "produce", "100 B", "1"),
+    ("produce 100 B acks=all", "produce", "100 B", "all"),
+    ("produce 1 KiB acks=1", "produce", "1 KiB", "1"),
+    ("produce 1 KiB acks=all", "produce", "1 KiB", "all"),
+    ("fetch 100 B", "fetch", "100 B", "1"),  # reads the round's acks=1 topic
+    ("fetch 1 KiB", "fetch", "1 KiB", "1"),
+]
+NO_CAP_S = 3600.0  # throughput.py's per-cell time cap, lifted: every record is sent and read
+KAFKA_VERSION = "4.1.1"
 
 
-def usage(pid: int) -> tuple[float, int]:
-    """(CPU seconds, minor page faults) of a process so far."""
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process and all its threads, dead ones included."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks, int(fields[7])
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
 
 
-def run_once(records: int, size: int) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(prefix="odradek-cpu-") as tmp:
-        broker = BrokerProcess(Path(tmp) / "data").start()
-        assert broker.pid is not None
-        try:
-            producer = Producer(
-                {"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.size": 262144}
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+@dataclass
+class Broker:
+    """A running broker under measurement."""
+
+    name: str
+    bootstrap: str
+    pid: int
+    topics: list[str] = field(default_factory=list)  # created this round
+
+    @property
+    def target(self) -> Target:
+        return Target(self.name, self.bootstrap)
+
+    def delete_topics(self) -> None:
+        """Drop the round's topics (a full run writes about 3 GB per broker and round)."""
+        if self.topics:
+            admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            for future in admin.delete_topics(self.topics, operation_timeout=30).values():
+                future.result(timeout=60)
+            self.topics.clear()
+
+
+class Kafka:
+    """Apache Kafka 4.1.1 from a reference build, started and stopped by its start_kafka.sh."""
+
+    def __init__(self, work: Path, data_dir: Path) -> None:
+        self.script = work / "start_kafka.sh"
+        self.data_dir = data_dir
+        self.port = free_port()  # the controller takes port + 1
+        self.pid: int | None = None
+
+    def start(self) -> Broker:
+        env = os.environ | {
+            "KAFKA_WORK": str(self.script.parent),
+            # deleted topics leave the disk a second later, not after a minute, so the
+            # files go before the next round measures
+            "KAFKA_EXTRA_PROPS": "file.delete.delay.ms=1000",
+            # a JVM starts in 2-3 s on an idle machine, in a minute on a crowded one
+            "KAFKA_START_TIMEOUT": os.environ.get("KAFKA_START_TIMEOUT", "300"),
+        }
+        out = subprocess.run(
+            [str(self.script), str(self.port), str(self.data_dir)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"start_kafka.sh failed: {out.stderr.strip()}")
+        # "kafka 4.1.1 pid=PID startup_s=SECONDS"
+        words = dict(w.split("=", 1) for w in out.stdout.split() if "=" in w)
+        self.pid = int(words["pid"])
+        log(f"  kafka: {out.stdout.strip()}")
+        return Broker("kafka", f"127.0.0.1:{self.port}", self.pid)
+
+    def stop(self) -> None:
+        if self.pid is not None:
+            subprocess.run([str(self.script), "stop", str(self.data_dir)], check=False)
+            self.pid = None
+
+
+@dataclass
+class Figure:
+    """One cell on one broker: CPU seconds per GB of values, and the system part of them."""
+
+    per_gb: float
+    system_per_gb: float
+
+
+def run_cell(
+    broker: Broker,
+    cell: tuple[str, str, str, str],
+    counts: dict[str, int],
+    partitions: int,
+    round_id: str,
+    profile: Path | None = None,
+) -> Figure:
+    """Run one cell; with `profile`, py-spy records the broker meanwhile (profile.svg/.txt)."""
+    name, kind, size_name, acks = cell
+    size, count = SIZES[size_name], counts[size_name]
+    topic = f"cpu-{round_id}-{size_name.replace(' ', '')}-acks{acks}"
+    if kind == "produce":
+        create_topic(broker.target, topic, partitions)
+        broker.topics.append(topic)
+    with py_spy(broker.pid, profile):
+        user0, sys0 = cpu_seconds(broker.pid)
+        if kind == "produce":
+            result = produce(broker.target, topic, count, size, acks, NO_CAP_S)
+        else:  # the produce cell of this round left `count` records and a warm-up one
+            result = consume(broker.target, topic, partitions, count + 1, size, NO_CAP_S)
+        user1, sys1 = cpu_seconds(broker.pid)
+    if result.errors or result.note:
+        raise RuntimeError(f"{name} on {broker.name}: {result.errors} errors {result.note}")
+    gigabytes = result.messages * size / 1e9
+    cpu = user1 - user0 + sys1 - sys0
+    figure = Figure(cpu / gigabytes, (sys1 - sys0) / gigabytes)
+    log(
+        f"  {name:<24} {broker.name:<8} {result.messages:>9,d} records "
+        f"{result.seconds:6.1f} s  broker {cpu:6.2f} CPU s ({sys1 - sys0:5.2f} system)  "
+        f"{figure.per_gb:5.2f} s/GB  load {load_average()}"
+    )
+    return figure
+
+
+def run_round(
+    brokers: list[Broker],
+    counts: dict[str, int],
+    partitions: int,
+    flip: bool,
+    profile_dir: Path | None = None,
+) -> dict[tuple[str, str], Figure]:
+    """Every cell on every broker; the brokers take turns, in reverse order when `flip`."""
+    round_id = uuid.uuid4().hex[:6]
+    order = list(reversed(brokers)) if flip else brokers
+    figures = {}
+    for cell in CELLS:
+        for broker in order:
+            profile = profile_dir / slug(cell[0]) if profile_dir else None
+            figures[(cell[0], broker.name)] = run_cell(
+                broker, cell, counts, partitions, round_id, profile
             )
-            producer.produce("cpu", b"warm-up")
-            producer.flush(30)
-            cpu0, faults0 = usage(broker.pid)
-            value = b"v" * size
-            for _ in range(records):
-                while True:
-                    try:
-                        producer.produce("cpu", value)
-                        break
-                    except BufferError:
-                        producer.poll(0.01)
-            if producer.flush(120):
-                raise RuntimeError("produce did not finish")
-            cpu1, faults1 = usage(broker.pid)
-            consumer = Consumer(
-                {
-                    "bootstrap.servers": broker.bootstrap,
-                    "group.id": "cpu",
-                    "enable.auto.commit": False,
-                }
-            )
-            consumer.assign([TopicPartition("cpu", 0, 0)])
-            seen = 0
-            while seen < records + 1:
-                seen += sum(1 for m in consumer.consume(10_000, 1.0) if m.error() is None)
-            consumer.close()
-            cpu2, faults2 = usage(broker.pid)
-        finally:
-            broker.stop()
-    return {
-        "produce_cpu": cpu1 - cpu0,
-        "consume_cpu": cpu2 - cpu1,
-        "produce_faults": faults1 - faults0,
-        "consume_faults": faults2 - faults1,
-    }
+    for broker in brokers:
+        broker.delete_topics()
+    time.sleep(3)  # the files of the deleted topics go before the next round
+    return figures
+
+
+def slug(cell: str) -> str:
+    return cell.replace(" ", "-").replace("=", "")
+
+
+def table(rounds: list[dict[tuple[str, str], Figure]], names: list[str]) -> str:
+    """Medians per cell and broker, and Odradek's over each other broker's."""
+    others = [n for n in names if n != "odradek"]
+    head = ["broker CPU s/GB"]
+    for n in names:
+        head += [f"{n} (range)", f"{n} system"]
+    head += [f"odradek/{n}" for n in others]
+    lines = [head]
+    for cell in CELLS:
+        line = [cell[0]]
+        medians = {}
+        for n in names:
+            figures = [r[(cell[0], n)] for r in rounds]
+            values = [f.per_gb for f in figures]
+            medians[n] = statistics.median(values)
+            system = statistics.median(f.system_per_gb for f in figures)
+            line.append(f"{medians[n]:.2f} ({min(values):.2f}-{max(values):.2f})")
+            line.append(f"{system:.2f}")
+        line += [f"{medians['odradek'] / medians[n]:.2f}" for n in others]
+        lines.append(line)
+    return markdown_table(lines)
+
+
+def start_odradek(data_dir: Path, src: str | None) -> BrokerProcess:
+    """An Odradek broker; from the sources in `src` (a tree's src/) instead of this
+    process's when given."""
+    saved = os.environ.get("PYTHONPATH")
+    if src is not None:
+        os.environ["PYTHONPATH"] = src  # the child inherits it
+    try:
+        return BrokerProcess(data_dir).start()
+    finally:
+        if src is not None:
+            if saved is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = saved
+
+
+# --- where Odradek's CPU goes (--profile) ---------------------------------------------------
+
+KERNEL = "kernel (system calls)"
+# Each sample of a py-spy profile goes to the first of these its innermost frames matches
+# (leaf first): (category, path fragment, prefixes of the function's name, () for any).
+CATEGORIES: list[tuple[str, str, tuple[str, ...]]] = [
+    # the Python lines that make the system calls (socket send and receive, epoll, file
+    # writes, sendfile): their time is the kernel's, taken from /proc instead
+    (
+        KERNEL,
+        "asyncio/selector_events.py",
+        ("_SelectorSocketTransport.write", "_SelectorSocketTransport._read_ready__"),
+    ),
+    (KERNEL, "selectors.py", ("EpollSelector.select",)),
+    (KERNEL, "odradek/log/segment.py", ("Segment.write",)),
+    (KERNEL, "odradek/broker/sending.py", ("_sendfile", "_cork")),
+    (
+        "framing and decoding",
+        "odradek/broker/server.py",
+        ("Broker._read_frame", "Broker._read_payload"),
+    ),
+    ("framing and decoding", "odradek/broker/acceptor.py", ("FrameReader.",)),
+    (
+        "framing and decoding",
+        "asyncio/streams.py",
+        ("StreamReader.readexactly", "StreamReader.feed_data", "StreamReader.read"),
+    ),
+    ("framing and decoding", "odradek/protocol/framing.py", ()),
+    ("framing and decoding", "odradek/protocol/produce.py", ()),
+    ("framing and decoding", "odradek/protocol/codec.py", ("parse_", "decode_")),
+    ("framing and decoding", "odradek/protocol/fetch.py", ("parse_", "_Reader", "_uuid", "_count")),
+    ("framing and decoding", "odradek/broker/apis/", ("read_request",)),
+    ("validation", "odradek/protocol/records.py", ()),
+    (
+        "validation",
+        "odradek/broker/apis/produce.py",
+        ("_transactional_producer", "_sets_transactional_bit", "_has_"),
+    ),
+    ("the log: appends, reads", "odradek/log/", ()),
+    ("the log: appends, reads", "odradek/replication/", ()),
+    ("response encoding", "odradek/protocol/", ()),
+    ("response encoding", "kio/", ()),
+    ("response encoding", "odradek/broker/sending.py", ()),
+    ("response encoding", "odradek/broker/context.py", ("respond",)),
+    ("event loop", "asyncio/", ()),
+    ("event loop", "selectors.py", ()),
+    ("handlers and dispatch (the rest)", "odradek/broker/", ()),
+]
+
+
+# The broker's periodic passes in a worker thread, whatever they call.
+HOUSEKEEPING = ("TopicManager.compact", "TopicManager.enforce_retention")
+
+
+def category(frame: str) -> str | None:
+    """`frame` as py-spy writes it: "function (path:line)"."""
+    function, _, where = frame.rpartition(" (")
+    for name, path, prefixes in CATEGORIES:
+        if path in where and (not prefixes or function.startswith(prefixes)):
+            return name
+    return None
+
+
+def breakdown(raw: Path, system_share: float) -> dict[str, float]:
+    """Shares of the broker's CPU time: the kernel's from /proc (`system_share`), the rest
+    split as the py-spy samples outside the system-call lines are.
+
+    py-spy counts a thread that is runnable as busy, also while it waits for a CPU;
+    on a loaded machine that inflates the lines that wake another process (a send
+    wakes the client) or wait (epoll), so their samples are not CPU time: the
+    kernel's share comes from the process's system time instead.
+    """
+    counts: dict[str, int] = {}
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if any(task in stack for task in HOUSEKEEPING):
+            found = "log housekeeping (cleaner, retention)"
+        else:
+            found = next((c for c in map(category, reversed(stack.split(";"))) if c), "other")
+        counts[found] = counts.get(found, 0) + int(n)
+    counts.pop(KERNEL, None)
+    user = sum(counts.values()) or 1
+    shares = {KERNEL: system_share}
+    for name, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+        shares[name] = (1 - system_share) * n / user
+    return shares
+
+
+def profile_table(shares: list[dict[str, float]]) -> str:
+    names = list(
+        dict.fromkeys(
+            [c for c, _, _ in CATEGORIES] + ["log housekeeping (cleaner, retention)", "other"]
+        )
+    )
+    lines = [["share of broker CPU"] + [c[0] for c in CELLS]]
+    for name in names:
+        lines.append([name] + [f"{s.get(name, 0.0):.0%}" for s in shares])
+    return markdown_table(lines)
+
+
+@contextmanager
+def py_spy(pid: int, out: Path | None) -> Iterator[None]:
+    """py-spy records `pid` (a flame graph out.svg and raw stacks out.txt) while the block runs.
+
+    --nonblocking: py-spy reads the broker's memory without stopping it, so the
+    broker's CPU time is the same as without it.
+    """
+    if out is None:
+        yield
+        return
+    spies = [
+        subprocess.Popen(
+            [
+                "py-spy",
+                "record",
+                "--nonblocking",
+                "--rate",
+                "200",
+                "--pid",
+                str(pid),
+                "--format",
+                fmt,
+                "--output",
+                str(out.with_suffix(suffix)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for fmt, suffix in (("flamegraph", ".svg"), ("raw", ".txt"))
+    ]
+    time.sleep(1.0)  # attached
+    try:
+        yield
+    finally:
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+        for spy in spies:
+            spy.wait(60)
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=300_000)
-    parser.add_argument("--size", type=int, default=1024, help="value bytes")
-    parser.add_argument("--repeat", type=int, default=3, help="runs; the median is shown")
-    args = parser.parse_args()
-    runs = [run_once(args.records, args.size) for _ in range(args.repeat)]
-
-    def median(key: str) -> float:
-        return statistics.median(r[key] for r in runs)
-
-    print(f"{args.records:,} records of {args.size} B, median of {args.repeat} runs\n")
-    print(
-        markdown_table(
-            [
-                ["phase", "broker CPU s", "minor page faults"],
-                ["produce", f"{median('produce_cpu'):.2f}", f"{median('produce_faults'):,.0f}"],
-                ["consume", f"{median('consume_cpu'):.2f}", f"{median('consume_faults'):,.0f}"],
-            ]
-        )
+    parser.add_argument("--repeat", type=int, default=3, help="measured rounds; medians shown")
+    parser.add_argument(
+        "--quick", action="store_true", help="1,000,000 x 100 B and 200,000 x 1 KiB per cell"
     )
+    parser.add_argument("--partitions", type=int, default=3, help="partitions per topic")
+    parser.add_argument(
+        "--kafka-work",
+        default=os.environ.get("KAFKA_WORK"),
+        help="reference Kafka build (default: $KAFKA_WORK; without it, Odradek only)",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="SRC",
+        help="also run an Odradek broker from another tree's src/ (e.g. main's), named "
+        "'before', in the same rounds: a change measured before and after",
+    )
+    parser.add_argument("--json", help="also write every round's figures to this file")
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="Odradek only: py-spy records the broker during each cell of the measured "
+        "rounds (DIR/<cell>.svg, .txt, of the last round) and the shares of its samples "
+        "per category are printed",
+    )
+    args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    kafka_work = Path(args.kafka_work) if args.kafka_work else None
+    if kafka_work is not None and not (kafka_work / "start_kafka.sh").is_file():
+        parser.error(f"no start_kafka.sh in {kafka_work} (KAFKA_WORK)")
+    if kafka_work is not None and not any((kafka_work / "lib").glob("kafka_*.jar")):
+        parser.error(f"{kafka_work}/lib has no Kafka jars: run build_all.sh first")
+    counts = QUICK_COUNTS if args.quick else COUNTS
+    profile_dir = Path(args.profile) if args.profile else None
+    if profile_dir is not None:
+        if shutil.which("py-spy") is None:
+            parser.error("--profile needs py-spy (pip install py-spy)")
+        if args.baseline:
+            parser.error("--profile records one broker: no --baseline")
+        profile_dir.mkdir(parents=True, exist_ok=True)
+        kafka_work = None
+
+    tmp = Path(tempfile.mkdtemp(prefix="odradek-cpu-"))
+    kafka = Kafka(kafka_work, tmp / "kafka") if kafka_work else None
+    started: list[BrokerProcess] = []
+    try:
+        brokers = []
+        for name, src in [("odradek", None)] + ([("before", args.baseline)] * bool(args.baseline)):
+            started.append(start_odradek(tmp / name, src))
+            assert started[-1].pid is not None
+            brokers.append(Broker(name, started[-1].bootstrap, started[-1].pid))
+        if kafka is not None:
+            brokers.append(kafka.start())
+        log(f"{os.cpu_count()} cpus, load {load_average()}; {args.partitions} partitions per topic")
+        log(", ".join(f"{c:,} x {s}" for s, c in counts.items()) + " per cell")
+        log("warm-up round (discarded):")
+        run_round(brokers, counts, args.partitions, flip=False)
+        rounds = []
+        for i in range(args.repeat):
+            log(f"round {i + 1} of {args.repeat}:")
+            rounds.append(run_round(brokers, counts, args.partitions, i % 2 == 0, profile_dir))
+            log(table(rounds, [b.name for b in brokers]))  # so far: a cut-short run tells
+    finally:
+        for broker in started:
+            broker.stop()
+        if kafka is not None:
+            kafka.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    names = [b.name for b in brokers]
+    print(
+        f"{counts['100 B']:,} x 100 B, {counts['1 KiB']:,} x 1 KiB per cell, {args.partitions} "
+        f"partitions, median of {args.repeat} rounds after a discarded warm-up round; "
+        f"load at the end {load_average()}\n"
+    )
+    print(table(rounds, names))
+    if profile_dir is not None:
+        print(f"\nwhere the broker's CPU goes (last round; {profile_dir}/*.svg)\n")
+        last = rounds[-1]
+        print(
+            profile_table(
+                [
+                    breakdown(
+                        profile_dir / f"{slug(c[0])}.txt",
+                        last[(c[0], "odradek")].system_per_gb / last[(c[0], "odradek")].per_gb,
+                    )
+                    for c in CELLS
+                ]
+            )
+        )
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "counts": counts,
+                    "partitions": args.partitions,
+                    "rounds": [
+                        {f"{c} / {b}": asdict(v) for (c, b), v in r.items()} for r in rounds
+                    ],
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -27,7 +27,9 @@ from odradek.protocol.records import (
     BATCH_OVERHEAD,
     COMPRESSION_NONE,
     CorruptRecordError,
+    InvalidRecordError,
     Record,
+    _check_record_frames,
     _encode_record,
     build_batch,
     decode_batch_records,
@@ -511,6 +513,90 @@ def test_murmur2_partitions_alike(values: list[bytes | None], offset: int, parts
     got = list(struct.unpack(f"={len(values)}i", raw))
     want = [-1 if v is None else (_codec_py.murmur2(v) & 0x7FFFFFFF) % parts for v in values]
     assert got == want
+
+
+# --------------------------------------------------------------------------- record_frames_ok
+
+
+def frames_ok(buf: bytes, start: int, end: int, count: int) -> bool:
+    """Both answers of record_frames_ok, asserted equal, and the Python walk's verdict."""
+    status, answer = both("record_frames_ok", buf, start, end, count)
+    assert status == "ok", answer
+    try:
+        _check_record_frames(buf, start, end, count, 0)
+        walked = True
+    except (InvalidRecordError, CorruptRecordError):
+        walked = False
+    assert answer is walked
+    return bool(answer)
+
+
+# Values whose records' lengths take one, two and three varint bytes.
+value_sizes = st.sampled_from([0, 1, 40, 100, 200, 8_200, 17_000])
+
+
+@SETTINGS
+@given(st.lists(st.tuples(maybe_bytes, value_sizes), min_size=1, max_size=6), st.binary(max_size=9))
+def test_valid_uncompressed_records_pass_both_walks(
+    records: list[tuple[bytes | None, int]], tail: bytes
+) -> None:
+    body = build_batch([(k, b"v" * n, ()) for k, n in records], timestamp_ms=0)[BATCH_OVERHEAD:]
+    buf = b"\x00" * 3 + body + tail  # the rest of a produce request around the section
+    assert frames_ok(buf, 3, 3 + len(body), len(records))
+
+
+@SETTINGS
+@given(corrupted_sections(), st.integers(0, 7), st.binary(max_size=12))
+def test_record_frames_ok_answers_as_the_python_walk(
+    damaged: tuple[bytes, int], lead: int, tail: bytes
+) -> None:
+    """Damaged sections, with bytes after them that the walk may run into (a request's
+    next batch): the compiled walk says yes exactly when the Python walk passes."""
+    body, count = damaged
+    buf = b"\x00" * lead + body + tail
+    frames_ok(buf, lead, lead + len(body), count)
+
+
+@SETTINGS
+@given(st.binary(max_size=48), st.data())
+def test_record_frames_ok_on_any_bytes(buf: bytes, data: st.DataObject) -> None:
+    end = data.draw(st.integers(0, len(buf)))
+    start = data.draw(st.integers(0, end))
+    frames_ok(buf, start, end, data.draw(st.integers(-2, 8)))
+
+
+def _record(length_varint: bytes, offset_delta: int, value: bytes) -> bytes:
+    """A record with no key or headers whose length is written as ``length_varint``."""
+    return length_varint + b"\x00\x00" + bytes([offset_delta * 2]) + b"\x01" + value + b"\x00"
+
+
+@pytest.mark.parametrize(
+    ("section", "count", "ok"),
+    [
+        # a body of 6 bytes (the least possible) in one byte, and in two non-canonical ones
+        (_record(b"\x0c", 0, b"\x00"), 1, True),
+        (_record(b"\x8c\x00", 0, b"\x00"), 1, True),
+        # three bytes or more: any even length passes the frame walk, as in records.py
+        (_record(b"\x8c\x80\x00", 0, b"\x00"), 1, True),
+        (_record(b"\x8a\x80\x00", 0, b""), 1, True),
+        (_record(b"\x8b\x80\x00", 0, b""), 1, False),  # odd: a negative length
+        (_record(b"\x0a", 0, b""), 1, False),  # a body of 5 bytes cannot be a record
+        (_record(b"\x0c", 1, b"\x00"), 1, False),  # the first offset delta is not 0
+        (_record(b"\x0c", 0, b"\x00") + _record(b"\x0c", 2, b"\x00"), 2, False),
+        (_record(b"\x0c", 0, b"\x00") + _record(b"\x0c", 1, b"\x00"), 2, True),
+        (_record(b"\x0c", 0, b"\x00"), 2, False),  # fewer records than counted
+        (b"\xff" * 10 + b"\x01" + b"\x00" * 8, 1, False),  # a length over 10 bytes
+        (b"\xfe" + b"\xff" * 8 + b"\x01" + b"\x00" * 8, 1, False),  # a length of 2^63
+    ],
+)
+def test_record_frames_ok_cases(section: bytes, count: int, ok: bool) -> None:
+    assert frames_ok(section, 0, len(section), count) is ok
+
+
+def test_record_frames_ok_checks_its_bounds_alike() -> None:
+    for start, end in ((-1, 2), (3, 2), (0, 9)):
+        status, (kind, _) = both("record_frames_ok", b"\x00" * 8, start, end, 1)
+        assert (status, kind) == ("error", "ValueError")
 
 
 # --------------------------------------------------------------------------- selection

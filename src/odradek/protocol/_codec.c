@@ -18,6 +18,7 @@
  *   encode_columns(out, first_offset_delta, base_timestamp, now_ms, keys, values,
  *                  timestamps, headers, lo, hi, max_bytes)
  *   murmur2(data), murmur2_partitions(column, num_partitions)
+ *   record_frames_ok(buf, start, end, count)   (the broker's produce validation)
  *
  * Arrays cross the boundary as bytes objects of native-endian int64 / int32.
  */
@@ -887,6 +888,93 @@ static PyObject *codec_murmur2_partitions(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ------------------------------------------------------------------ record_frames_ok */
+
+/* records._uvarint: at most 10 bytes (else -1, as is running past `len`); *big when
+ * the value does not fit in 64 bits (Python's has up to 70). */
+static int frame_uvarint(const uint8_t *b, Py_ssize_t len, Py_ssize_t *pos, uint64_t *value,
+                         int *big) {
+    uint64_t raw = 0;
+    int shift = 0;
+    Py_ssize_t p = *pos;
+    *big = 0;
+    for (;;) {
+        if (p >= len) return -1;
+        uint8_t c = b[p++];
+        uint64_t bits = c & 0x7F;
+        if (shift == 63 && bits > 1) *big = 1;
+        raw |= bits << shift;
+        if (c < 0x80) {
+            *pos = p;
+            *value = raw;
+            return 0;
+        }
+        shift += 7;
+        if (shift > 63) return -1;
+    }
+}
+
+#define MIN_RECORD_BYTES 7 /* records._MIN_RECORD_BYTES */
+
+/* records._check_record_frames answering instead of raising: the walk of an uncompressed
+ * batch's records by their lengths (reading `b` up to `len`, as the Python walk indexes
+ * the whole request), then the offset deltas of the first and last record. */
+static int frames_ok(const uint8_t *b, Py_ssize_t len, Py_ssize_t start, Py_ssize_t end,
+                     Py_ssize_t count) {
+    if (count <= 0 || count > (end - start) / MIN_RECORD_BYTES) return 0;
+    Py_ssize_t pos = start, last = start;
+    uint64_t n;
+    int big;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        last = pos;
+        if (pos + 1 >= len) return 0; /* the walk reads the first two bytes */
+        uint8_t b0 = b[pos], b1 = b[pos + 1];
+        Py_ssize_t used;
+        if (b0 < 0x80 || b1 < 0x80) { /* a one- or two-byte length: _FRAME_STEPS */
+            if (b0 < 0x80) {
+                n = b0;
+                used = 1;
+            } else {
+                n = (uint64_t)(b0 & 0x7F) | ((uint64_t)b1 << 7);
+                used = 2;
+            }
+            if ((n & 1) || (n >> 1) < MIN_RECORD_BYTES - 1) return 0;
+        } else { /* three bytes or more: any even value */
+            Py_ssize_t p = pos;
+            if (frame_uvarint(b, len, &p, &n, &big) < 0 || big || (n & 1)) return 0;
+            used = p - pos;
+        }
+        if ((n >> 1) > (uint64_t)(len - pos - used)) return 0; /* ends past the buffer */
+        pos += used + (Py_ssize_t)(n >> 1);
+    }
+    if (pos != end) return 0;
+    Py_ssize_t ats[2] = {start, last};
+    uint64_t want[2] = {0, 2 * (uint64_t)(count - 1)}; /* zigzag of the offset delta */
+    for (int k = 0; k < 2; k++) {
+        Py_ssize_t p = ats[k];
+        if (frame_uvarint(b, len, &p, &n, &big) < 0) return 0; /* length */
+        p += 1;                                                 /* attributes */
+        if (frame_uvarint(b, len, &p, &n, &big) < 0) return 0; /* timestamp delta */
+        if (frame_uvarint(b, len, &p, &n, &big) < 0 || big || n != want[k]) return 0;
+    }
+    return 1;
+}
+
+static PyObject *codec_record_frames_ok(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t start, end, count;
+    if (!PyArg_ParseTuple(args, "y*nnn:record_frames_ok", &buf, &start, &end, &count))
+        return NULL;
+    if (start < 0 || start > end || end > buf.len) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "record_frames_ok needs 0 <= start <= end <= len(buf)");
+        return NULL;
+    }
+    int ok = frames_ok((const uint8_t *)buf.buf, buf.len, start, end, count);
+    PyBuffer_Release(&buf);
+    return PyBool_FromLong(ok);
+}
+
 /* ------------------------------------------------------------------ build_records */
 
 /* One key/value/header field of the buffer as bytes (None when null). */
@@ -1027,6 +1115,8 @@ static PyMethodDef codec_methods[] = {
      "Append one encoded record to a bytearray (see _codec_py.encode_record)."},
     {"encode_columns", codec_encode_columns, METH_VARARGS,
      "Append records from Arrow-layout columns (see _codec_py.encode_columns)."},
+    {"record_frames_ok", codec_record_frames_ok, METH_VARARGS,
+     "Whether an uncompressed batch's records tile it (see _codec_py.record_frames_ok)."},
     {"murmur2", codec_murmur2, METH_O, "Kafka's murmur2 hash of bytes, as a signed int."},
     {"murmur2_partitions", codec_murmur2_partitions, METH_VARARGS,
      "Partition per row of an Arrow-layout binary column (see _codec_py.murmur2_partitions)."},

@@ -23,7 +23,13 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-from odradek.protocol.records import CorruptRecordError, _read_varint, _write_varint
+from odradek.protocol.records import (
+    CorruptRecordError,
+    InvalidRecordError,
+    _check_record_frames,
+    _read_varint,
+    _write_varint,
+)
 
 __all__ = [
     "build_records",
@@ -33,6 +39,7 @@ __all__ = [
     "gather",
     "murmur2",
     "murmur2_partitions",
+    "record_frames_ok",
 ]
 
 _INT64_MIN = -(2**63)
@@ -482,3 +489,18 @@ def murmur2_partitions(column: Column, rows: int, num_partitions: int) -> bytes:
         raw = col.bytes_at(r)
         out.append(-1 if raw is None else (murmur2(raw) & 0x7FFFFFFF) % num_partitions)
     return out.tobytes()
+
+
+def record_frames_ok(buf: Any, start: int, end: int, count: int) -> bool:
+    """Whether ``records._check_record_frames`` accepts the uncompressed records of a batch
+    (``count`` of them in ``buf[start:end]``; ``buf`` may be the whole produce request's
+    records, which the walk reads past ``end`` as it would). The broker's produce path
+    asks this first and lets the Python walk word the error only when the answer is no.
+    """
+    if not 0 <= start <= end <= len(buf):
+        raise ValueError("record_frames_ok needs 0 <= start <= end <= len(buf)")
+    try:
+        _check_record_frames(buf, start, end, count, 0)
+    except (InvalidRecordError, CorruptRecordError):
+        return False
+    return True

@@ -58,6 +58,7 @@ __all__ = [
     "implementation",
     "murmur2",
     "murmur2_partitions",
+    "record_frames_ok",
 ]
 
 NO_NATIVE_ENV = "ODRADEK_NO_NATIVE"
@@ -97,6 +98,7 @@ encode_record = _impl.encode_record
 encode_columns = _impl.encode_columns
 murmur2 = _impl.murmur2
 murmur2_partitions = _impl.murmur2_partitions
+record_frames_ok = _impl.record_frames_ok
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _CRC_START = 21
