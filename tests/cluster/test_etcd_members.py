@@ -15,7 +15,10 @@ from odradek.cluster.metadata import EtcdMetadataStore
 from odradek.devcluster.etcd_server import EtcdServer, etcd_members, start_members
 
 START_TIMEOUT_S = 30.0
-LEASE_TTL_S = 3
+# A member's kill may cost an etcd election (about a second) plus the channel's reconnect
+# before a keep-alive succeeds again: with 3 s (2.5 s to act) a loaded machine missed it
+# once; 6 s leaves the lease keeper 5 s.
+LEASE_TTL_S = 6
 DEADLINE_S = 20.0
 
 
