@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from odradek.protocol import _codec_py, columns
+from odradek.protocol.native import NO_NATIVE_ENV
 from odradek.protocol.records import (
     BATCH_OVERHEAD,
     COMPRESSION_NONE,
@@ -603,7 +604,7 @@ def test_record_frames_ok_checks_its_bounds_alike() -> None:
 
 
 def test_the_compiled_codec_is_in_use_unless_disabled() -> None:
-    disabled = os.environ.get(columns.NO_NATIVE_ENV, "") not in ("", "0")
+    disabled = os.environ.get(NO_NATIVE_ENV, "") not in ("", "0")
     assert columns.NATIVE is not disabled
     assert columns.implementation == ("python" if disabled else "native")
 
@@ -632,7 +633,7 @@ def test_a_stale_compiled_codec_falls_back_with_a_warning(monkeypatch: pytest.Mo
             setattr(stale, name, getattr(native, name))
     monkeypatch.setitem(sys.modules, "odradek.protocol._codec", stale)
     monkeypatch.setattr(sys.modules["odradek.protocol"], "_codec", stale)
-    monkeypatch.delenv(columns.NO_NATIVE_ENV, raising=False)
+    monkeypatch.delenv(NO_NATIVE_ENV, raising=False)
     with pytest.warns(RuntimeWarning, match="lacks build_records"):
         assert columns._load() is _codec_py
     stale.build_records = native.build_records

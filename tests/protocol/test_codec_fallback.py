@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from odradek.protocol.columns import NO_NATIVE_ENV
+from odradek.protocol.native import NO_NATIVE_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 ON_THE_FALLBACK = [

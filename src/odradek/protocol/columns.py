@@ -24,13 +24,13 @@ instructions where present), called once per batch.
 
 from __future__ import annotations
 
-import os
 import struct
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from odradek.protocol import _codec_py
+from odradek.protocol.native import compiled_module
 from odradek.protocol.records import (
     BATCH_OVERHEAD,
     COMPRESSION_NONE,
@@ -61,15 +61,10 @@ __all__ = [
     "record_frames_ok",
 ]
 
-NO_NATIVE_ENV = "ODRADEK_NO_NATIVE"
-
 
 def _load() -> Any:
-    if os.environ.get(NO_NATIVE_ENV, "") not in ("", "0"):
-        return _codec_py
-    try:
-        from odradek.protocol import _codec  # type: ignore[attr-defined]
-    except ImportError:
+    _codec = compiled_module()
+    if _codec is None:
         return _codec_py
     missing = [name for name in _codec_py.__all__ if not hasattr(_codec, name)]
     if missing:

@@ -12,7 +12,7 @@ for magic 2: besides the header and CRC it walks every record without building
 objects. An uncompressed batch gets the cheap walk (``_check_record_frames``:
 record lengths tile the batch into exactly ``records_count`` records, whose
 first and last offset deltas are 0 and n-1), in C when the compiled codec is
-built (``columns.record_frames_ok``; this module's walk words the error). A
+built (``_codec.record_frames_ok``; this module's walk words the error). A
 compressed one is first inflated with a hard output bound (``decompress``), so
 a small batch that would inflate to gigabytes is refused before it costs
 memory, then walked completely (``_check_records``: every offset delta, key,
@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import crc32c as _crc32c_mod
+
+from odradek.protocol.native import compiled_function
 
 __all__ = [
     "BATCH_OVERHEAD",
@@ -368,10 +370,12 @@ def validate_batches_raw(
             raise InvalidRecordError("clients are not allowed to write control batches")
         if check_records:
             if codec == COMPRESSION_NONE:
-                # The compiled walk answers (columns.record_frames_ok, the same as this
-                # module's walk: tests/protocol/test_batch_codec.py); when it says no, the
-                # Python walk runs to word the error.
-                if not frames_ok(data, pos + BATCH_OVERHEAD, pos + size, count):
+                # The compiled walk answers (_codec.record_frames_ok, the same as this
+                # module's walk: tests/protocol/test_batch_codec.py); when it says no, or
+                # is not built, the Python walk runs (and words the error).
+                if frames_ok is None or not frames_ok(
+                    data, pos + BATCH_OVERHEAD, pos + size, count
+                ):
                     _check_record_frames(data, pos + BATCH_OVERHEAD, pos + size, count, pos)
             else:
                 inflated = decompress(
@@ -384,12 +388,10 @@ def validate_batches_raw(
 
 
 @functools.cache
-def _record_frames_ok() -> Callable[[Any, int, int, int], bool]:
-    """``columns.record_frames_ok``: compiled when built (imported here on first use, as
-    ``columns`` imports this module)."""
-    from odradek.protocol.columns import record_frames_ok
-
-    return record_frames_ok  # type: ignore[no-any-return]
+def _record_frames_ok() -> Callable[[Any, int, int, int], bool] | None:
+    """The compiled record-frame walk (``_codec.record_frames_ok``), or None: then this
+    module's own walk checks every batch (`odradek.protocol.native`)."""
+    return compiled_function("record_frames_ok")  # type: ignore[no-any-return]
 
 
 def _indexable(buf: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
