@@ -33,13 +33,12 @@ from kafka.admin import KafkaAdminClient
 
 from odradek.client import Consumer as OdradekConsumer
 from odradek.client import Producer as OdradekProducer
-from odradek.cluster.fetcher import LeaderConnection
-from odradek.devcluster.launcher import LocalCluster, run_coroutine
+from odradek.devcluster.launcher import LocalCluster
 from odradek.protocol.apikeys import ApiKey
-from odradek.protocol.codec import build, decode_response, request_type
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.produce import encode_produce_request
 from odradek.protocol.records import build_batch
+
+from ..broker.wire import WireClient
 
 from cluster_harness import (  # isort: skip
     START_TIMEOUT_S,
@@ -432,20 +431,6 @@ def test_deleting_a_topic_removes_it_from_every_broker(cluster: LocalCluster) ->
         wait_for(lambda d=directory: not list(d.glob("doomed-*")), f"broker {broker}'s files")
 
 
-def send_raw(cluster: LocalCluster, broker: int, api_key: int, version: int, body: Any) -> Any:
-    """One request to one broker; the decoded response."""
-    host, _, port = cluster.broker_address(broker).rpartition(":")
-
-    async def send() -> bytes:
-        connection = LeaderConnection(host, int(port), "hints", 10)
-        try:
-            return await connection.send(api_key, version, body)
-        finally:
-            connection.close()
-
-    return decode_response(api_key, version, run_coroutine(send))[1]
-
-
 def test_not_leader_answers_name_the_current_leader(
     cluster: LocalCluster, admin: AdminClient
 ) -> None:
@@ -460,42 +445,45 @@ def test_not_leader_answers_name_the_current_leader(
     endpoint = [(leader, host, int(port))]
 
     batch = build_batch([(None, b"hint", ())], timestamp_ms=0)
-    body = encode_produce_request(12, None, 1, 5000, [("hinted", [(0, batch)])])
-    produced = send_raw(cluster, follower, ApiKey.PRODUCE, 12, body)
+    produce = {
+        "transactional_id": None,
+        "acks": 1,
+        "timeout": 5000,
+        "topic_data": [{"name": "hinted", "partition_data": [{"index": 0, "records": batch}]}],
+    }
+    with WireClient(cluster.broker_address(follower)) as to_follower:
+        produced = to_follower.request(ApiKey.PRODUCE, 12, produce)
     [answer] = produced.responses[0].partition_responses
     assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert (answer.current_leader.leader_id, answer.current_leader.leader_epoch) == (leader, epoch)
     assert [(n.node_id, n.host, n.port) for n in produced.node_endpoints] == endpoint
 
     topic_id = cluster_metadata(cluster).topics["hinted"].topic_id
-    fetch = build(
-        request_type(ApiKey.FETCH, 16),
-        {
-            "max_wait": 0,
-            "min_bytes": 1,
-            "max_bytes": 1 << 20,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic_id": topic_id,
-                    "partitions": [
-                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
-                    ],
-                }
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        },
-    )
-    fetched = send_raw(cluster, follower, ApiKey.FETCH, 16, fetch)
+    fetch = {
+        "max_wait": 0,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic_id": topic_id,
+                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+    with WireClient(cluster.broker_address(follower)) as to_follower:
+        fetched = to_follower.request(ApiKey.FETCH, 16, fetch)
     [part] = fetched.responses[0].partitions
     assert part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (leader, epoch)
     assert [(n.node_id, n.host, n.port) for n in fetched.node_endpoints] == endpoint
     # From the leader itself: no error, no hint.
-    fetched = send_raw(cluster, leader, ApiKey.FETCH, 16, fetch)
+    with WireClient(cluster.broker_address(leader)) as to_leader:
+        fetched = to_leader.request(ApiKey.FETCH, 16, fetch)
     [part] = fetched.responses[0].partitions
     assert part.error_code == 0 and part.current_leader.leader_id == -1
     assert fetched.node_endpoints == ()

@@ -164,7 +164,8 @@ class ThrottledReplicas:
 
 
 ETCD_HTTPS = "https://"  # an endpoint given so is reached over TLS (etcd.ssl.enable)
-ETCD_SCHEMES = ("http://", ETCD_HTTPS)
+ETCD_HTTP = "http://"
+ETCD_SCHEMES = (ETCD_HTTP, ETCD_HTTPS)
 
 
 def etcd_endpoint_scheme(item: str) -> str:
@@ -1475,12 +1476,12 @@ class BrokerConfig:
                 "etcd.endpoints mixes http:// and https://: TLS is for every endpoint or none",
                 ("etcd.endpoints",),
             )
-        if self["etcd.ssl.enable"] and "http://" in schemes:
+        if self["etcd.ssl.enable"] and ETCD_HTTP in schemes:
             raise ConfigError(
                 "etcd.ssl.enable=true but etcd.endpoints are http://: give https:// or HOST:PORT",
                 ("etcd.ssl.enable", "etcd.endpoints"),
             )
-        https = "https://" in schemes
+        https = ETCD_HTTPS in schemes
         if https and not self.is_default("etcd.ssl.enable") and not self["etcd.ssl.enable"]:
             raise ConfigError(
                 "etcd.ssl.enable=false but etcd.endpoints are https://",

@@ -124,13 +124,19 @@ def _names(ctx: RequestContext, keys: Any) -> dict[Hashable, str | None]:
     """Topic name of each key's topic (None for a topic id this broker does not know)."""
     if ctx.version < TOPIC_IDS_FROM:
         return {topic: topic for topic, _ in keys}
-    by_id = ctx.broker.topics.topics_by_id
     names: dict[Hashable, str | None] = {}
     for topic, _ in keys:
         if topic not in names:
-            found = by_id.get(topic)
-            names[topic] = found.name if found is not None else None
+            names[topic] = _name_of(ctx, topic)
     return names
+
+
+def _name_of(ctx: RequestContext, topic: Hashable) -> str | None:
+    """A request's topic (its name, or from v13 its id) as a name; None if unknown."""
+    if ctx.version < TOPIC_IDS_FROM:
+        return topic if isinstance(topic, str) else None
+    found = ctx.broker.topics.topics_by_id.get(topic)
+    return found.name if found is not None else None
 
 
 def _unreadable(ctx: RequestContext, request: FetchRequest, names: set[str]) -> set[str]:
@@ -305,8 +311,7 @@ def _encode(
         topics[-1][2].append(entry)
         if hints is not None and entry["error_code"] in FETCH_HINTED:
             # KIP-951: where the partition's leader is now (`leader_hints`)
-            found = ctx.broker.topics.topics_by_id.get(topic) if by_id else None
-            name = found.name if found is not None else None if by_id else topic
+            name = _name_of(ctx, topic)
             if name is not None:
                 entry["current_leader"] = hints.current_leader(name, partition)
     return encode_fetch_response(
