@@ -52,6 +52,7 @@ from odradek.broker.sending import ShortRegionError, materialize, response_size,
 from odradek.broker.topics import TopicManager
 from odradek.broker.txn_runtime import TransactionCoordinatorRuntime
 from odradek.broker.waiters import AppendWaiters
+from odradek.cancelling import cancel_and_wait
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import (
     DecodeError,
@@ -73,9 +74,6 @@ log = logging.getLogger("odradek.broker")
 
 ControlPlaneFactory = Callable[["Broker"], ControlPlane]
 LISTEN_BACKLOG = 512
-# Shutdown cancels connection tasks up to this many times, waiting this long each time.
-CONNECTION_CANCEL_ATTEMPTS = 3
-CONNECTION_CANCEL_WAIT_S = 2.0
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
 # Responses with more top-level entries than this are encoded off the event loop.
 LARGE_RESPONSE_ENTRIES = 100
@@ -277,20 +275,9 @@ class Broker:
             log.info("odradek broker did not start; its data directory is closed")
 
     async def _end_connections(self) -> None:
-        """Cancel every connection's task and wait for them, cancelling again whatever
-        is still running after a while: a task may swallow one cancel (Python 3.11's
-        wait_for does when the awaited future completes at the same moment) and go on
-        to its next request, and shutdown must not wait for a client for good."""
-        for _ in range(CONNECTION_CANCEL_ATTEMPTS):
-            running = [task for task in self._connections if not task.done()]
-            if not running:
-                return
-            for task in running:
-                task.cancel()
-            await asyncio.wait(running, timeout=CONNECTION_CANCEL_WAIT_S)
-        still = [task for task in self._connections if not task.done()]
-        if still:
-            log.warning("%d connections did not end on shutdown; leaving them", len(still))
+        """Cancel every connection's task and wait for them, but not for good: a
+        connection waiting for its client must not hold up shutdown."""
+        await cancel_and_wait(list(self._connections), "connections")
 
     async def _run_housekeeping(self) -> None:
         """Retention and compaction, each on its own interval, in a worker thread.
@@ -372,7 +359,8 @@ class Broker:
             self._connections.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 1)
+                async with asyncio.timeout(1):
+                    await writer.wait_closed()
 
     def _authentication_timed_out(self, task: asyncio.Task[None], session: Session) -> None:
         if not session.ever_authenticated:

@@ -31,7 +31,8 @@ class AppendWaiters:
         for key in keys:
             self._waiting[key].add(future)
         try:
-            await asyncio.wait_for(future, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await future
         except TimeoutError:
             pass
         finally:

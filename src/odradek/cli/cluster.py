@@ -491,15 +491,18 @@ def _read_metadata(
 
     async def read() -> tuple[ClusterMetadata, dict[int, RegistrationLease]]:
         request_timeout = max(1, int(timeout_s))
-        async with EtcdMetadataStore.for_endpoints(
-            endpoints, cluster_name=name, request_timeout_s=request_timeout, tls=tls
-        ) as store:
+        async with (
+            asyncio.timeout(timeout_s),
+            EtcdMetadataStore.for_endpoints(
+                endpoints, cluster_name=name, request_timeout_s=request_timeout, tls=tls
+            ) as store,
+        ):
             metadata = (await store.cluster()).items
             return metadata, await store.registration_leases()
 
     address = ",".join(f"{host}:{port}" for host, port in endpoints)
     try:
-        return asyncio.run(asyncio.wait_for(read(), timeout_s))
+        return asyncio.run(read())
     except TimeoutError:
         raise Failed(f"cannot reach etcd at {address} within {timeout_s:g}s") from None
     except Exception as exc:  # aetcd / grpc connection errors vary by cause

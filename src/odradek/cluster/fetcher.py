@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from odradek.cancelling import cancel_and_wait
 from odradek.cluster.peer_connection import OpenPeer, open_plain
 from odradek.protocol.apikeys import ApiKey
 from odradek.protocol.codec import RequestHeader, build, decode_response, encode_request
@@ -91,9 +92,8 @@ class LeaderConnection:
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self._reader is None or self._writer is None:
-            self._reader, self._writer = await asyncio.wait_for(
-                self.connect(self.host, self.port), self.timeout_s
-            )
+            async with asyncio.timeout(self.timeout_s):
+                self._reader, self._writer = await self.connect(self.host, self.port)
         return self._reader, self._writer
 
     async def send(self, api_key: int, version: int, body: Any) -> bytes:
@@ -108,9 +108,12 @@ class LeaderConnection:
             encode_request(RequestHeader(api_key, version, correlation, self.client_id), body)
         )
         try:
-            await asyncio.wait_for(writer.drain(), self.timeout_s)
-            (size,) = _SIZE.unpack(await asyncio.wait_for(reader.readexactly(4), self.timeout_s))
-            payload = await asyncio.wait_for(reader.readexactly(size), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                await writer.drain()
+            async with asyncio.timeout(self.timeout_s):
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+            async with asyncio.timeout(self.timeout_s):
+                payload = await reader.readexactly(size)
         except BaseException:
             self.close()
             raise
@@ -171,9 +174,7 @@ class ReplicaFetcher:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait([self._task], f"replica fetchers from broker {self.leader_id}")
             self._task = None
         if self._connection is not None:
             self._connection.close()
@@ -262,7 +263,8 @@ class ReplicaFetcher:
         if ends:
             timeout = max(0.0, min(timeout, min(ends) - self.clock()))
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
 
     async def _run(self) -> None:
         while True:

@@ -220,10 +220,8 @@ class LeaseKeeper:
             try:
                 # never wait past the deadline for one answer: a hung member must not
                 # keep us from trying the next one
-                reply = await asyncio.wait_for(
-                    self._client.refresh_lease(self.lease_id),
-                    max(self.deadline.remaining(sent), 0.05),
-                )
+                async with asyncio.timeout(max(self.deadline.remaining(sent), 0.05)):
+                    reply = await self._client.refresh_lease(self.lease_id)
             except (aetcd.exceptions.ClientError, TimeoutError) as exc:
                 if not failing:
                     log.info("refreshing lease %x failed, retrying: %r", self.lease_id, exc)
@@ -421,9 +419,8 @@ async def refuses_connections(host: str, port: int) -> bool:
     """True if nothing listens at (host, port): the connection is refused (not merely
     unanswered, which a partition or a paused process looks like too)."""
     try:
-        _, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port), MEMBER_PROBE_TIMEOUT_S
-        )
+        async with asyncio.timeout(MEMBER_PROBE_TIMEOUT_S):
+            _, writer = await asyncio.open_connection(host, port)
     except ConnectionRefusedError:
         return True
     except (OSError, TimeoutError):
@@ -1293,7 +1290,8 @@ class EtcdMetadataStore:
             # Bounded: a broker shutting down must not hang on an etcd that is slow
             # or already gone to hear that it no longer watches.
             with contextlib.suppress(aetcd.exceptions.ClientError, TimeoutError):
-                await asyncio.wait_for(watch.cancel(), WATCH_CANCEL_TIMEOUT_S)
+                async with asyncio.timeout(WATCH_CANCEL_TIMEOUT_S):
+                    await watch.cancel()
         raise MetadataWatchLost(f"watch on {key!r} ended")
 
     def _change(self, event: aetcd.rtypes.Event) -> MetadataChange | None:

@@ -50,6 +50,7 @@ from odradek.broker.control_plane import (
 )
 from odradek.broker.security.inter_broker import inter_broker
 from odradek.broker.topics import LEGACY_GROUP_EVENTS_TOPIC, NewTopic, Topic, TopicError
+from odradek.cancelling import cancel_and_wait
 from odradek.cluster.controller import Controller
 from odradek.cluster.dead_broker import DeadBrokerDetector
 from odradek.cluster.etcd_tls import EtcdTls, failure_hint
@@ -380,9 +381,7 @@ class ClusterNode:
     async def stop(self) -> None:
         self._stopping = True
         tasks = [*self._tasks, *([self._session_task] if self._session_task else [])]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks, "cluster tasks")
         for fetcher in self.fetchers.values():
             await fetcher.stop()
         if self.controller is not None:
@@ -511,7 +510,8 @@ class ClusterNode:
             if remaining <= 0:
                 return False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._revision_seen.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._revision_seen.wait()
         return True
 
     async def _follow(self, start_revision: int) -> None:
@@ -951,7 +951,8 @@ class ClusterNode:
         with what it has, and the client asks again)."""
         if not self.ready.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.ready.wait(), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await self.ready.wait()
 
     def next_producer_id(self) -> int:
         return self.producer_ids.next_id()

@@ -499,16 +499,19 @@ def registered_brokers(
     from odradek.cluster.metadata import EtcdMetadataStore
 
     async def read() -> dict[int, int | None]:
-        async with EtcdMetadataStore.for_endpoints(
-            endpoints,
-            cluster_name=cluster_name,
-            request_timeout_s=max(1, int(timeout_s)),
-            tls=tls,
-        ) as store:
+        async with (
+            asyncio.timeout(timeout_s),
+            EtcdMetadataStore.for_endpoints(
+                endpoints,
+                cluster_name=cluster_name,
+                request_timeout_s=max(1, int(timeout_s)),
+                tls=tls,
+            ) as store,
+        ):
             return {i: b.pid for i, b in (await store.brokers()).items.items()}
 
     try:
-        return run_coroutine(lambda: asyncio.wait_for(read(), timeout_s))
+        return run_coroutine(read)
     except Exception:  # any failure to read means "not registered yet"
         return {}
 
