@@ -422,14 +422,17 @@ def move_leaders(cluster: Cluster, admin: AdminClient, topic: str, partitions: i
 
 def restart_broker(
     cluster: Cluster, admin: AdminClient, topic: str, partitions: int, broker: int, how: str
-) -> None:
+) -> float:
     """A broker stops (SIGTERM: Kafka's controlled shutdown hands its leaderships on
     first; SIGKILL: a crash) and comes back; a preferred-leader election then hands
     its leaderships back."""
     before = leaders(admin, topic)
     led = [p for p, leader in before.items() if leader == broker]
     log(f"  {how} broker {broker} (leads {len(led)} partitions)")
+    signalled = time.monotonic()
     cluster.stop_broker(broker, how)
+    exited_s = time.monotonic() - signalled
+    log(f"  broker {broker} exited {exited_s:.2f} s after the signal")
     wait_for(
         lambda: all(leaders(admin, topic)[p] not in (broker, -1) for p in led),
         f"new leaders for broker {broker}'s partitions",
@@ -440,15 +443,17 @@ def restart_broker(
     preferred_election(admin, topic, partitions)
     wait_for(lambda: leaders(admin, topic) == before, "leaderships back where they were")
     time.sleep(1.0)
+    return exited_s
 
 
 def leader_change_round(
     cluster: Cluster, admin: AdminClient, topic: str, partitions: int, number: int, how: str
-) -> None:
+) -> float | None:
+    """One round's leader change; for a stopped broker, the seconds until it exited."""
     if how == "move":
         move_leaders(cluster, admin, topic, partitions)
-    else:
-        restart_broker(cluster, admin, topic, partitions, 1 + number % BROKERS, how)
+        return None
+    return restart_broker(cluster, admin, topic, partitions, 1 + number % BROKERS, how)
 
 
 # ================================================================== one run
@@ -501,10 +506,13 @@ def run(cluster: Cluster, args: argparse.Namespace, root: Path) -> dict[str, Any
     producer.start()
     wait_for(lambda: len(producer.acked) >= args.rate, "a second of acknowledgements")
     faults = args.nemesis.split(",")
+    exits: dict[str, list[float]] = defaultdict(list)
     for number in range(args.rounds):
         how = faults[number % len(faults)]
         log(f"{cluster.name} round {number + 1}/{args.rounds}: {how}")
-        leader_change_round(cluster, admin, topic, args.partitions, number, how)
+        exited_s = leader_change_round(cluster, admin, topic, args.partitions, number, how)
+        if exited_s is not None:
+            exits[how].append(round(exited_s, 2))
     unacked = producer.finish()
     seen = read_back(cluster.bootstrap(), topic, args.partitions)
     duplicates = {value: where for value, where in seen.items() if len(where) > 1}
@@ -519,6 +527,8 @@ def run(cluster: Cluster, args: argparse.Namespace, root: Path) -> dict[str, Any
         "cluster": cluster.name,
         "topic": topic,
         "rounds": args.rounds,
+        "nemesis": args.nemesis,
+        "exited_after_signal_s": dict(exits),
         "sent": producer.sent,
         "acked": len(producer.acked),
         "unacked_at_end": unacked,
@@ -557,7 +567,8 @@ def summary(result: dict[str, Any]) -> str:
         f"{result['cluster']}: {result['rounds']} rounds, sent {result['sent']:,},"
         f" acked {result['acked']:,}, duplicated values {result['duplicated_values']},"
         f" acked but missing {result['acked_missing']}, epoch bumps {len(result['epoch_bumps'])},"
-        f" fatal {len(result['fatal_errors'])}"
+        f" fatal {len(result['fatal_errors'])}, seconds to exit after a signal"
+        f" {result['exited_after_signal_s']}"
     )
 
 
