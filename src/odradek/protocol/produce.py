@@ -1,5 +1,5 @@
-"""Hand-written Produce request bodies: an encoder (the producer's hot path) and the
-broker's reader.
+"""Hand-written Produce requests and responses: the request encoder (the producer's hot
+path), the broker's request reader and its response encoder.
 
 kio's generic writer takes 30-50 us per Produce request, about as long as the
 records inside take to encode; this writes the same bytes directly. Versions 3
@@ -13,16 +13,23 @@ records (about 200 ms for 100 MB on a small machine, holding the GIL, so the
 broker's event loop stops meanwhile), while records of 1 MiB or more are read
 here as read-only ``memoryview`` slices of the request, without a copy
 (smaller ones are ``bytes``: the record walks of validation index them faster).
+
+``encode_produce_response`` writes the broker's answer, v3 to 13, as kio would
+(``tests/protocol/test_produce_response_encoder.py`` checks the bytes for every
+version), in a tenth of kio's time: with a few partitions per request, kio's
+generic writer cost more than the append itself.
 """
 
 from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from odradek.protocol.codec import EncodedBody
+from odradek.protocol.fetch import EncodedResponse
 
 __all__ = [
     "FIRST_FLEXIBLE_VERSION",
@@ -31,6 +38,7 @@ __all__ = [
     "ProduceDecodeError",
     "ProduceRequest",
     "encode_produce_request",
+    "encode_produce_response",
     "parse_produce_request",
 ]
 
@@ -238,3 +246,106 @@ def parse_produce_request(payload: bytes, pos: int, version: int) -> ProduceRequ
     if flexible:
         r.skip_tagged_fields()
     return ProduceRequest(transactional_id, acks, timeout, tuple(topics))
+
+
+# --- the broker's response writer ------------------------------------------------------------
+
+FIRST_HINTS_VERSION = 10  # KIP-951: CurrentLeader (partition tag 0), NodeEndpoints (tag 0)
+_PARTITION_V2 = struct.Struct(">ihqq")  # index, error code, base offset, log append time
+_PARTITION_V5 = struct.Struct(">ihqqq")  # ... and the log start offset
+_I32_I32 = struct.Struct(">ii")
+_CURRENT_LEADER_TAG = b"\x01\x00\x09"  # one tagged field: tag 0, 9 bytes
+_NO_TOPIC_ID = bytes(16)
+
+
+def _string(text: str | None, flexible: bool) -> bytes:
+    if text is None:
+        return b"\x00" if flexible else b"\xff\xff"
+    raw = text.encode()
+    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+
+
+def encode_produce_response(
+    version: int,
+    correlation_id: int,
+    *,
+    throttle_ms: int,
+    topics: Iterable[tuple[str | None, uuid.UUID | None, Sequence[Mapping[str, Any]]]],
+    node_endpoints: Sequence[Mapping[str, Any]] = (),
+) -> EncodedResponse:
+    """A Produce response frame of ``version`` (3 to 13), in one part.
+
+    ``topics``: ``(name, topic id, partitions)`` (the id from v13, the name before);
+    each partition a mapping with ``index``, ``error_code``, ``base_offset``,
+    ``log_append_time``, ``log_start_offset`` (-1: none), ``error_message`` (None or
+    text), optionally ``record_errors`` (mappings with ``batch_index`` and
+    ``batch_index_error_message``) and ``current_leader`` (None, or a mapping with
+    ``leader_id`` and ``leader_epoch``: KIP-951's tag 0, v10+, written unless it is
+    the default -1 / -1, as Kafka's generated code writes tags). ``node_endpoints``:
+    mappings with ``node_id``, ``host``, ``port`` and ``rack`` (v10+, the response's
+    tag 0, written when not empty).
+    """
+    if not MIN_VERSION <= version <= READ_MAX_VERSION:
+        raise ValueError(f"Produce v{version} responses are not written by this encoder")
+    flexible = version >= FIRST_FLEXIBLE_VERSION
+    by_id = version >= FIRST_TOPIC_ID_VERSION
+    hints = version >= FIRST_HINTS_VERSION
+    with_start = version >= 5
+    with_errors = version >= 8
+    buf = bytearray(b"\x00\x00\x00\x00")  # the size prefix, filled in at the end
+    buf += _I32.pack(correlation_id)
+    if flexible:
+        buf += b"\x00"  # response header v1: no tagged fields
+    topics = topics if isinstance(topics, Sequence) else list(topics)
+    buf += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    for name, topic_id, partitions in topics:
+        if by_id:
+            buf += _NO_TOPIC_ID if topic_id is None else topic_id.bytes
+        else:
+            buf += _string(name or "", flexible)
+        buf += _uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
+        for p in partitions:
+            if with_start:
+                buf += _PARTITION_V5.pack(
+                    p["index"],
+                    p["error_code"],
+                    p["base_offset"],
+                    p["log_append_time"],
+                    p["log_start_offset"],
+                )
+            else:
+                buf += _PARTITION_V2.pack(
+                    p["index"], p["error_code"], p["base_offset"], p["log_append_time"]
+                )
+            if with_errors:
+                record_errors = p.get("record_errors") or ()
+                n = len(record_errors)
+                buf += _uvarint(n + 1) if flexible else _I32.pack(n)
+                for e in record_errors:
+                    buf += _I32.pack(e["batch_index"])
+                    buf += _string(e["batch_index_error_message"], flexible)
+                    if flexible:
+                        buf += b"\x00"
+                buf += _string(p["error_message"], flexible)
+            if flexible:
+                leader = p.get("current_leader") if hints else None
+                if leader is None or leader["leader_id"] == leader["leader_epoch"] == -1:
+                    buf += b"\x00"  # no partition tagged fields
+                else:
+                    buf += _CURRENT_LEADER_TAG
+                    buf += _I32_I32.pack(leader["leader_id"], leader["leader_epoch"])
+                    buf += b"\x00"
+        if flexible:
+            buf += b"\x00"  # topic tagged fields
+    buf += _I32.pack(throttle_ms)
+    if flexible:
+        if node_endpoints and hints:
+            field = bytearray(_uvarint(len(node_endpoints) + 1))
+            for n in node_endpoints:
+                field += _I32.pack(n["node_id"]) + _string(n["host"], True)
+                field += _I32.pack(n["port"]) + _string(n["rack"], True) + b"\x00"
+            buf += b"\x01\x00" + _uvarint(len(field)) + field  # one tagged field, tag 0
+        else:
+            buf += b"\x00"  # response tagged fields
+    _I32.pack_into(buf, 0, len(buf) - 4)
+    return EncodedResponse([buf], len(buf))

@@ -42,7 +42,7 @@ from typing import Any
 
 from odradek.broker.apis.leader_hints import PRODUCE_HINTED, PRODUCE_HINTS_FROM, LeaderHints
 from odradek.broker.config import topic_config_value
-from odradek.broker.context import NO_THROTTLE, RequestContext, respond
+from odradek.broker.context import RequestContext
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.broker.topics import Topic, TopicError, storage_failures
@@ -54,6 +54,7 @@ from odradek.protocol.produce import (
     FIRST_FLEXIBLE_VERSION,
     ProduceDecodeError,
     ProduceRequest,
+    encode_produce_response,
     parse_produce_request,
 )
 from odradek.protocol.records import (
@@ -74,6 +75,8 @@ _LENGTH = struct.Struct(">i")
 _ATTRS = struct.Struct(">h")
 
 TOPIC_IDS_FROM = 13
+TopicResults = tuple[str, Any, list[dict[str, Any]]]
+"""A topic's answer: (name, topic id, its partitions' results), as the encoder takes it."""
 # compression.type -> (codec id, the config holding its level, if it has one)
 CODECS = {
     "uncompressed": (COMPRESSION_NONE, None),
@@ -451,7 +454,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
         auto_created = await _auto_create(
             ctx, [n for n, ok in zip(named, writable, strict=True) if ok]
         )
-    responses = []
+    responses: list[TopicResults] = []
     flushes: list[tuple[dict[str, Any], Future[None]]] = []
     waits: list[tuple[dict[str, Any], Replica, int]] = []
     for topic_data, (name, topic_error), may_write in zip(
@@ -478,31 +481,28 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                 )
                 results.append(result)
 
-        responses.append(
-            {
-                "name": name,
-                "topic_id": getattr(topic_data, "topic_id", None),
-                "partition_responses": results,
-            }
-        )
+        responses.append((name, topic_data.topic_id, results))
     if acks == 0:
         return None
     if flushes:
         await _await_flushes(flushes)
     if waits:
         await _await_replication(ctx, waits, _ms(request.timeout))
-    answer: dict[str, Any] = {"responses": responses, "throttle_time": NO_THROTTLE}
-    if ctx.version >= PRODUCE_HINTS_FROM:
-        answer["node_endpoints"] = _name_leaders(ctx, responses)
-    return respond(ctx, answer)
+    return encode_produce_response(
+        ctx.version,
+        ctx.header.correlation_id,
+        throttle_ms=0,
+        topics=responses,
+        node_endpoints=_name_leaders(ctx, responses) if ctx.version >= PRODUCE_HINTS_FROM else (),
+    )
 
 
-def _name_leaders(ctx: RequestContext, responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _name_leaders(ctx: RequestContext, responses: list[TopicResults]) -> list[dict[str, Any]]:
     """KIP-951: each partition refused as not led here names its current leader; the
     endpoints of those leaders, for the response (`leader_hints`)."""
     hints = LeaderHints(ctx)
-    for topic in responses:
-        for result in topic["partition_responses"]:
+    for name, _, results in responses:
+        for result in results:
             if result["error_code"] in PRODUCE_HINTED:
-                result["current_leader"] = hints.current_leader(topic["name"], result["index"])
+                result["current_leader"] = hints.current_leader(name, result["index"])
     return hints.node_endpoints()
