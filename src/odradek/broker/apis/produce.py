@@ -29,7 +29,8 @@ partition's last stable offset back for good.
 
 Requests are read by hand (``protocol/produce.py``): kio copies every
 partition's records holding the GIL, and a 100 MB request stopped the event loop
-for a fifth of a second; records of 1 MiB or more are now views of the request.
+for a fifth of a second; the records are now views of the request, appended
+without a copy. Responses are written by hand too (``encode_produce_response``).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ _LENGTH = struct.Struct(">i")
 _ATTRS = struct.Struct(">h")
 
 TOPIC_IDS_FROM = 13
+Records = bytes | bytearray | memoryview  # a partition's records: a view of the request
 TopicResults = tuple[str, Any, list[dict[str, Any]]]
 """A topic's answer: (name, topic id, its partitions' results), as the encoder takes it."""
 # compression.type -> (codec id, the config holding its level, if it has one)
@@ -110,7 +112,7 @@ _PRODUCER = struct.Struct(">qh")  # producer id, epoch at bytes 43..53 of a batc
 _TRANSACTIONAL_BIT = 0x10
 
 
-def _transactional_producer(records: bytes | None) -> tuple[int, int] | None:
+def _transactional_producer(records: Records | None) -> tuple[int, int] | None:
     """(producer id, epoch) when the batches are transactional, else None; malformed data
     is left to validation.
 
@@ -139,7 +141,7 @@ def _transactional_producer(records: bytes | None) -> tuple[int, int] | None:
     return found if found is not None and found[0] >= 0 else None
 
 
-def _sets_transactional_bit(records: bytes | None) -> bool:
+def _sets_transactional_bit(records: Records | None) -> bool:
     """Does any batch header carry the transactional attribute, whatever its producer id?
     (A cheap walk of the headers; anything malformed is left to validation.)"""
     pos, end = 0, len(records) if records else 0
@@ -220,7 +222,7 @@ def _partition_result(
     }
 
 
-def _has_compressed_batch(records: bytes) -> bool:
+def _has_compressed_batch(records: Records) -> bool:
     """Whether any batch header in `records` names a codec (a cheap walk of the headers;
     anything malformed counts, so the full check runs where inflating would)."""
     pos, end = 0, len(records)
@@ -235,7 +237,7 @@ def _has_compressed_batch(records: bytes) -> bool:
     return False
 
 
-def _recompressed(records: bytes, target: tuple[int, int | None], bound: int) -> bytes:
+def _recompressed(records: Records, target: tuple[int, int | None], bound: int) -> bytes:
     validate_batches_raw(records, max_decompressed_bytes=bound)  # no fresh CRC on bad data
     return recompress_batches(records, *target, max_decompressed_bytes=bound)
 
@@ -244,7 +246,7 @@ async def _append(
     ctx: RequestContext,
     topic_name: str,
     index: int,
-    records: bytes | None,
+    records: Records | None,
     auto_created: dict[str, Topic | TopicError],
     flushes: list[tuple[dict[str, Any], Future[None]]],
     txn_id: str | None = None,
@@ -293,11 +295,10 @@ async def _append(
             bound = plog.config.max_decompressed_bytes
             records = await asyncio.to_thread(_recompressed, records, target, bound)
         elif _has_compressed_batch(records):
+            # The records are a view of the request (protocol/produce.py), and `append`
+            # reuses a validation for bytes only: copied before the worker reads them.
+            records = bytes(records)
             validated = await asyncio.to_thread(plog.validate, records)
-            if not isinstance(records, bytes):
-                # `append` reuses the validation for bytes only, and a large request's
-                # records are a view of it (protocol/produce.py): copied once valid.
-                records = bytes(records)
         if producer is not None and txn_id is not None:
             # Verified after the worker thread, with no await before the append: the
             # transaction may have ended (its markers written) while the batch inflated.
@@ -376,8 +377,8 @@ _REPLICATION_ERRORS = {
 }
 
 
-def read_request(header: RequestHeader, frame: bytes, pos: int) -> ProduceRequest:
-    """The request body, read by hand: records of 1 MiB or more are not copied."""
+def read_request(header: RequestHeader, frame: Records, pos: int) -> ProduceRequest:
+    """The request body, read by hand: the records are views of ``frame``, not copies."""
     try:
         if header.api_version >= FIRST_FLEXIBLE_VERSION:
             pos = skip_tagged_fields(frame, pos)
