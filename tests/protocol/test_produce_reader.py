@@ -124,3 +124,35 @@ def test_a_null_topic_array_is_a_decode_error() -> None:
     broken = payload[: len(payload) - 4] + b"\xff\xff\xff\xff"  # topic_data: null
     with pytest.raises(DecodeError, match="null topic_data"):
         read_request(header, broken, pos)
+
+
+@pytest.mark.parametrize("version", [3, 9, 13])
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_corrupted_requests_fail_only_as_decode_errors(version: int, data) -> None:
+    """Any byte changed, dropped or added: read, or refused with DecodeError (which
+    closes only that connection), never another exception."""
+    payload = bytearray(
+        request_bytes(
+            version, "txn", 1, 1000, [("topic", uuid.uuid4(), [(0, b"records"), (1, None)])]
+        )
+    )
+    header, pos = parse_request_header(bytes(payload))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(pos, len(payload) - 1))
+        change = data.draw(st.sampled_from(["set", "drop", "insert"]))
+        if change == "set":
+            payload[at] = data.draw(st.integers(0, 255))
+        elif change == "drop":
+            del payload[at]
+        else:
+            payload.insert(at, data.draw(st.integers(0, 255)))
+    try:
+        request = read_request(header, payload, pos)
+    except DecodeError:
+        return  # refused: the one allowed failure
+    for topic in request.topic_data:  # read: every records field a view within the request
+        for part in topic.partition_data:
+            assert part.records is None or (
+                isinstance(part.records, memoryview) and part.records.obj is payload
+            )
