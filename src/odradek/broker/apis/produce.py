@@ -413,13 +413,11 @@ async def _auto_create(
 ) -> dict[str, Topic | TopicError]:
     """Create the unknown topics this produce names, a bounded number, in one batch."""
     broker = ctx.broker
-    if not broker.config["auto.create.topics.enable"]:
-        return {}
-    unknown = [
-        name
-        for name, error in named
-        if error is None and broker.topics.get(name) is None and _may_create(ctx, name)
-    ]
+    topics = broker.topics
+    unknown = [name for name, error in named if error is None and topics.get(name) is None]
+    if not unknown or not broker.config["auto.create.topics.enable"]:
+        return {}  # the common case: every topic exists
+    unknown = [name for name in unknown if _may_create(ctx, name)]
     limit = max(int(broker.config["auto.create.topics.max.per.request"]), 0)
     return await broker.topics.ensure_topics(list(dict.fromkeys(unknown))[:limit])
 
@@ -501,9 +499,10 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
 def _name_leaders(ctx: RequestContext, responses: list[TopicResults]) -> list[dict[str, Any]]:
     """KIP-951: each partition refused as not led here names its current leader; the
     endpoints of those leaders, for the response (`leader_hints`)."""
-    hints = LeaderHints(ctx)
+    hints: LeaderHints | None = None
     for name, _, results in responses:
         for result in results:
             if result["error_code"] in PRODUCE_HINTED:
+                hints = hints or LeaderHints(ctx)
                 result["current_leader"] = hints.current_leader(name, result["index"])
-    return hints.node_endpoints()
+    return hints.node_endpoints() if hints is not None else []
