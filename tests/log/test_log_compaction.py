@@ -243,6 +243,58 @@ def test_dirty_ratio_gates_compaction_and_checkpoint_is_incremental(tmp_path: Pa
     log.close()
 
 
+def test_checkpoint_is_read_once_and_written_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cleaner keeps its checkpoint in memory: passes read no file, yet every pass
+    cleans what it must, and a restart (clean or crashed) goes on from the file."""
+    reads: list[Path] = []
+    real_read = compaction_mod.read_checkpoint
+
+    def counted(directory: Path) -> int | None:
+        reads.append(directory)
+        return real_read(directory)
+
+    monkeypatch.setattr(compaction_mod, "read_checkpoint", counted)
+    clock = Clock()
+    path = tmp_path / "p"
+    log = open_log(path, clock, segment_bytes=300)
+    model = Model()
+    fill(log, clock, model, 120, keys=30)
+    assert log.compact(clock.t).ran
+    assert len(reads) == 1  # opening the log read it; the pass did not
+    saved = int((path / CLEANER_CHECKPOINT_FILE).read_text())
+    assert log.first_dirty_offset == saved  # written through
+    for _ in range(5):  # idle passes, as the broker's cleaner makes every backoff
+        assert not log.compact(clock.t).ran
+        assert log.first_dirty_offset == saved
+    fill(log, clock, model, 120, keys=30)  # new dirty data: the next pass cleans it
+    again = log.compact(clock.t)
+    assert again.ran and again.first_dirty_offset == saved
+    assert again.next_dirty_offset > saved
+    assert len(reads) == 1
+    check_compacted(log, model, log.end_offset, tombstones_expired=False)
+    log.close()
+
+    log = open_log(path, clock, segment_bytes=300)  # a clean restart
+    assert log.first_dirty_offset == again.next_dirty_offset
+    fill(log, clock, model, 120, keys=30)
+    third = log.compact(clock.t)
+    assert third.ran and third.first_dirty_offset == again.next_dirty_offset
+    check_compacted(log, model, log.end_offset, tombstones_expired=False)
+    close_abandoned(log)  # a crash: no clean shutdown record
+
+    log = open_log(path, clock, segment_bytes=300)
+    assert log.first_dirty_offset == third.next_dirty_offset
+    assert int((path / CLEANER_CHECKPOINT_FILE).read_text()) == third.next_dirty_offset
+    check_compacted(log, model, log.end_offset, tombstones_expired=False)
+    # truncation below the checkpoint pulls both the file and the kept value back
+    log.truncate_to(third.next_dirty_offset - 5)
+    assert log.first_dirty_offset <= third.next_dirty_offset - 5
+    assert int((path / CLEANER_CHECKPOINT_FILE).read_text()) == third.next_dirty_offset - 5
+    log.close()
+
+
 def test_not_compacted_unless_policy_says_so(tmp_path: Path) -> None:
     clock = Clock()
     log = open_log(tmp_path / "p", clock, cleanup_policy="delete")

@@ -23,7 +23,6 @@ from odradek.protocol.produce import (
     FIRST_TOPIC_ID_VERSION,
     MIN_VERSION,
     READ_MAX_VERSION,
-    ZERO_COPY_RECORDS_BYTES,
 )
 
 partitions = st.lists(
@@ -82,15 +81,30 @@ def test_reads_what_kio_reads(version: int, tid, acks: int, timeout: int, data) 
 
 
 @pytest.mark.parametrize("version", [8, 12, 13])
-def test_large_records_are_read_only_views_of_the_request(version: int) -> None:
-    records = bytes(range(256)) * (ZERO_COPY_RECORDS_BYTES // 256 + 5)
-    data = [("t", uuid.uuid4(), [(0, records), (1, b"small")])]
+def test_records_are_read_only_views_of_the_request(version: int) -> None:
+    large = bytes(range(256)) * 4200  # over 1 MiB
+    data = [("t", uuid.uuid4(), [(0, large), (1, b"small")])]
     payload = request_bytes(version, None, -1, 30_000, data)
     ours, _ = both_readers(payload)
-    large, small = (p.records for p in ours.topic_data[0].partition_data)
-    assert isinstance(large, memoryview) and large.readonly and large.obj is payload
-    assert large == records
-    assert type(small) is bytes and small == b"small"
+    for part, expected in zip(ours.topic_data[0].partition_data, (large, b"small"), strict=True):
+        assert isinstance(part.records, memoryview) and part.records.readonly
+        assert part.records.obj is payload  # not a copy
+        assert part.records == expected
+
+
+@pytest.mark.parametrize("version", [3, 9, 13])
+@settings(max_examples=20, deadline=None)
+@given(tid=st.none() | st.text(max_size=10), data=topics)
+def test_any_buffer_is_read_alike(version: int, tid, data) -> None:
+    """bytes, a bytearray, a memoryview (of a larger buffer, as a connection's reused
+    receive buffer would hand over): the same request."""
+    payload = request_bytes(version, tid, 1, 1000, data)
+    header, pos = parse_request_header(payload)
+    expected = read_request(header, payload, pos)
+    padded = bytearray(b"\xee" * 3 + payload + b"\xee" * 5)
+    for other in (bytearray(payload), memoryview(padded)[3 : 3 + len(payload)]):
+        assert parse_request_header(other) == (header, pos)
+        assert read_request(header, other, pos) == expected
 
 
 @pytest.mark.parametrize("version", [3, 9, 13])
@@ -110,3 +124,35 @@ def test_a_null_topic_array_is_a_decode_error() -> None:
     broken = payload[: len(payload) - 4] + b"\xff\xff\xff\xff"  # topic_data: null
     with pytest.raises(DecodeError, match="null topic_data"):
         read_request(header, broken, pos)
+
+
+@pytest.mark.parametrize("version", [3, 9, 13])
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_corrupted_requests_fail_only_as_decode_errors(version: int, data) -> None:
+    """Any byte changed, dropped or added: read, or refused with DecodeError (which
+    closes only that connection), never another exception."""
+    payload = bytearray(
+        request_bytes(
+            version, "txn", 1, 1000, [("topic", uuid.uuid4(), [(0, b"records"), (1, None)])]
+        )
+    )
+    header, pos = parse_request_header(bytes(payload))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(pos, len(payload) - 1))
+        change = data.draw(st.sampled_from(["set", "drop", "insert"]))
+        if change == "set":
+            payload[at] = data.draw(st.integers(0, 255))
+        elif change == "drop":
+            del payload[at]
+        else:
+            payload.insert(at, data.draw(st.integers(0, 255)))
+    try:
+        request = read_request(header, payload, pos)
+    except DecodeError:
+        return  # refused: the one allowed failure
+    for topic in request.topic_data:  # read: every records field a view within the request
+        for part in topic.partition_data:
+            assert part.records is None or (
+                isinstance(part.records, memoryview) and part.records.obj is payload
+            )

@@ -51,6 +51,10 @@ What a compaction pass does (``PartitionLog.compact`` calls ``compact_segments``
    oldest first, so a removed tombstone never leaves an older value of its key
    behind in a segment that was not rewritten yet.
 6. The checkpoint moves to the active segment's base offset after the last swap.
+   The file is the cleaner's own (nothing else writes it), so each log reads it
+   once and keeps it in memory (``CleanerCheckpoint``), writing it through: a pass
+   that finds nothing to clean, every ``log.cleaner.backoff.ms`` for every
+   compacted partition, reads no file.
 
 Threads: ``PartitionLog.compact`` may run in a worker thread while the event
 loop appends and reads. The pass reads sealed segments (which appends never
@@ -107,6 +111,7 @@ from odradek.protocol.records import (
 
 __all__ = [
     "CLEANER_CHECKPOINT_FILE",
+    "CleanerCheckpoint",
     "CompactionStats",
     "clamp_checkpoint",
     "compact_segments",
@@ -200,14 +205,38 @@ def write_checkpoint(directory: Path, offset: int, *, fsync: bool = True) -> Non
     write_file_atomic(directory / CLEANER_CHECKPOINT_FILE, f"{offset}\n".encode(), fsync=fsync)
 
 
-def clamp_checkpoint(directory: Path, end_offset: int) -> None:
+class CleanerCheckpoint:
+    """A partition directory's cleaner checkpoint, read from its file on first use and
+    then kept in memory; every change is written through to the file (fsynced)."""
+
+    __slots__ = ("_loaded", "_offset", "directory")
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._loaded = False
+        self._offset: int | None = None
+
+    def get(self) -> int | None:
+        """The saved first dirty offset, or None if there is none."""
+        if not self._loaded:
+            self._offset = read_checkpoint(self.directory)
+            self._loaded = True
+        return self._offset
+
+    def set(self, offset: int) -> None:
+        write_checkpoint(self.directory, offset)
+        self._offset = offset
+        self._loaded = True
+
+
+def clamp_checkpoint(checkpoint: CleanerCheckpoint, end_offset: int) -> None:
     """After recovery cut the log below the checkpoint, pull the checkpoint back.
 
     Data appended later at those offsets is new and must count as dirty.
     """
-    saved = read_checkpoint(directory)
+    saved = checkpoint.get()
     if saved is not None and saved > end_offset:
-        write_checkpoint(directory, end_offset)
+        checkpoint.set(end_offset)
 
 
 def dirty_bytes(cleanable: list[Segment], first_dirty: int) -> tuple[int, int]:
@@ -704,6 +733,7 @@ def swap_in(
 
 def compact_segments(
     directory: Path,
+    checkpoint: CleanerCheckpoint,
     segments: list[Segment],
     active_end: int,
     config: LogConfig,
@@ -730,7 +760,7 @@ def compact_segments(
         lso = 2**63 - 1
     cleanable = [s for s in segments[:-1] if s.next_offset <= lso]
     unstable = segments[len(cleanable) : -1]  # hold an open transaction: not cleaned
-    saved = read_checkpoint(directory)
+    saved = checkpoint.get()
     first_dirty = segments[0].base_offset if saved is None else saved
     first_dirty = min(max(first_dirty, segments[0].base_offset), active.base_offset)
     dirty, total = dirty_bytes(cleanable, first_dirty)
@@ -799,7 +829,7 @@ def compact_segments(
         after.append(new)
         c.groups_rewritten += 1
     next_dirty = unstable[0].base_offset if unstable else active.base_offset
-    write_checkpoint(directory, next_dirty)
+    checkpoint.set(next_dirty)
     return CompactionStats(
         True,
         "forced" if force else f"dirty ratio {ratio:.3f}",

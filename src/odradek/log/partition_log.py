@@ -104,11 +104,11 @@ from pathlib import Path
 from typing import Any
 
 from odradek.log.compaction import (
+    CleanerCheckpoint,
     CompactionStats,
     clamp_checkpoint,
     compact_segments,
     dirty_bytes,
-    read_checkpoint,
     recover_leftovers,
     swap_in,
 )
@@ -240,6 +240,7 @@ class PartitionLog:
         producers: ProducerStateManager | None,
     ) -> None:
         self.directory = directory
+        self._checkpoint = CleanerCheckpoint(directory)  # read once, then kept in memory
         self.config = config
         self._now_ms = now_ms
         self._segments = segments
@@ -399,13 +400,15 @@ class PartitionLog:
                 last.write_index_files(fsync=False)
             end = last.next_offset
             start = max(segments[0].base_offset, min(_read_start_offset(directory) or 0, end))
-            clamp_checkpoint(directory, end)
+            checkpoint = CleanerCheckpoint(directory)
+            clamp_checkpoint(checkpoint, end)
             producers = cls._load_producers(directory, segments, start, end)
         except BaseException:
             for s in segments:
                 s.close()
             raise
         inst = cls(directory, config, now_ms, segments, start, files, producers)
+        inst._checkpoint = checkpoint
         inst._dir_dirty = True
         segments[-1].created_ms = now_ms() if not segments[-1].is_empty else None
         return inst
@@ -889,7 +892,7 @@ class PartitionLog:
         seg.truncate_to(cut_pos, cut_offset)
         seg.created_ms = self._now_ms() if not seg.is_empty else None
         end = seg.next_offset
-        clamp_checkpoint(self.directory, end)
+        clamp_checkpoint(self._checkpoint, end)
         # 3. State derived from the log: epoch cache, producer state (and its snapshot).
         self._truncate_epochs_from_end(end)
         producers = self._load_producers(self.directory, self._segments, self._start_offset, end)
@@ -934,7 +937,7 @@ class PartitionLog:
         _link(self._segments)
         self._start_offset = offset
         self._write_start_offset()
-        clamp_checkpoint(self.directory, offset)
+        clamp_checkpoint(self._checkpoint, offset)
         self._producers = ProducerStateManager()
         self._maybe_open_transactions = False
         self._snapshot_written = -1
@@ -1356,6 +1359,7 @@ class PartitionLog:
             try:
                 stats = compact_segments(
                     self.directory,
+                    self._checkpoint,
                     segments,
                     active_end,
                     self.config,
@@ -1390,7 +1394,7 @@ class PartitionLog:
     @property
     def first_dirty_offset(self) -> int:
         """The cleaner checkpoint clamped to the log (where the next compaction starts)."""
-        saved = read_checkpoint(self.directory)
+        saved = self._checkpoint.get()
         start = self._segments[0].base_offset
         active = self._segments[-1].base_offset
         return min(max(start if saved is None else saved, start), active)

@@ -48,7 +48,7 @@ class RequestHeader:
     client_id: str | None
 
 
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def _read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if pos >= len(buf):
@@ -63,8 +63,9 @@ def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
             raise DecodeError("varint too long in request header")
 
 
-def parse_request_header(frame: bytes) -> tuple[RequestHeader, int]:
-    """Parse the v1 part of the header; return it and where the rest starts."""
+def parse_request_header(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, int]:
+    """Parse the v1 part of the header; return it and where the rest starts (``frame``:
+    any buffer of bytes)."""
     if len(frame) < _HEADER_FIXED.size:
         raise DecodeError(f"frame of {len(frame)} bytes is shorter than a request header")
     api_key, api_version, correlation_id, client_len = _HEADER_FIXED.unpack_from(frame, 0)
@@ -75,7 +76,7 @@ def parse_request_header(frame: bytes) -> tuple[RequestHeader, int]:
         if end > len(frame):
             raise DecodeError("client id runs past the end of the frame")
         try:
-            client_id = frame[pos:end].decode()
+            client_id = str(frame[pos:end], "utf-8")
         except UnicodeDecodeError as exc:
             raise DecodeError("client id is not UTF-8") from exc
         pos = end
@@ -84,7 +85,7 @@ def parse_request_header(frame: bytes) -> tuple[RequestHeader, int]:
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
 
 
-def skip_tagged_fields(frame: bytes, pos: int) -> int:
+def skip_tagged_fields(frame: bytes | bytearray | memoryview, pos: int) -> int:
     """Skip a tagged-field section (header v2); return the position after it."""
     count, pos = _read_uvarint(frame, pos)
     for _ in range(count):

@@ -29,7 +29,8 @@ partition's last stable offset back for good.
 
 Requests are read by hand (``protocol/produce.py``): kio copies every
 partition's records holding the GIL, and a 100 MB request stopped the event loop
-for a fifth of a second; records of 1 MiB or more are now views of the request.
+for a fifth of a second; the records are now views of the request, appended
+without a copy. Responses are written by hand too (``encode_produce_response``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from typing import Any
 
 from odradek.broker.apis.leader_hints import PRODUCE_HINTED, PRODUCE_HINTS_FROM, LeaderHints
 from odradek.broker.config import topic_config_value
-from odradek.broker.context import NO_THROTTLE, RequestContext, respond
+from odradek.broker.context import RequestContext
 from odradek.broker.registry import handles
 from odradek.broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.broker.topics import Topic, TopicError, storage_failures
@@ -54,6 +55,7 @@ from odradek.protocol.produce import (
     FIRST_FLEXIBLE_VERSION,
     ProduceDecodeError,
     ProduceRequest,
+    encode_produce_response,
     parse_produce_request,
 )
 from odradek.protocol.records import (
@@ -74,6 +76,9 @@ _LENGTH = struct.Struct(">i")
 _ATTRS = struct.Struct(">h")
 
 TOPIC_IDS_FROM = 13
+Records = bytes | bytearray | memoryview  # a partition's records: a view of the request
+TopicResults = tuple[str, Any, list[dict[str, Any]]]
+"""A topic's answer: (name, topic id, its partitions' results), as the encoder takes it."""
 # compression.type -> (codec id, the config holding its level, if it has one)
 CODECS = {
     "uncompressed": (COMPRESSION_NONE, None),
@@ -107,7 +112,7 @@ _PRODUCER = struct.Struct(">qh")  # producer id, epoch at bytes 43..53 of a batc
 _TRANSACTIONAL_BIT = 0x10
 
 
-def _transactional_producer(records: bytes | None) -> tuple[int, int] | None:
+def _transactional_producer(records: Records | None) -> tuple[int, int] | None:
     """(producer id, epoch) when the batches are transactional, else None; malformed data
     is left to validation.
 
@@ -136,7 +141,7 @@ def _transactional_producer(records: bytes | None) -> tuple[int, int] | None:
     return found if found is not None and found[0] >= 0 else None
 
 
-def _sets_transactional_bit(records: bytes | None) -> bool:
+def _sets_transactional_bit(records: Records | None) -> bool:
     """Does any batch header carry the transactional attribute, whatever its producer id?
     (A cheap walk of the headers; anything malformed is left to validation.)"""
     pos, end = 0, len(records) if records else 0
@@ -217,7 +222,7 @@ def _partition_result(
     }
 
 
-def _has_compressed_batch(records: bytes) -> bool:
+def _has_compressed_batch(records: Records) -> bool:
     """Whether any batch header in `records` names a codec (a cheap walk of the headers;
     anything malformed counts, so the full check runs where inflating would)."""
     pos, end = 0, len(records)
@@ -232,7 +237,7 @@ def _has_compressed_batch(records: bytes) -> bool:
     return False
 
 
-def _recompressed(records: bytes, target: tuple[int, int | None], bound: int) -> bytes:
+def _recompressed(records: Records, target: tuple[int, int | None], bound: int) -> bytes:
     validate_batches_raw(records, max_decompressed_bytes=bound)  # no fresh CRC on bad data
     return recompress_batches(records, *target, max_decompressed_bytes=bound)
 
@@ -241,7 +246,7 @@ async def _append(
     ctx: RequestContext,
     topic_name: str,
     index: int,
-    records: bytes | None,
+    records: Records | None,
     auto_created: dict[str, Topic | TopicError],
     flushes: list[tuple[dict[str, Any], Future[None]]],
     txn_id: str | None = None,
@@ -290,11 +295,10 @@ async def _append(
             bound = plog.config.max_decompressed_bytes
             records = await asyncio.to_thread(_recompressed, records, target, bound)
         elif _has_compressed_batch(records):
+            # The records are a view of the request (protocol/produce.py), and `append`
+            # reuses a validation for bytes only: copied before the worker reads them.
+            records = bytes(records)
             validated = await asyncio.to_thread(plog.validate, records)
-            if not isinstance(records, bytes):
-                # `append` reuses the validation for bytes only, and a large request's
-                # records are a view of it (protocol/produce.py): copied once valid.
-                records = bytes(records)
         if producer is not None and txn_id is not None:
             # Verified after the worker thread, with no await before the append: the
             # transaction may have ended (its markers written) while the batch inflated.
@@ -373,8 +377,8 @@ _REPLICATION_ERRORS = {
 }
 
 
-def read_request(header: RequestHeader, frame: bytes, pos: int) -> ProduceRequest:
-    """The request body, read by hand: records of 1 MiB or more are not copied."""
+def read_request(header: RequestHeader, frame: Records, pos: int) -> ProduceRequest:
+    """The request body, read by hand: the records are views of ``frame``, not copies."""
     try:
         if header.api_version >= FIRST_FLEXIBLE_VERSION:
             pos = skip_tagged_fields(frame, pos)
@@ -409,13 +413,11 @@ async def _auto_create(
 ) -> dict[str, Topic | TopicError]:
     """Create the unknown topics this produce names, a bounded number, in one batch."""
     broker = ctx.broker
-    if not broker.config["auto.create.topics.enable"]:
-        return {}
-    unknown = [
-        name
-        for name, error in named
-        if error is None and broker.topics.get(name) is None and _may_create(ctx, name)
-    ]
+    topics = broker.topics
+    unknown = [name for name, error in named if error is None and topics.get(name) is None]
+    if not unknown or not broker.config["auto.create.topics.enable"]:
+        return {}  # the common case: every topic exists
+    unknown = [name for name in unknown if _may_create(ctx, name)]
     limit = max(int(broker.config["auto.create.topics.max.per.request"]), 0)
     return await broker.topics.ensure_topics(list(dict.fromkeys(unknown))[:limit])
 
@@ -451,7 +453,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
         auto_created = await _auto_create(
             ctx, [n for n, ok in zip(named, writable, strict=True) if ok]
         )
-    responses = []
+    responses: list[TopicResults] = []
     flushes: list[tuple[dict[str, Any], Future[None]]] = []
     waits: list[tuple[dict[str, Any], Replica, int]] = []
     for topic_data, (name, topic_error), may_write in zip(
@@ -478,31 +480,29 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                 )
                 results.append(result)
 
-        responses.append(
-            {
-                "name": name,
-                "topic_id": getattr(topic_data, "topic_id", None),
-                "partition_responses": results,
-            }
-        )
+        responses.append((name, topic_data.topic_id, results))
     if acks == 0:
         return None
     if flushes:
         await _await_flushes(flushes)
     if waits:
         await _await_replication(ctx, waits, _ms(request.timeout))
-    answer: dict[str, Any] = {"responses": responses, "throttle_time": NO_THROTTLE}
-    if ctx.version >= PRODUCE_HINTS_FROM:
-        answer["node_endpoints"] = _name_leaders(ctx, responses)
-    return respond(ctx, answer)
+    return encode_produce_response(
+        ctx.version,
+        ctx.header.correlation_id,
+        throttle_ms=0,
+        topics=responses,
+        node_endpoints=_name_leaders(ctx, responses) if ctx.version >= PRODUCE_HINTS_FROM else (),
+    )
 
 
-def _name_leaders(ctx: RequestContext, responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _name_leaders(ctx: RequestContext, responses: list[TopicResults]) -> list[dict[str, Any]]:
     """KIP-951: each partition refused as not led here names its current leader; the
     endpoints of those leaders, for the response (`leader_hints`)."""
-    hints = LeaderHints(ctx)
-    for topic in responses:
-        for result in topic["partition_responses"]:
+    hints: LeaderHints | None = None
+    for name, _, results in responses:
+        for result in results:
             if result["error_code"] in PRODUCE_HINTED:
-                result["current_leader"] = hints.current_leader(topic["name"], result["index"])
-    return hints.node_endpoints()
+                hints = hints or LeaderHints(ctx)
+                result["current_leader"] = hints.current_leader(name, result["index"])
+    return hints.node_endpoints() if hints is not None else []

@@ -1,0 +1,144 @@
+"""The broker's Produce path alone: real requests, replayed from the frame to the response.
+
+``broker_cpu.py`` measures the whole broker process, and on this shared machine a
+cell moves by a third between rounds (the starved client sends larger or smaller
+requests). This measures only what a Produce request costs from its payload
+(after the size prefix) through the handler, the append and the encoded answer
+(``Broker._dispatch``), on the same requests every time:
+
+    python3 produce_path.py --capture /tmp/produce-100.bin --size 100   # record a load
+    python3 produce_path.py --replay /tmp/produce-100.bin               # this tree
+    PYTHONPATH=/work/main/src python3 produce_path.py --replay /tmp/produce-100.bin
+
+``--capture`` runs a broker in this process, sends ``--count`` records with
+confluent-kafka from a child process (bench/throughput.py's producer settings),
+and writes the Produce request payloads it received. ``--replay`` appends them
+again to a fresh broker, round after round, and prints this thread's user and
+system CPU time per request and per GB of request bytes, the best of ``--rounds``
+(the system time, mostly the page cache taking the appends, swings with the
+machine's memory pressure; the user time is the Python path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pickle
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from odradek.broker.server import Broker
+from odradek.protocol.apikeys import ApiKey
+from odradek.protocol.codec import parse_request_header
+
+TOPIC = "produce-path"
+PARTITIONS = 3
+LOAD = """
+import os, sys
+sys.path.insert(0, {bench!r})
+from confluent_kafka import Producer
+from throughput import PRODUCER_SETTINGS
+boot, size, count, acks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+settings = dict(PRODUCER_SETTINGS, **{{"bootstrap.servers": boot, "acks": acks}})
+producer = Producer(settings)
+value = os.urandom(size)
+sent = 0
+while sent < count:
+    try:
+        producer.produce({topic!r}, value)
+        sent += 1
+    except BufferError:
+        producer.poll(0.005)
+producer.flush(60)
+"""
+
+
+async def _started() -> Broker:
+    broker = Broker(Path(tempfile.mkdtemp(prefix="produce-path-")), port=0)
+    await broker.start()
+
+    def create() -> None:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}"})
+        for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
+            future.result(timeout=30)
+
+    await asyncio.to_thread(create)
+    return broker
+
+
+async def capture(out: Path, size: int, count: int, acks: str) -> None:
+    broker = await _started()
+    payloads: list[bytes] = []
+    dispatch = broker._dispatch
+
+    async def recording(connection_id: int, host: str, payload: Any) -> Any:
+        if parse_request_header(payload)[0].api_key == ApiKey.PRODUCE:
+            payloads.append(bytes(payload))
+        return await dispatch(connection_id, host, payload)
+
+    broker._dispatch = recording  # type: ignore[method-assign]
+    script = LOAD.format(bench=str(Path(__file__).parent), topic=TOPIC)
+    load = [sys.executable, "-c", script, f"127.0.0.1:{broker.port}", str(size), str(count), acks]
+    child = await asyncio.create_subprocess_exec(*load, stderr=subprocess.DEVNULL)
+    await child.wait()
+    await broker.stop()
+    out.write_bytes(pickle.dumps(payloads))
+    total = sum(map(len, payloads))
+    print(f"{len(payloads)} Produce requests, {total / len(payloads):,.0f} B each on average")
+
+
+async def replay(source: Path, rounds: int) -> None:
+    payloads: list[bytes] = pickle.loads(source.read_bytes())
+    broker = await _started()
+    dispatch = broker._dispatch
+
+    def cpu() -> tuple[float, float]:
+        usage = resource.getrusage(resource.RUSAGE_THREAD)
+        return usage.ru_utime, usage.ru_stime
+
+    async def one_round() -> tuple[float, float]:
+        user, system = cpu()
+        for payload in payloads:
+            await dispatch(1, "127.0.0.1", payload)
+        after = cpu()
+        return after[0] - user, after[1] - system
+
+    await one_round()  # warm: files created, code paths loaded
+    times = [await one_round() for _ in range(rounds)]
+    await broker.stop()
+    total = sum(map(len, payloads))
+    n = len(payloads)
+    both = min(u + s for u, s in times)
+    user = min(u for u, _ in times)
+    system = min(s for _, s in times)  # the kernel's: mostly writing the page cache
+    print(
+        f"{n} requests of {total / n:,.0f} B: {1e6 * both / n:.1f} us CPU per request "
+        f"({both / total * 1e9:.2f} s/GB), of which user {1e6 * user / n:.1f} us "
+        f"({user / total * 1e9:.2f} s/GB), system {1e6 * system / n:.1f} us"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--capture", type=Path, help="record a load's Produce requests here")
+    what.add_argument("--replay", type=Path, help="replay the requests recorded here")
+    parser.add_argument("--size", type=int, default=100, help="value bytes (capture)")
+    parser.add_argument("--count", type=int, default=500_000, help="records (capture)")
+    parser.add_argument("--acks", default="1", help="the producer's acks (capture)")
+    parser.add_argument("--rounds", type=int, default=7, help="replay rounds; the best counts")
+    args = parser.parse_args()
+    if args.capture:
+        asyncio.run(capture(args.capture, args.size, args.count, args.acks))
+    else:
+        asyncio.run(replay(args.replay, args.rounds))
+
+
+if __name__ == "__main__":
+    main()
