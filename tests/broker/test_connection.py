@@ -1,10 +1,12 @@
 """The broker's connection protocol: frames cut out of the chunks as they arrived, with
 at most one copy; reading paused beyond the read-ahead unless a frame is admitted; the
-peer's end seen by whoever waits."""
+peer's end seen by whoever waits; deadlines that end their block with TimeoutError as
+asyncio.timeout does (on a manual clock)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -12,6 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from odradek.broker.connection import Connection
+
+from .manual_loop import ManualClockLoop
 
 
 class FakeTransport(asyncio.Transport):
@@ -159,3 +163,71 @@ def test_drain_waits_while_the_transport_is_over_its_high_water_mark() -> None:
         await asyncio.wait_for(draining, 1)
 
     asyncio.run(main())
+
+
+def run_on_manual_clock(main: Callable[[ManualClockLoop], Coroutine[Any, Any, None]]) -> None:
+    loop = ManualClockLoop()
+    try:
+        loop.run_until_complete(main(loop))
+    finally:
+        loop.close()
+
+
+def test_a_deadline_ends_its_block_with_timeout_error_and_leaves_the_task_uncancelled() -> None:
+    async def main(loop: ManualClockLoop) -> None:
+        connection = Connection(loop, 64)
+        connection.connection_made(FakeTransport())
+        connection.task = asyncio.current_task()
+        started = loop.time()
+        with pytest.raises(TimeoutError), connection.deadline(started + 30):
+            await connection.wait_for(1)
+        assert loop.time() - started == pytest.approx(30)
+        assert connection.task is not None and connection.task.cancelling() == 0
+        await asyncio.sleep(1)  # not cancelled again: the task goes on as before
+        # A block that ends in time, then a block with a later deadline: neither fires
+        # early, though the timer was set for the first one.
+        with connection.deadline(loop.time() + 5):
+            await asyncio.sleep(1)
+        later = loop.time()
+        with pytest.raises(TimeoutError), connection.deadline(later + 600):
+            await connection.wait_for(1)
+        assert loop.time() - later == pytest.approx(600)
+
+    run_on_manual_clock(main)
+
+
+def test_a_deadline_bounds_drain_and_a_block_that_finishes_keeps_what_it_got() -> None:
+    async def main(loop: ManualClockLoop) -> None:
+        connection = Connection(loop, 64)
+        connection.connection_made(FakeTransport())
+        connection.task = asyncio.current_task()
+        connection.pause_writing()
+        started = loop.time()
+        with pytest.raises(TimeoutError), connection.deadline(started + 30):
+            await connection.drain()
+        assert loop.time() - started == pytest.approx(30)
+        loop.call_later(10, connection.data_received, b"\x00\x00\x00\x01x")
+        with connection.deadline(loop.time() + 30):
+            await connection.wait_for(5)
+        assert connection.take_frame(connection.peek_size()) == b"x"
+        await asyncio.sleep(60)  # the old deadline is gone with its block
+
+    run_on_manual_clock(main)
+
+
+def test_a_real_cancellation_inside_a_block_stays_a_cancellation() -> None:
+    async def main(loop: ManualClockLoop) -> None:
+        connection = Connection(loop, 64)
+        connection.connection_made(FakeTransport())
+
+        async def wait() -> None:
+            connection.task = asyncio.current_task()
+            with connection.deadline(loop.time() + 30):
+                await connection.wait_for(1)
+
+        task = asyncio.create_task(wait())
+        loop.call_later(5, task.cancel)  # the broker stopping, say
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run_on_manual_clock(main)

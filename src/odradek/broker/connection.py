@@ -1,5 +1,5 @@
-"""One client connection's bytes: what arrived, kept as received, and responses
-written back.
+"""One client connection's bytes: what arrived, kept as received; responses written
+back; and one timer per connection that bounds how long the server may wait.
 
 The connection is an `asyncio.Protocol`, not a StreamReader: a StreamReader
 copies every received chunk into its buffer and every `readexactly` out of it
@@ -14,12 +14,23 @@ Reading ahead is bounded (`read_ahead`): reading pauses once more than twice
 that is buffered beyond the frame the server has admitted (`admit`), and
 resumes when what is left is at most `read_ahead`. A connection whose next
 frame waits for request memory therefore stops being read, as Kafka mutes it.
+
+Deadlines: `with connection.deadline(when):` bounds the awaits inside it; past
+`when` the connection's task is cancelled and the block raises TimeoutError,
+as `asyncio.timeout_at` would. One timer per connection serves every deadline:
+a block only records its deadline, and the timer is moved only when the new
+deadline is earlier than the one it is set for; when it fires at a deadline
+that has since moved later, it is set again for that. So the deadlines of a
+request (idle, receive, send) cost no timer of their own, where each
+`asyncio.timeout` schedules and cancels one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
+from types import TracebackType
 from typing import Any
 
 from odradek.protocol.framing import SIZE_PREFIX
@@ -34,6 +45,7 @@ class Connection(asyncio.Protocol):
         self.loop = loop
         self.read_ahead = read_ahead
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # connection_made
+        self.task: asyncio.Task[Any] | None = None  # cancelled when a deadline passes
         self._parts: deque[bytes] = deque()
         self._offset = 0  # bytes of _parts[0] already taken
         self.buffered = 0  # bytes received and not taken
@@ -48,6 +60,10 @@ class Connection(asyncio.Protocol):
         self._writing_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
         self._closed: asyncio.Future[None] = loop.create_future()
+        self._deadline = math.inf
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+        self._expired = False
 
     # --- the transport's callbacks ---------------------------------------------------
 
@@ -79,6 +95,9 @@ class Connection(asyncio.Protocol):
         self._wake(self._drain_waiter, None)
         if not self._closed.done():
             self._closed.set_result(None)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -243,3 +262,48 @@ class Connection(asyncio.Protocol):
 
     async def wait_closed(self) -> None:
         await self._closed
+
+    # --- the deadline ------------------------------------------------------------------
+
+    def deadline(self, when: float) -> Connection:
+        """Bound the awaits of the `with` block that follows to end by `when` (loop time)."""
+        self._deadline = when
+        if when < self._timer_at and not self._gone:
+            self._set_timer(when)
+        return self
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._deadline = math.inf
+        if self._expired:
+            self._expired = False
+            task = self.task
+            assert task is not None
+            if task.uncancel() == 0 and exc_type is asyncio.CancelledError:
+                raise TimeoutError from exc
+
+    def _set_timer(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_at(when, self._on_timer)
+        self._timer_at = when
+
+    def _on_timer(self) -> None:
+        fired_for = self._timer_at
+        self._timer = None
+        self._timer_at = math.inf
+        if self._deadline == math.inf:
+            return  # no block waits: the next one sets the timer again if it must
+        if self._deadline > fired_for:
+            self._set_timer(self._deadline)  # the deadline moved later meanwhile
+            return
+        if self.task is not None and not self._expired:
+            self._expired = True
+            self.task.cancel()

@@ -339,6 +339,7 @@ class Broker:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        connection.task = task  # what the connection's deadlines cancel
         connection_id = next(self._ids)
         peer = connection.get_extra_info("peername") or ("?", 0)
         watchdog: asyncio.TimerHandle | None = None
@@ -459,7 +460,7 @@ class Broker:
         loop = connection.loop
         if not connection.buffered:
             try:
-                async with asyncio.timeout(idle_s):
+                with connection.deadline(loop.time() + idle_s):
                     await connection.wait_for(1)
             except TimeoutError:
                 log.debug("connection %d idle for %.0fs, closing", connection_id, idle_s)
@@ -468,7 +469,7 @@ class Broker:
         size = -1
         waited = 0.0
         try:
-            async with asyncio.timeout(receive_s):
+            with connection.deadline(loop.time() + receive_s):
                 await connection.wait_for(4)
                 size = _checked_size(connection.peek_size(), self._max_frame(connection_id))
                 if size <= SMALL_FRAME_BYTES:
@@ -525,15 +526,15 @@ class Broker:
             if isinstance(exc, CloseConnection) and exc.final_response:
                 # Kafka answers a failed SASL authentication, then closes.
                 connection.write(exc.final_response)
-                with contextlib.suppress(ConnectionError, TimeoutError):
-                    async with asyncio.timeout(send_s):
-                        await connection.drain()
+                bound = connection.deadline(connection.loop.time() + send_s)
+                with contextlib.suppress(ConnectionError, TimeoutError), bound:
+                    await connection.drain()
             return False
         if response is None:
             return True
         size = response_size(response)
         try:
-            async with asyncio.timeout(send_s):
+            with connection.deadline(connection.loop.time() + send_s):
                 await send_response(connection, response, self.budget)
         except TimeoutError:
             log.warning(
