@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from odradek.broker.event_loop import EVENT_LOOPS
+
 INT = "int"
 LONG = "long"
 BOOL = "boolean"
@@ -1077,6 +1079,15 @@ _SETTINGS = (
         " a connection's idle time).",
         None,
         at_least(1),
+    ),
+    Setting(
+        "event.loop",
+        STRING,
+        "auto",
+        "The broker's event loop: uvloop where it is installed (auto), or asyncio's own"
+        ' (Odradek\'s own setting; docs/operations.md, "Event loop").',
+        None,
+        OneOf(EVENT_LOOPS),
     ),
     Setting(
         "socket.send.timeout.ms",

@@ -206,10 +206,12 @@ async def _sendfile(
                 remaining,
                 fallback=False,
             )
-        except asyncio.SendfileNotAvailableError:
-            # asyncio says this when os.sendfile failed before its first byte, whatever
-            # the reason (a peer that reset, too): nothing of this part went out, so
-            # plain writes carry it, and they report a dead peer as ConnectionError.
+        except (asyncio.SendfileNotAvailableError, NotImplementedError):
+            # asyncio says the first when os.sendfile failed before its first byte,
+            # whatever the reason (a peer that reset, too): nothing of this part went
+            # out, so plain writes carry it, and they report a dead peer as
+            # ConnectionError. uvloop has no loop.sendfile at all (the second): the
+            # rest of a region the socket did not take at once goes the same way.
             await _send_read(writer, region, budget, start=offset - region.position)
             return
         if sent != remaining:
