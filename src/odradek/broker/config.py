@@ -1083,9 +1083,10 @@ _SETTINGS = (
     Setting(
         "event.loop",
         STRING,
-        "auto",
-        "The broker's event loop: uvloop where it is installed (auto), or asyncio's own"
-        ' (Odradek\'s own setting; docs/operations.md, "Event loop").',
+        "asyncio",
+        "The broker's event loop: asyncio's own, uvloop (pip install 'odradek[uvloop]'),"
+        " or auto (uvloop if installed). Odradek's own setting: docs/operations.md,"
+        ' "Event loop".',
         None,
         OneOf(EVENT_LOOPS),
     ),

@@ -1,13 +1,19 @@
-"""Which event loop the broker runs on: uvloop where it is installed, else asyncio's own.
+"""Which event loop the broker runs on: asyncio's own, or uvloop when asked for.
 
-`event.loop` (Odradek's own setting) says `auto` (the default), `asyncio` or
-`uvloop`. `auto` takes uvloop when it imports, unless the environment variable
-`ODRADEK_NO_UVLOOP` is set (how the test suite runs its brokers on asyncio's
-loop). uvloop is a dependency of Odradek wherever it publishes wheels (not on
-Windows, not on PyPy); everywhere else `auto` is asyncio's loop.
+`event.loop` (Odradek's own setting) says `asyncio` (the default), `uvloop`
+or `auto` (uvloop if it imports, else asyncio's). uvloop comes with
+`pip install 'odradek[uvloop]'`. It is not the default because it does not
+pay yet: measured with bench/broker_cpu.py (docs/benchmarks.md, issue 23) it
+saves CPU at 100 B records and costs more at 1 KiB, since it copies every
+received chunk once more than asyncio's loop does (into a bytes object from
+libuv's buffer) before `broker/connection.py` sees it.
+
+The environment variable `ODRADEK_EVENT_LOOP`, when set, takes the place of
+the default (a `--set event.loop=...` still wins): how the test suite runs all
+its brokers on uvloop (`ODRADEK_EVENT_LOOP=uvloop pytest ...`).
 The broker needs nothing of uvloop that asyncio lacks, and uses nothing
 uvloop lacks except `loop.sendfile`, for which `broker/sending.py` has a
-fallback (docs/benchmarks.md, issue 23: the CPU each loop costs).
+fallback.
 """
 
 from __future__ import annotations
@@ -18,20 +24,22 @@ import os
 from collections.abc import Callable
 from types import ModuleType
 
+from odradek.extras import MissingExtra
+
 __all__ = [
     "EVENT_LOOPS",
-    "NO_UVLOOP_ENV",
+    "EVENT_LOOP_ENV",
     "EventLoopUnavailable",
     "chosen_event_loop",
     "event_loop_factory",
 ]
 
-EVENT_LOOPS = ("auto", "asyncio", "uvloop")
-NO_UVLOOP_ENV = "ODRADEK_NO_UVLOOP"
+EVENT_LOOPS = ("asyncio", "uvloop", "auto")
+EVENT_LOOP_ENV = "ODRADEK_EVENT_LOOP"
 
 
 class EventLoopUnavailable(Exception):
-    """`event.loop=uvloop` where uvloop does not import."""
+    """A bad ODRADEK_EVENT_LOOP."""
 
 
 def _uvloop() -> ModuleType | None:
@@ -41,20 +49,22 @@ def _uvloop() -> ModuleType | None:
         return None
 
 
-def chosen_event_loop(setting: str) -> str:
-    """`asyncio` or `uvloop`: the loop the `event.loop` setting asks for, here."""
+def chosen_event_loop(setting: str, *, explicit: bool = True) -> str:
+    """`asyncio` or `uvloop`: the loop `event.loop` asks for here. When the setting
+    was left at its default (`explicit=False`), ODRADEK_EVENT_LOOP replaces it."""
+    if not explicit and os.environ.get(EVENT_LOOP_ENV):
+        setting = os.environ[EVENT_LOOP_ENV]
+        if setting not in EVENT_LOOPS:
+            raise EventLoopUnavailable(
+                f"{EVENT_LOOP_ENV}={setting}: must be one of {', '.join(EVENT_LOOPS)}"
+            )
     if setting == "asyncio":
         return "asyncio"
-    if setting == "uvloop":
-        if _uvloop() is None:
-            raise EventLoopUnavailable(
-                "event.loop=uvloop but uvloop is not installed (pip install uvloop),"
-                " or use event.loop=auto"
-            )
+    if _uvloop() is not None:
         return "uvloop"
-    if os.environ.get(NO_UVLOOP_ENV) or _uvloop() is None:
-        return "asyncio"
-    return "uvloop"
+    if setting == "uvloop":
+        raise MissingExtra("event.loop=uvloop", "uvloop", "uvloop")
+    return "asyncio"
 
 
 def event_loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:

@@ -270,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
     from odradek.broker.security.credentials import parse_add_scram
     from odradek.broker.server import WILDCARD_HOSTS, run_broker
     from odradek.cli.common import Failed
+    from odradek.extras import MissingExtra
     from odradek.log.dir_lock import DirectoryInUseError
     from odradek.protocol.scram import ScramError
     from odradek.wiring import new_broker
@@ -281,8 +282,10 @@ def run(args: argparse.Namespace) -> int:
     )
     config, log_dirs = _settings(args)
     try:
-        event_loop = chosen_event_loop(str(config["event.loop"]))
-    except EventLoopUnavailable as exc:
+        event_loop = chosen_event_loop(
+            str(config["event.loop"]), explicit=not config.is_default("event.loop")
+        )
+    except (EventLoopUnavailable, MissingExtra) as exc:
         raise CliError(str(exc)) from None
     if args.listen and not config.is_default("listeners"):
         raise CliError("give --listen or the listeners setting, not both")
