@@ -270,7 +270,7 @@ CATEGORIES: list[tuple[str, str, tuple[str, ...]]] = [
     (
         "framing and decoding",
         "odradek/broker/connection.py",
-        ("Connection.data_received", "Connection.peek_size", "Connection.take_", "Connection._"),
+        ("Connection.data_received", "Connection.peek_size", "Connection.take_", "Connection._c"),
     ),
     (
         "framing and decoding",

@@ -140,9 +140,11 @@ class Acceptor:
             # (a Fetch's header, then sendfile), waits for the client's delayed ACK (40 ms).
             with contextlib.suppress(OSError):
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # uvloop answers its own TLS protocol rather than ours: keep ours at hand.
+        connection = Connection(loop, READ_AHEAD_BYTES)
         try:
-            _, connection = await loop.connect_accepted_socket(
-                lambda: Connection(loop, READ_AHEAD_BYTES),
+            await loop.connect_accepted_socket(
+                lambda: connection,
                 conn,
                 ssl=self._ssl,
                 ssl_handshake_timeout=self._ssl_handshake_timeout,
