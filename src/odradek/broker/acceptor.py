@@ -24,6 +24,7 @@ import ssl as ssl_module
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from odradek.broker.connection import Connection
 from odradek.broker.connection_quotas import normalized_address
 from odradek.ratelog import RateLimitedLog
 
@@ -32,95 +33,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("odradek.broker")
 
-ConnectionCallback = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+ConnectionCallback = Callable[[Connection], Awaitable[None]]
 
 # accept() failures that mean "out of descriptors or memory for now": back off and retry.
 RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 BACKOFF_S = (0.01, 1.0)
-# Bytes a connection's reader buffers ahead of what the broker has asked for.
+# Bytes a connection buffers ahead of the frame the broker is reading (up to twice this
+# before it stops reading: `Connection`).
 READ_AHEAD_BYTES = 256 * 1024
-
-
-class FrameReader(asyncio.StreamReader):
-    """A StreamReader that can take a large frame's payload as the chunks the connection
-    delivers, without copying them through its buffer (`read_chunks`).
-
-    Reading a 100 MB frame through the buffer copies it twice in the event loop
-    (into the buffer, then out of it), 150-500 ms of CPU on a small machine.
-    Everything else reads with `readexactly`; the reader counts what was fed to
-    its buffer and what `readexactly` took out, so it knows what is buffered
-    without looking inside.
-    """
-
-    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=limit, loop=loop)
-        self._fed = 0
-        self._taken = 0
-        self._sink: list[bytes] | None = None
-        self._sink_left = 0
-        self._sink_done: asyncio.Future[None] | None = None
-
-    def feed_data(self, data: bytes) -> None:
-        if not data:
-            return
-        if self._sink is not None:
-            take = min(len(data), self._sink_left)
-            self._sink.append(data if take == len(data) else data[:take])
-            self._sink_left -= take
-            if not self._sink_left:
-                self._finish_sink(None)
-            data = data[take:]
-            if not data:
-                return
-        self._fed += len(data)
-        super().feed_data(data)
-
-    def feed_eof(self) -> None:
-        super().feed_eof()
-        if self._sink is not None:
-            self._finish_sink(asyncio.IncompleteReadError(b"", self._sink_left))
-
-    def set_exception(self, exc: BaseException) -> None:
-        super().set_exception(exc)
-        if self._sink is not None:
-            self._finish_sink(exc)
-
-    def _finish_sink(self, exc: BaseException | None) -> None:
-        done = self._sink_done
-        self._sink = None
-        if done is not None and not done.done():
-            if exc is None:
-                done.set_result(None)
-            else:
-                done.set_exception(exc)
-
-    async def readexactly(self, n: int) -> bytes:
-        data = await super().readexactly(n)
-        self._taken += len(data)
-        return data
-
-    async def read_chunks(self, size: int) -> list[bytes]:
-        """The next `size` bytes, as the chunks they arrived in (what was buffered first)."""
-        parts: list[bytes] = []
-        buffered = min(self._fed - self._taken, size)
-        if buffered:
-            parts.append(await self.readexactly(buffered))  # resumes a paused transport
-        left = size - buffered
-        if not left:
-            return parts
-        failure = self.exception()
-        if failure is not None:
-            raise failure
-        if self.at_eof():
-            raise asyncio.IncompleteReadError(b"", left)
-        self._sink, self._sink_left = parts, left
-        self._sink_done = asyncio.get_running_loop().create_future()
-        try:
-            await self._sink_done
-        finally:
-            self._sink = None
-            self._sink_done = None
-        return parts
 
 
 class Acceptor:
@@ -220,10 +140,11 @@ class Acceptor:
             # (a Fetch's header, then sendfile), waits for the client's delayed ACK (40 ms).
             with contextlib.suppress(OSError):
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        reader = FrameReader(READ_AHEAD_BYTES, loop)
+        # uvloop answers its own TLS protocol rather than ours: keep ours at hand.
+        connection = Connection(loop, READ_AHEAD_BYTES)
         try:
-            transport, protocol = await loop.connect_accepted_socket(
-                lambda: asyncio.StreamReaderProtocol(reader),
+            await loop.connect_accepted_socket(
+                lambda: connection,
                 conn,
                 ssl=self._ssl,
                 ssl_handshake_timeout=self._ssl_handshake_timeout,
@@ -232,8 +153,7 @@ class Acceptor:
             log.debug("connection setup failed: %s", exc)
             conn.close()
             return
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        await self._callback(reader, writer)
+        await self._callback(connection)
 
 
 async def start_acceptor(

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from odradek.broker.event_loop import EVENT_LOOPS
+
 INT = "int"
 LONG = "long"
 BOOL = "boolean"
@@ -1077,6 +1079,16 @@ _SETTINGS = (
         " a connection's idle time).",
         None,
         at_least(1),
+    ),
+    Setting(
+        "event.loop",
+        STRING,
+        "asyncio",
+        "The broker's event loop: asyncio's own, uvloop (pip install 'odradek[uvloop]'),"
+        " or auto (uvloop if installed). Odradek's own setting: docs/operations.md,"
+        ' "Event loop".',
+        None,
+        OneOf(EVENT_LOOPS),
     ),
     Setting(
         "socket.send.timeout.ms",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from typing import Any
+from typing import Any, Protocol
 
 from odradek.broker.budget import ByteBudget
 from odradek.log.files import FileRegion
@@ -28,6 +28,7 @@ from odradek.protocol.fetch import EncodedResponse
 
 __all__ = [
     "FALLBACK_CHUNK_BYTES",
+    "ResponseWriter",
     "ShortRegionError",
     "materialize",
     "release",
@@ -38,6 +39,19 @@ __all__ = [
 FALLBACK_CHUNK_BYTES = 256 * 1024
 
 Response = bytes | EncodedResponse
+
+
+class ResponseWriter(Protocol):
+    """What a response is written with: the broker's `Connection`, or a StreamWriter."""
+
+    @property
+    def transport(self) -> Any: ...
+
+    def write(self, data: bytes | bytearray | memoryview) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any: ...
 
 
 class ShortRegionError(ConnectionError):
@@ -92,7 +106,7 @@ def _read_whole(region: FileRegion) -> bytes:
     return data
 
 
-def _cork(writer: asyncio.StreamWriter, on: bool) -> bool:
+def _cork(writer: ResponseWriter, on: bool) -> bool:
     """TCP_CORK on (or off, which sends what is queued): a response's small parts and its
     regions leave in full segments rather than a small packet per part."""
     sock = writer.get_extra_info("socket")
@@ -105,15 +119,13 @@ def _cork(writer: asyncio.StreamWriter, on: bool) -> bool:
     return True
 
 
-def _can_sendfile(writer: asyncio.StreamWriter) -> bool:
+def _can_sendfile(writer: ResponseWriter) -> bool:
     return (
         writer.get_extra_info("sslcontext") is None and writer.get_extra_info("socket") is not None
     )
 
 
-async def send_response(
-    writer: asyncio.StreamWriter, response: Response, budget: ByteBudget
-) -> None:
+async def send_response(writer: ResponseWriter, response: Response, budget: ByteBudget) -> None:
     """Write ``response`` and wait until the transport took all of it.
 
     The caller bounds the time (``socket.send.timeout.ms``) and aborts the
@@ -160,7 +172,7 @@ async def send_response(
 
 
 async def _sendfile(
-    writer: asyncio.StreamWriter,
+    writer: ResponseWriter,
     loop: asyncio.AbstractEventLoop,
     region: FileRegion,
     budget: ByteBudget,
@@ -194,10 +206,12 @@ async def _sendfile(
                 remaining,
                 fallback=False,
             )
-        except asyncio.SendfileNotAvailableError:
-            # asyncio says this when os.sendfile failed before its first byte, whatever
-            # the reason (a peer that reset, too): nothing of this part went out, so
-            # plain writes carry it, and they report a dead peer as ConnectionError.
+        except (asyncio.SendfileNotAvailableError, NotImplementedError):
+            # asyncio says the first when os.sendfile failed before its first byte,
+            # whatever the reason (a peer that reset, too): nothing of this part went
+            # out, so plain writes carry it, and they report a dead peer as
+            # ConnectionError. uvloop has no loop.sendfile at all (the second): the
+            # rest of a region the socket did not take at once goes the same way.
             await _send_read(writer, region, budget, start=offset - region.position)
             return
         if sent != remaining:
@@ -205,7 +219,7 @@ async def _sendfile(
 
 
 async def _send_read(
-    writer: asyncio.StreamWriter, region: FileRegion, budget: ByteBudget, start: int = 0
+    writer: ResponseWriter, region: FileRegion, budget: ByteBudget, start: int = 0
 ) -> None:
     """The fallback: the region (from ``start`` on) read and written a chunk at a time."""
     offset = start

@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from odradek.broker import apis  # noqa: F401  (registers every handler)
-from odradek.broker.acceptor import READ_AHEAD_BYTES, Acceptor, FrameReader, start_acceptor
+from odradek.broker.acceptor import READ_AHEAD_BYTES, Acceptor, start_acceptor
 from odradek.broker.budget import ByteBudget
 from odradek.broker.config import BrokerConfig, topic_config_value, topic_default
+from odradek.broker.connection import Connection
 from odradek.broker.connection_quotas import ConnectionQuotas
 from odradek.broker.context import CloseConnection, RequestContext
 from odradek.broker.control_plane import ControlPlane
@@ -66,7 +67,7 @@ from odradek.protocol.codec import (
 from odradek.protocol.error_response import answer_version, closes_instead, error_response
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fetch import EncodedResponse
-from odradek.protocol.framing import FrameError, frame_size
+from odradek.protocol.framing import SIZE_PREFIX, FrameError, frame_size
 from odradek.ratelog import RateLimitedLog
 from odradek.replication.replica import Replica, ReplicaManager
 
@@ -83,8 +84,8 @@ LARGE_RESPONSE_ENTRIES = 100
 # holding large unfinished frames stop every client (as they can in Kafka, whose
 # exhausted pool mutes every connection until those frames finish).
 SMALL_FRAME_BYTES = READ_AHEAD_BYTES
-# A payload read in parts is joined off the event loop from this size on (CPython
-# releases the GIL for joins of 1 MiB or more).
+# A payload of this size or more is joined from its chunks off the event loop (CPython
+# releases the GIL for joins of bytes objects of 1 MiB or more).
 JOIN_OFF_LOOP_BYTES = 1 << 20
 
 
@@ -95,6 +96,13 @@ def _entries(response: Any) -> int:
         for name in getattr(response, "__dataclass_fields__", ())
         if isinstance(value := getattr(response, name), tuple)
     )
+
+
+def _checked_size(size: int, max_frame: int) -> int:
+    """A frame's announced size; FrameError (worded by `frame_size`) outside 0..max_frame."""
+    if 0 <= size <= max_frame:
+        return size
+    return frame_size(SIZE_PREFIX.pack(size), max_frame)
 
 
 def routable_host(listen_host: str) -> str:
@@ -314,19 +322,18 @@ class Broker:
 
     # --- connections -------------------------------------------------------------------
 
-    async def _accept(
-        self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _accept(self, listener: Listener, connection: Connection) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        connection.task = task  # what the connection's deadlines cancel
         connection_id = next(self._ids)
-        peer = writer.get_extra_info("peername") or ("?", 0)
+        peer = connection.get_extra_info("peername") or ("?", 0)
         watchdog: asyncio.TimerHandle | None = None
         try:
             try:
                 session = self.security.session(
-                    listener, str(peer[0]), writer.get_extra_info("peercert")
+                    listener, str(peer[0]), connection.get_extra_info("peercert")
                 )
             except SecurityError as exc:
                 log.warning("refusing connection from %s on %s: %s", peer[0], listener.name, exc)
@@ -338,7 +345,7 @@ class Broker:
                 watchdog = asyncio.get_running_loop().call_later(
                     timeout_s, self._authentication_timed_out, task, session
                 )
-            await self._serve_connection(connection_id, str(peer[0]), reader, writer)
+            await self._serve_connection(connection_id, str(peer[0]), connection)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -357,10 +364,10 @@ class Broker:
                 watchdog.cancel()
             self._sessions.pop(connection_id, None)
             self._connections.discard(task)
-            writer.close()
+            connection.close()
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1):
-                    await writer.wait_closed()
+                    await connection.wait_closed()
 
     def _authentication_timed_out(self, task: asyncio.Task[None], session: Session) -> None:
         if not session.ever_authenticated:
@@ -381,61 +388,78 @@ class Broker:
         return int(self.config["sasl.server.max.receive.size"])
 
     async def _serve_connection(
-        self,
-        connection_id: int,
-        client_host: str,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        self, connection_id: int, client_host: str, connection: Connection
     ) -> None:
-        loop = asyncio.get_running_loop()
         idle_s = int(self.config["connections.max.idle.ms"]) / 1000
         receive_s = int(self.config["socket.receive.timeout.ms"]) / 1000
         send_s = int(self.config["socket.send.timeout.ms"]) / 1000
         while True:
             try:
-                async with asyncio.timeout(idle_s):
-                    first = await reader.readexactly(1)
-            except TimeoutError:
-                log.debug("connection %d idle for %.0fs, closing", connection_id, idle_s)
+                frame = self._buffered_frame(connection_id, connection)
+            except FrameError as exc:
+                log.warning("closing connection %d from %s: %s", connection_id, client_host, exc)
                 return
-            frame = await self._read_frame(
-                connection_id, client_host, first, reader, loop.time() + receive_s
-            )
             if frame is None:
-                return
+                frame = await self._read_frame(
+                    connection_id, client_host, connection, idle_s, receive_s
+                )
+                if frame is None:
+                    return
             payload, held = frame
             try:
-                if not await self._answer(connection_id, client_host, payload, writer, send_s):
+                if not await self._answer(connection_id, client_host, payload, connection, send_s):
                     return
             finally:
                 del payload  # not kept alive while the connection waits for its next request
                 self.budget.release(held)
-            # Let other connections run between two requests of a pipelined burst.
-            await asyncio.sleep(0)
+            if connection.buffered:
+                # Let other connections run between two requests of a pipelined burst.
+                await asyncio.sleep(0)
+
+    def _buffered_frame(
+        self, connection_id: int, connection: Connection
+    ) -> tuple[bytes, int] | None:
+        """The next frame when all of it has arrived and it never waits for request
+        memory (the usual case: nothing to wait for), and the budget bytes it holds."""
+        if connection.buffered < 4:
+            return None
+        size = connection.peek_size()
+        if size > SMALL_FRAME_BYTES or connection.buffered < 4 + size:
+            return None
+        _checked_size(size, self._max_frame(connection_id))
+        self.budget.charge(size)  # never waits: see SMALL_FRAME_BYTES
+        return connection.take_frame(size), size
 
     async def _read_frame(
         self,
         connection_id: int,
         client_host: str,
-        first: bytes,
-        reader: asyncio.StreamReader,
-        deadline: float,
+        connection: Connection,
+        idle_s: float,
+        receive_s: float,
     ) -> tuple[bytes, int] | None:
-        """The rest of a frame whose first byte has arrived, and the budget bytes it holds.
+        """The next frame, and the budget bytes it holds; None when the connection
+        must close (then the frame holds nothing).
 
-        Everything up to the frame's last byte (its size, waiting for request
-        memory, its payload) happens before `deadline` (socket.receive.timeout.ms
-        after the first byte). None when the connection must close; then the
-        frame holds nothing.
+        The first byte must come within `idle_s`; everything from there to the
+        frame's last byte (its size, waiting for request memory, its payload)
+        within `receive_s` (socket.receive.timeout.ms).
         """
-        loop = asyncio.get_running_loop()
+        loop = connection.loop
+        if not connection.buffered:
+            try:
+                with connection.deadline(loop.time() + idle_s):
+                    await connection.wait_for(1)
+            except TimeoutError:
+                log.debug("connection %d idle for %.0fs, closing", connection_id, idle_s)
+                return None
         held = 0
         size = -1
         waited = 0.0
         try:
-            async with asyncio.timeout_at(deadline):
-                prefix = first + await reader.readexactly(3)
-                size = frame_size(prefix, self._max_frame(connection_id))
+            with connection.deadline(loop.time() + receive_s):
+                await connection.wait_for(4)
+                size = _checked_size(connection.peek_size(), self._max_frame(connection_id))
                 if size <= SMALL_FRAME_BYTES:
                     self.budget.charge(size)  # never waits: see SMALL_FRAME_BYTES
                 elif not self.budget.try_acquire(size):
@@ -447,7 +471,9 @@ class Broker:
                     finally:
                         waited = loop.time() - started
                 held = size
-                payload = await self._read_payload(reader, size)
+                connection.admit(4 + size)
+                await connection.wait_for(4 + size)
+                payload = await self._take_payload(connection, size)
         except TimeoutError:
             self.budget.release(held)
             what = "a frame's size" if size < 0 else f"a {size}-byte frame"
@@ -463,26 +489,20 @@ class Broker:
             raise
         return payload, held
 
-    async def _read_payload(self, reader: asyncio.StreamReader, size: int) -> bytes:
-        """A frame's payload. A large one is taken as the chunks the connection delivers
-        (`FrameReader.read_chunks`: other connections run between them, and nothing is
-        copied on the way) and joined in a worker thread: CPython copies a join of a
-        megabyte or more without holding the GIL, so the loop goes on serving
-        meanwhile (a 100 MB copy takes 100-300 ms on a small machine).
-        """
-        if size <= READ_AHEAD_BYTES or not isinstance(reader, FrameReader):
-            return await reader.readexactly(size)
-        parts = await reader.read_chunks(size)
+    async def _take_payload(self, connection: Connection, size: int) -> bytes:
+        """A buffered frame's payload; one of a megabyte or more is joined from the
+        chunks it arrived in by a worker thread, so the loop goes on serving meanwhile
+        (a 100 MB copy takes 100-300 ms on a small machine)."""
         if size < JOIN_OFF_LOOP_BYTES:
-            return b"".join(parts)
-        return await asyncio.to_thread(b"".join, parts)
+            return connection.take_frame(size)
+        return await asyncio.to_thread(b"".join, connection.take_frame_parts(size))
 
     async def _answer(
         self,
         connection_id: int,
         client_host: str,
         payload: bytes,
-        writer: asyncio.StreamWriter,
+        connection: Connection,
         send_s: float,
     ) -> bool:
         if self.metrics is not None:
@@ -493,17 +513,17 @@ class Broker:
             log.warning("closing connection %d from %s: %s", connection_id, client_host, exc)
             if isinstance(exc, CloseConnection) and exc.final_response:
                 # Kafka answers a failed SASL authentication, then closes.
-                writer.write(exc.final_response)
-                with contextlib.suppress(ConnectionError, TimeoutError):
-                    async with asyncio.timeout(send_s):
-                        await writer.drain()
+                connection.write(exc.final_response)
+                bound = connection.deadline(connection.loop.time() + send_s)
+                with contextlib.suppress(ConnectionError, TimeoutError), bound:
+                    await connection.drain()
             return False
         if response is None:
             return True
         size = response_size(response)
         try:
-            async with asyncio.timeout(send_s):
-                await send_response(writer, response, self.budget)
+            with connection.deadline(connection.loop.time() + send_s):
+                await send_response(connection, response, self.budget)
         except TimeoutError:
             log.warning(
                 "closing connection %d from %s: it took no response for %.0fs"
@@ -512,11 +532,11 @@ class Broker:
                 client_host,
                 send_s,
             )
-            writer.transport.abort()  # drop the unsent bytes now
+            connection.transport.abort()  # drop the unsent bytes now
             return False
         except ShortRegionError as exc:
             log.error("closing connection %d from %s: %s", connection_id, client_host, exc)
-            writer.transport.abort()
+            connection.transport.abort()
             return False
         if self.metrics is not None:
             self.metrics.bytes_out.inc(size)

@@ -261,10 +261,16 @@ def _console(
 def run(args: argparse.Namespace) -> int:
     from odradek.broker.allocator import tune_allocator
     from odradek.broker.config import ConfigError
+    from odradek.broker.event_loop import (
+        EventLoopUnavailable,
+        chosen_event_loop,
+        event_loop_factory,
+    )
     from odradek.broker.log_dirs import LogDirError
     from odradek.broker.security.credentials import parse_add_scram
     from odradek.broker.server import WILDCARD_HOSTS, run_broker
     from odradek.cli.common import Failed
+    from odradek.extras import MissingExtra
     from odradek.log.dir_lock import DirectoryInUseError
     from odradek.protocol.scram import ScramError
     from odradek.wiring import new_broker
@@ -275,6 +281,12 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     config, log_dirs = _settings(args)
+    try:
+        event_loop = chosen_event_loop(
+            str(config["event.loop"]), explicit=not config.is_default("event.loop")
+        )
+    except (EventLoopUnavailable, MissingExtra) as exc:
+        raise CliError(str(exc)) from None
     if args.listen and not config.is_default("listeners"):
         raise CliError("give --listen or the listeners setting, not both")
     host, port = parse_address(args.listen or DEFAULT_LISTEN, "--listen")
@@ -345,5 +357,7 @@ def run(args: argparse.Namespace) -> int:
             if console is not None:
                 await console.stop()
 
-    asyncio.run(main())
+    logging.getLogger("odradek.broker").info("event loop: %s", event_loop)
+    with asyncio.Runner(loop_factory=event_loop_factory(event_loop)) as runner:
+        runner.run(main())
     return 0
