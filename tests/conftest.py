@@ -7,8 +7,12 @@ module's fixtures (a cluster, a browser) are set up once, on one worker. Larger 
 each for a reason:
 
 - ``spark``: the Spark tests share one SparkSession (a JVM of about a gigabyte) per
-  worker, and each starts Spark processes of its own; two at once would double both.
-  test_codec_fallback.py's child pytest starts a SparkSession too.
+  worker, and some start Spark processes of their own (a killed driver, a local
+  cluster); two at once would double both, and Spark gives each Python worker a fixed
+  10 s to connect back. test_codec_fallback.py's child pytest starts a SparkSession
+  too, and test_extras.py's spark extra runs the clickstream job (the install tests
+  began at the same time as the Spark tests once, and the killed driver's restart
+  test missed its 300 s).
 - ``port-9092``: tests that start ``odradek serve`` with its default listener.
 
 A worker takes the next group when it is done with one, so a long group handed out last
@@ -27,15 +31,15 @@ TESTS = __file__.rsplit("/", 1)[0]
 GROUP_BY_PATH = {
     "spark/": "spark",
     "protocol/test_codec_fallback.py": "spark",
+    "install/test_extras.py": "spark",
     "broker/test_serve.py": "port-9092",
     "reliability/test_data_dir_lock.py": "port-9092",
 }
 
-# Measured with --durations on 2 cores: the Spark tests together ~7 minutes, the
-# install tests ~3, then the rest from about 40 s to 2 minutes.
+# Measured with --durations on 2 cores: the Spark and install tests together ~9
+# minutes, then the rest from about 40 s to 2 minutes.
 LONGEST_FIRST = (
     "spark",
-    "install/test_extras.py",
     "client/test_group_consumer.py",
     "interop/test_transactions_crash.py",
     "interop/test_groups_consumer_protocol.py",
