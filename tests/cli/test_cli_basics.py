@@ -147,15 +147,19 @@ def silent_broker():
     ],
     ids=" ".join,
 )
+@pytest.mark.timeout(120)
 def test_timeout_bounds_a_command_whatever_the_connect_timeout(
     run_process, silent_broker, args
 ) -> None:
     started = time.monotonic()
     result = run_process(
-        *args, "--bootstrap", silent_broker, "--connect-timeout", "30", "--timeout", "2"
-    )
+        *args, "--bootstrap", silent_broker, "--connect-timeout", "600", "--timeout", "2",
+        timeout=90,
+    )  # fmt: skip
     took = time.monotonic() - started
-    assert took < 12, took  # 2 s, and the interpreter's start on shared cores
+    # 2 s and the interpreter's start, which takes many seconds on loaded shared cores;
+    # the bound only has to tell that from the 600 s connect timeout --timeout cuts short
+    assert took < 60, took
     assert result.code == 1, result
     [line] = result.err.strip().splitlines()
     assert line == (

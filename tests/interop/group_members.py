@@ -510,7 +510,7 @@ def leader_member(broker: Any, group: str, members: Sequence[Member]) -> Member 
 
 
 def report(record_property, scenario: str, client: str, seconds: float, bound_s: float) -> None:
-    """Print a measured latency (shown with ``-rP``/``-s``) and keep it in the junit XML."""
+    """Print a measured latency (``-rP`` or ``-n 0 -s`` show it) and keep it in the junit XML."""
     record_property(f"{scenario}_s", round(seconds, 3))
     print(
         f"GROUP-LATENCY scenario={scenario} client={client} seconds={seconds:.3f} bound={bound_s}"

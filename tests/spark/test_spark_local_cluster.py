@@ -16,7 +16,7 @@ SparkSession and the shared ``spark`` fixture is local[2]. Marked slow: 2.3-2.6 
 this 2-core machine at a load of 5-8 from other jobs (Spark's start, its JVMs and the
 Python workers of every planner and executor, ~1 min; the first micro-batch 0.6-1 min;
 later batches 1-5 s; the kill to caught up ~10 s), 4.5-8.5 minutes at a load of 15-20.
-Run with ``-s`` for the time of each phase and batch.
+Run with ``-n 0 -s`` for the time of each phase and batch.
 """
 
 from __future__ import annotations
