@@ -468,7 +468,7 @@ class ClusterNode:
     async def _load(self, metadata: ClusterMetadata, revision: int) -> None:
         """Replace the view with a snapshot, and act on every difference."""
         self.brokers = dict(metadata.brokers)
-        self._set_controller(metadata.controller)
+        self._set_controller(metadata.controller, revision)
         self.topic_configs = {k: dict(v) for k, v in metadata.topic_configs.items()}
         for name, document in metadata.security.items():
             self._take_security(name, document)
@@ -532,7 +532,7 @@ class ClusterNode:
             if self.controller is not None:
                 self.controller.poke()
         elif isinstance(change, ControllerChange):
-            self._set_controller(change.controller)
+            self._set_controller(change.controller, change.revision)
         elif isinstance(change, TopicChange):
             if change.kind is ChangeKind.PUT and change.assignment is not None:
                 self.topic_revisions[change.topic] = change.revision
@@ -562,7 +562,14 @@ class ClusterNode:
             else:
                 self.states.pop(key, None)
 
-    def _set_controller(self, info: ControllerInfo | None) -> None:
+    def _set_controller(self, info: ControllerInfo | None, revision: int) -> None:
+        claim = self._claim
+        if claim is not None and revision < claim.create_revision:
+            # Older than this broker's own claim: the watch can still be delivering the
+            # previous controller's key (its put, or its deletion) after the claim won.
+            # Taken as news, it would retire the controller the key now names (this
+            # broker), and no broker would act as controller while etcd names one.
+            return
         self.controller_info = info
         if (info is None or info.broker_id != self.broker_id) and (
             self.controller is not None
