@@ -231,3 +231,33 @@ def test_a_real_cancellation_inside_a_block_stays_a_cancellation() -> None:
             await task
 
     run_on_manual_clock(main)
+
+
+def test_linger_discards_what_the_peer_sends_and_ends_at_its_close() -> None:
+    """After a final answer the server waits for the peer to close first (a client that
+    reads the answer and the close in one burst may drop the answer), reading and
+    discarding meanwhile, even past the read-ahead."""
+
+    async def main(loop: ManualClockLoop) -> None:
+        connection = Connection(loop, 64)
+        transport = FakeTransport()
+        connection.connection_made(transport)
+        connection.task = asyncio.current_task()
+        loop.call_later(1, connection.data_received, bytes(500))  # beyond twice read_ahead
+        loop.call_later(2, connection.data_received, b"more")
+        loop.call_later(3, connection.eof_received)
+        started = loop.time()
+        with connection.deadline(started + 30):
+            await connection.linger()
+        assert loop.time() - started == pytest.approx(3)
+        assert connection.buffered == 0 and transport.reading
+
+        silent = Connection(loop, 64)  # a peer that never closes: the deadline ends it
+        silent.connection_made(FakeTransport())
+        silent.task = asyncio.current_task()
+        started = loop.time()
+        with pytest.raises(TimeoutError), silent.deadline(started + 1):
+            await silent.linger()
+        assert loop.time() - started == pytest.approx(1)
+
+    run_on_manual_clock(main)

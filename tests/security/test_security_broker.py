@@ -150,6 +150,27 @@ def test_failures_are_answered_then_the_connection_closes(broker: SecureBroker) 
         assert wire.is_closed_by_broker()
 
 
+def test_a_refused_password_is_answered_late_and_the_broker_waits_for_the_client_to_close(
+    broker: SecureBroker,
+) -> None:
+    """failed.authentication.delay.ms (100) before the answer, as Kafka; then the broker
+    waits for the client to close first, up to a second, so the answer is not followed
+    at once by the end of the stream (kafka-python over TLS drops an answer that arrives
+    together with it)."""
+    with _sasl_plaintext(broker) as wire:
+        wire.request(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": MECHANISM})
+        scram = ScramClient(MECHANISMS[MECHANISM], ADMIN, "wrong-password")
+        first = wire.request(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": scram.first()})
+        proof = scram.final(bytes(first.auth_bytes))
+        sent = time.monotonic()
+        final = wire.request(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": proof})
+        answered = time.monotonic()
+        assert int(final.error_code) == 58
+        assert answered - sent >= 0.09
+        assert wire.is_closed_by_broker()
+        assert time.monotonic() - sent >= 1.0  # not before the linger ran out
+
+
 def test_plain_users_from_jaas_and_from_scram_credentials(broker: SecureBroker) -> None:
     address = broker.process.address("SASL_PLAINTEXT")
     for user, password in (("jaasuser", JAAS_PASSWORD), (ADMIN, ADMIN_PASSWORD)):

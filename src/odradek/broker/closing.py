@@ -11,8 +11,12 @@ class CloseConnection(Exception):
     """The request cannot be answered; close this connection.
 
     ``final_response``: bytes to send before closing (Kafka answers a failed
-    SASL authentication, then closes)."""
+    SASL authentication, then closes); ``delay_s``: how long to wait before sending
+    them (failed.authentication.delay.ms)."""
 
-    def __init__(self, reason: str, final_response: bytes | None = None) -> None:
+    def __init__(
+        self, reason: str, final_response: bytes | None = None, delay_s: float = 0.0
+    ) -> None:
         super().__init__(reason)
         self.final_response = final_response
+        self.delay_s = delay_s

@@ -994,6 +994,13 @@ _SETTINGS = (
         "SASL session lifetime; clients re-authenticate before it ends (0: no limit).",
     ),
     Setting(
+        "failed.authentication.delay.ms",
+        INT,
+        100,
+        "Delay the answer to a failed SASL authentication, and the close after it, by "
+        "this long (as Kafka: slows down password guessing).",
+    ),
+    Setting(
         "connections.authentication.timeout.ms",
         LONG,
         30000,

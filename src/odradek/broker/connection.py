@@ -227,6 +227,22 @@ class Connection(asyncio.Protocol):
             self._reading_paused = False
             self.transport.resume_reading()
 
+    async def linger(self) -> None:
+        """Until the peer ends the connection, discarding whatever it still sends (the
+        server has given its last answer; the caller bounds the wait)."""
+        while True:
+            self._discard_buffered()
+            try:
+                await self.wait_for(1)
+            except (asyncio.IncompleteReadError, OSError):
+                return
+
+    def _discard_buffered(self) -> None:
+        self._parts.clear()
+        self._offset = 0
+        self.buffered = 0
+        self._resume_reading()
+
     # --- writing (what `sending.send_response` needs of a writer) ----------------------
 
     def write(self, data: bytes | bytearray | memoryview) -> None:

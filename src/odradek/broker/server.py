@@ -87,6 +87,11 @@ SMALL_FRAME_BYTES = READ_AHEAD_BYTES
 # A payload of this size or more is joined from its chunks off the event loop (CPython
 # releases the GIL for joins of bytes objects of 1 MiB or more).
 JOIN_OFF_LOOP_BYTES = 1 << 20
+# After a final answer (a refused authentication), how long the peer may take to close
+# first. Closing at once sends TLS's close_notify right behind the answer, and a client
+# that meets both in one read may drop the answer (kafka-python 3.0 discards what it
+# read in the same burst as the end of the stream).
+FINAL_ANSWER_LINGER_S = 1.0
 
 
 def _entries(response: Any) -> int:
@@ -512,11 +517,7 @@ class Broker:
         except (DecodeError, CloseConnection) as exc:
             log.warning("closing connection %d from %s: %s", connection_id, client_host, exc)
             if isinstance(exc, CloseConnection) and exc.final_response:
-                # Kafka answers a failed SASL authentication, then closes.
-                connection.write(exc.final_response)
-                bound = connection.deadline(connection.loop.time() + send_s)
-                with contextlib.suppress(ConnectionError, TimeoutError), bound:
-                    await connection.drain()
+                await self._answer_then_close(connection, exc, send_s)
             return False
         if response is None:
             return True
@@ -541,6 +542,23 @@ class Broker:
         if self.metrics is not None:
             self.metrics.bytes_out.inc(size)
         return True
+
+    @staticmethod
+    async def _answer_then_close(
+        connection: Connection, close: CloseConnection, send_s: float
+    ) -> None:
+        """Kafka answers a failed SASL authentication, then closes: after
+        failed.authentication.delay.ms, the answer; then the peer is given a moment
+        to close first (`Connection.linger`) before the caller closes."""
+        bound = connection.deadline(connection.loop.time() + close.delay_s + send_s)
+        with contextlib.suppress(ConnectionError, TimeoutError), bound:
+            if close.delay_s:
+                await asyncio.sleep(close.delay_s)
+            connection.write(close.final_response or b"")
+            await connection.drain()
+        bound = connection.deadline(connection.loop.time() + FINAL_ANSWER_LINGER_S)
+        with contextlib.suppress(ConnectionError, TimeoutError), bound:
+            await connection.linger()
 
     def _close_slow(self, connection_id: int, client_host: str, what: str) -> None:
         log.warning(
@@ -611,7 +629,12 @@ class Broker:
                 header.api_key, header.api_version, header.correlation_id, result
             )
         if session is not None and session.close_reason is not None:
-            raise CloseConnection(session.close_reason, final_response=materialize(response))
+            delay_ms = int(self.config["failed.authentication.delay.ms"])
+            raise CloseConnection(
+                session.close_reason,
+                final_response=materialize(response),
+                delay_s=delay_ms / 1000 if session.credentials_refused else 0.0,
+            )
         return response
 
     def _error_answer(self, header: RequestHeader, body: Any, exc: Exception) -> bytes:

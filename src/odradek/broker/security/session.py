@@ -71,6 +71,7 @@ class Session:
         self._bad_reauth_mechanism = False
         self._sasl: SaslServer | None = None
         self.close_reason: str | None = None  # answer this request, then close
+        self.credentials_refused = False  # the close follows a failed authentication
 
     # --- the gate in front of every request ------------------------------------------
 
@@ -146,6 +147,7 @@ class Session:
                 f"with SASL mechanism {self._sasl.mechanism}"
             )
             self.close_reason = f"{self._what()} failed: {exc}"
+            self.credentials_refused = True
             return ErrorCode.SASL_AUTHENTICATION_FAILED, message, b"", 0
         lifetime_ms = self._finish() if self._sasl.complete else 0
         return 0, None, challenge, lifetime_ms
