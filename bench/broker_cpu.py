@@ -11,7 +11,10 @@ no group). When ``KAFKA_WORK`` names a reference build
 runs in the same run: both brokers are started once, a first round of every
 cell warms both (Kafka's JIT) and is discarded, then ``--repeat`` rounds run
 each cell on both brokers in turn, the order flipping every round, and the
-median per cell is kept.
+median per cell is kept. Before each round's fetch cells every broker's idle CPU
+rate is measured (``IDLE_WINDOW_S``, no client); a second table gives the fetch
+cells with that rate times the cell's duration taken out: the fetch path's own
+cost, where a broker's background work (Kafka's controller and GC) would weigh.
 
     cd bench && python3 broker_cpu.py                       # 5M x 100 B, 1M x 1 KiB, 3 rounds
     KAFKA_WORK=/tmp/kafka-anchor python3 broker_cpu.py      # + Kafka 4.1.1 and the ratio
@@ -61,6 +64,7 @@ CELLS = [
     ("fetch 100 B", "fetch", "100 B", "1"),  # reads the round's acks=1 topic
     ("fetch 1 KiB", "fetch", "1 KiB", "1"),
 ]
+IDLE_WINDOW_S = 15.0  # each round measures every broker's idle CPU rate over this long
 NO_CAP_S = 3600.0  # throughput.py's per-cell time cap, lifted: every record is sent and read
 KAFKA_VERSION = "4.1.1"
 
@@ -139,10 +143,13 @@ class Kafka:
 
 @dataclass
 class Figure:
-    """One cell on one broker: CPU seconds per GB of values, and the system part of them."""
+    """One cell on one broker: CPU seconds per GB of values, the system part of them, and
+    what the broker's idle rate alone would have cost over the cell's duration (measured
+    for fetch cells only: they are long and cheap, so a broker's background work weighs)."""
 
     per_gb: float
     system_per_gb: float
+    idle_per_gb: float = 0.0
 
 
 def run_cell(
@@ -152,8 +159,10 @@ def run_cell(
     partitions: int,
     round_id: str,
     profile: Path | None = None,
+    idle_rate: float = 0.0,
 ) -> Figure:
-    """Run one cell; with `profile`, py-spy records the broker meanwhile (profile.svg/.txt)."""
+    """Run one cell; with `profile`, py-spy records the broker meanwhile (profile.svg/.txt).
+    `idle_rate`: the broker's CPU seconds per second with no client (`idle_rates`)."""
     name, kind, size_name, acks = cell
     size, count = SIZES[size_name], counts[size_name]
     topic = f"cpu-{round_id}-{size_name.replace(' ', '')}-acks{acks}"
@@ -171,7 +180,9 @@ def run_cell(
         raise RuntimeError(f"{name} on {broker.name}: {result.errors} errors {result.note}")
     gigabytes = result.messages * size / 1e9
     cpu = user1 - user0 + sys1 - sys0
-    figure = Figure(cpu / gigabytes, (sys1 - sys0) / gigabytes)
+    figure = Figure(
+        cpu / gigabytes, (sys1 - sys0) / gigabytes, idle_rate * result.seconds / gigabytes
+    )
     log(
         f"  {name:<24} {broker.name:<8} {result.messages:>9,d} records "
         f"{result.seconds:6.1f} s  broker {cpu:6.2f} CPU s ({sys1 - sys0:5.2f} system)  "
@@ -191,16 +202,30 @@ def run_round(
     round_id = uuid.uuid4().hex[:6]
     order = list(reversed(brokers)) if flip else brokers
     figures = {}
+    idle: dict[str, float] = {}
     for cell in CELLS:
+        if cell[1] == "fetch" and not idle:
+            idle = idle_rates(brokers, IDLE_WINDOW_S)
         for broker in order:
             profile = profile_dir / slug(cell[0]) if profile_dir else None
             figures[(cell[0], broker.name)] = run_cell(
-                broker, cell, counts, partitions, round_id, profile
+                broker, cell, counts, partitions, round_id, profile, idle.get(broker.name, 0.0)
             )
     for broker in brokers:
         broker.delete_topics()
     time.sleep(3)  # the files of the deleted topics go before the next round
     return figures
+
+
+def idle_rates(brokers: list[Broker], window_s: float) -> dict[str, float]:
+    """Each broker's CPU seconds per second with no client connected, all measured over
+    the same window (Kafka in combined mode runs its controller, heartbeats and GC
+    meanwhile; Odradek its housekeeping timers)."""
+    before = {b.name: sum(cpu_seconds(b.pid)) for b in brokers}
+    time.sleep(window_s)
+    rates = {b.name: (sum(cpu_seconds(b.pid)) - before[b.name]) / window_s for b in brokers}
+    log("  idle: " + ", ".join(f"{n} {r * 60:.2f} CPU s/min" for n, r in rates.items()))
+    return rates
 
 
 def slug(cell: str) -> str:
@@ -225,6 +250,25 @@ def table(rounds: list[dict[tuple[str, str], Figure]], names: list[str]) -> str:
             system = statistics.median(f.system_per_gb for f in figures)
             line.append(f"{medians[n]:.2f} ({min(values):.2f}-{max(values):.2f})")
             line.append(f"{system:.2f}")
+        line += [f"{medians['odradek'] / medians[n]:.2f}" for n in others]
+        lines.append(line)
+    return markdown_table(lines)
+
+
+def fetch_path_table(rounds: list[dict[tuple[str, str], Figure]], names: list[str]) -> str:
+    """The fetch cells with each broker's idle rate taken out: the fetch path's own cost."""
+    others = [n for n in names if n != "odradek"]
+    head = ["fetch path alone, CPU s/GB"]
+    head += [f"{n} (idle part)" for n in names] + [f"odradek/{n}" for n in others]
+    lines = [head]
+    for cell in (c for c in CELLS if c[1] == "fetch"):
+        line = [cell[0]]
+        medians = {}
+        for n in names:
+            figures = [r[(cell[0], n)] for r in rounds]
+            medians[n] = statistics.median(f.per_gb - f.idle_per_gb for f in figures)
+            idle = statistics.median(f.idle_per_gb for f in figures)
+            line.append(f"{medians[n]:.2f} ({idle:.2f})")
         line += [f"{medians['odradek'] / medians[n]:.2f}" for n in others]
         lines.append(line)
     return markdown_table(lines)
@@ -472,6 +516,11 @@ def main() -> int:
         f"load at the end {load_average()}\n"
     )
     print(table(rounds, names))
+    print(
+        "\nthe fetch cells less each broker's idle CPU rate (measured before the round's "
+        f"fetch cells, {IDLE_WINDOW_S:.0f} s, no client) times the cell's duration\n"
+    )
+    print(fetch_path_table(rounds, names))
     if profile_dir is not None:
         print(f"\nwhere the broker's CPU goes (last round; {profile_dir}/*.svg)\n")
         last = rounds[-1]
