@@ -36,7 +36,9 @@ import json
 import os
 import shutil
 import signal
+import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -76,6 +78,31 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / ticks, int(fields[12]) / ticks
 
 
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process, MB (10^6 bytes)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024 / 1e6
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def first_answer_s(bootstrap: str, since: float, timeout_s: float = 120.0) -> float:
+    """Seconds from `since` (time.monotonic) until the broker answers an ApiVersions v0
+    request, asked again every 10 ms (as start_kafka.sh reports Kafka's start-up)."""
+    host, _, port = bootstrap.rpartition(":")
+    request = struct.pack(">hhih", 18, 0, 1, -1)  # ApiVersions v0, correlation 1, no client id
+    while time.monotonic() - since < timeout_s:
+        try:
+            with socket.create_connection((host, int(port)), timeout=1) as sock:
+                sock.sendall(struct.pack(">i", len(request)) + request)
+                if len(sock.recv(4)) == 4:
+                    return time.monotonic() - since
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise RuntimeError(f"{bootstrap} did not answer within {timeout_s:.0f} s")
+
+
 def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -88,6 +115,8 @@ class Broker:
     bootstrap: str
     pid: int
     topics: list[str] = field(default_factory=list)  # created this round
+    startup_s: float = 0.0  # start to the first ApiVersions answer
+    rss_started_mb: float = 0.0
 
     @property
     def target(self) -> Target:
@@ -133,7 +162,13 @@ class Kafka:
         words = dict(w.split("=", 1) for w in out.stdout.split() if "=" in w)
         self.pid = int(words["pid"])
         log(f"  kafka: {out.stdout.strip()}")
-        return Broker("kafka", f"127.0.0.1:{self.port}", self.pid)
+        return Broker(
+            "kafka",
+            f"127.0.0.1:{self.port}",
+            self.pid,
+            startup_s=float(words["startup_s"]),
+            rss_started_mb=rss_mb(self.pid),
+        )
 
     def stop(self) -> None:
         if self.pid is not None:
@@ -274,20 +309,30 @@ def fetch_path_table(rounds: list[dict[tuple[str, str], Figure]], names: list[st
     return markdown_table(lines)
 
 
-def start_odradek(data_dir: Path, src: str | None) -> BrokerProcess:
+def start_odradek(data_dir: Path, src: str | None) -> tuple[BrokerProcess, float]:
     """An Odradek broker; from the sources in `src` (a tree's src/) instead of this
-    process's when given."""
-    saved = os.environ.get("PYTHONPATH")
+    process's when given; and its start-up, to the first ApiVersions answer. Its bytecode
+    is compiled first, into a cache of its own (as an installed package's is, by pip), so
+    the start-up measured is not a compile."""
+    changes = {"PYTHONPYCACHEPREFIX": str(data_dir.parent / f"{data_dir.name}-pycache")}
     if src is not None:
-        os.environ["PYTHONPATH"] = src  # the child inherits it
+        changes["PYTHONPATH"] = src  # the child inherits it
+    saved = {name: os.environ.get(name) for name in [*changes, "PYTHONDONTWRITEBYTECODE"]}
+    os.environ.update(changes)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     try:
-        return BrokerProcess(data_dir).start()
+        subprocess.run(
+            [sys.executable, "-c", "import odradek.cli.main, odradek.broker.server"], check=True
+        )
+        since = time.monotonic()
+        process = BrokerProcess(data_dir).start()
+        return process, first_answer_s(process.bootstrap, since)
     finally:
-        if src is not None:
-            if saved is None:
-                del os.environ["PYTHONPATH"]
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
             else:
-                os.environ["PYTHONPATH"] = saved
+                os.environ[name] = value
 
 
 # --- where Odradek's CPU goes (--profile) ---------------------------------------------------
@@ -488,9 +533,12 @@ def main() -> int:
     try:
         brokers = []
         for name, src in [("odradek", None)] + ([("before", args.baseline)] * bool(args.baseline)):
-            started.append(start_odradek(tmp / name, src))
-            assert started[-1].pid is not None
-            brokers.append(Broker(name, started[-1].bootstrap, started[-1].pid))
+            process, startup_s = start_odradek(tmp / name, src)
+            started.append(process)
+            assert process.pid is not None
+            brokers.append(
+                Broker(name, process.bootstrap, process.pid, [], startup_s, rss_mb(process.pid))
+            )
         if kafka is not None:
             brokers.append(kafka.start())
         log(f"{os.cpu_count()} cpus, load {load_average()}; {args.partitions} partitions per topic")
@@ -502,6 +550,7 @@ def main() -> int:
             log(f"round {i + 1} of {args.repeat}:")
             rounds.append(run_round(brokers, counts, args.partitions, i % 2 == 0, profile_dir))
             log(table(rounds, [b.name for b in brokers]))  # so far: a cut-short run tells
+        rss_loaded = {b.name: rss_mb(b.pid) for b in brokers}
     finally:
         for broker in started:
             broker.stop()
@@ -521,6 +570,21 @@ def main() -> int:
         f"fetch cells, {IDLE_WINDOW_S:.0f} s, no client) times the cell's duration\n"
     )
     print(fetch_path_table(rounds, names))
+    print("\nstart-up (to the first ApiVersions answer) and resident memory\n")
+    print(
+        markdown_table(
+            [["broker", "start-up s", "RSS after start MB", "RSS after the rounds MB"]]
+            + [
+                [
+                    b.name,
+                    f"{b.startup_s:.2f}",
+                    f"{b.rss_started_mb:.0f}",
+                    f"{rss_loaded[b.name]:.0f}",
+                ]
+                for b in brokers
+            ]
+        )
+    )
     if profile_dir is not None:
         print(f"\nwhere the broker's CPU goes (last round; {profile_dir}/*.svg)\n")
         last = rounds[-1]

@@ -1,5 +1,5 @@
 """`python -m odradek ...` is the same as the `odradek` command."""
 
-from odradek.cli.main import main
+from odradek.cli.entry import main
 
 raise SystemExit(main())

@@ -4,6 +4,8 @@ unreachable broker (as a separate process, so nothing is hidden by pytest)."""
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import time
 
 import pytest
@@ -256,3 +258,24 @@ def test_docs_list_every_command() -> None:
     assert len(clients) == len(COMMANDS)
     missing = [c for c in every if c != "odradek serve" and f"`{c} " not in doc]
     assert not missing, f"docs/cli.md does not list {missing}"
+
+
+def test_the_command_keeps_kio_from_loading_hypothesis() -> None:
+    """kio registers hypothesis strategies at import when it can import hypothesis (0.4 s
+    of every broker's start-up in a test install); the command's entry point prevents it,
+    and the broker's modules import without it."""
+    code = (
+        "import sys\n"
+        "from odradek.cli import entry\n"
+        "sys.argv = ['odradek', '--version']\n"
+        "try:\n"
+        "    entry.main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "import odradek.broker.server, kio\n"
+        "print(sys.modules.get('hypothesis'))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.splitlines()[-1] == "None"
