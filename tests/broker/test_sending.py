@@ -89,6 +89,26 @@ def test_parts_arrive_in_order_and_everything_is_released(
     assert cache.open_count <= 1
 
 
+@pytest.mark.parametrize(
+    "parts", [[b"\x00\x00\x00\x06answer"], [bytearray(b"\x00\x00"), b"\x00\x06ans", b"wer"]]
+)
+def test_a_response_without_regions_is_written_whole_and_never_corked(
+    monkeypatch: pytest.MonkeyPatch, parts: list[bytes | bytearray]
+) -> None:
+    """A Produce answer (all bytes, one part) needs no TCP_CORK around it: the two
+    setsockopt calls cost more than the answer's own send."""
+    corks: list[bool] = []
+    monkeypatch.setattr(sending, "_cork", lambda writer, on: corks.append(on) or True)
+    budget = ByteBudget(1 << 20)
+    response = EncodedResponse(list(parts), 10)
+
+    got, error = asyncio.run(exchange(lambda w: sending.send_response(w, response, budget), 10))
+    assert error is None
+    assert got == b"\x00\x00\x00\x06answer"
+    assert corks == []
+    assert budget.used == 0
+
+
 def test_a_region_its_file_no_longer_holds_closes_the_connection(tmp_path: Path) -> None:
     region, _ = region_of(tmp_path / "short.log", b"x" * 100, 50, 200)  # 150 bytes missing
     budget = ByteBudget(1 << 20)

@@ -143,6 +143,11 @@ async def send_response(writer: ResponseWriter, response: Response, budget: Byte
         return
     parts: list[Any] = response.parts
     held = sum(len(p) for p in parts if not isinstance(p, FileRegion))
+    if held == response.size:
+        # No file region (a Produce answer, most small answers): the parts leave in one
+        # transport write, so there is nothing to cork (two setsockopt calls saved).
+        await send_response(writer, parts[0] if len(parts) == 1 else b"".join(parts), budget)
+        return
     budget.charge(held)
     native = _can_sendfile(writer)
     corked = native and _cork(writer, True)

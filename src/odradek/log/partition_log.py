@@ -174,7 +174,9 @@ def _worker_pool() -> ThreadPoolExecutor:
         return _workers
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one per append, and frozen construction costs 4x (one
+# object.__setattr__ per field). Read-only by use.
+@dataclass(slots=True)
 class AppendInfo:
     """Result of an append, shaped after what a ProduceResponse partition needs.
 
