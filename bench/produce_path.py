@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import pickle
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -59,21 +62,37 @@ producer.flush(60)
 """
 
 
-async def _started() -> Broker:
-    broker = Broker(Path(tempfile.mkdtemp(prefix="produce-path-")), port=0)
-    await broker.start()
+@contextlib.asynccontextmanager
+async def _started() -> AsyncIterator[Broker]:
+    """A broker on a fresh data directory, which goes with it (a replay writes GBs)."""
+    data = Path(tempfile.mkdtemp(prefix="produce-path-"))
+    try:
+        broker = Broker(data, port=0)
+        await broker.start()
+        try:
+            await asyncio.to_thread(_create_topic, broker)
+            yield broker
+        finally:
+            await broker.stop()
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
 
-    def create() -> None:
-        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}"})
-        for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
-            future.result(timeout=30)
 
-    await asyncio.to_thread(create)
-    return broker
+def _create_topic(broker: Broker) -> None:
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}"})
+    for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
+        future.result(timeout=30)
 
 
 async def capture(out: Path, size: int, count: int, acks: str) -> None:
-    broker = await _started()
+    async with _started() as broker:
+        payloads = await _record(broker, size, count, acks)
+    out.write_bytes(pickle.dumps(payloads))
+    total = sum(map(len, payloads))
+    print(f"{len(payloads)} Produce requests, {total / len(payloads):,.0f} B each on average")
+
+
+async def _record(broker: Broker, size: int, count: int, acks: str) -> list[bytes]:
     payloads: list[bytes] = []
     dispatch = broker._dispatch
 
@@ -87,15 +106,27 @@ async def capture(out: Path, size: int, count: int, acks: str) -> None:
     load = [sys.executable, "-c", script, f"127.0.0.1:{broker.port}", str(size), str(count), acks]
     child = await asyncio.create_subprocess_exec(*load, stderr=subprocess.DEVNULL)
     await child.wait()
-    await broker.stop()
-    out.write_bytes(pickle.dumps(payloads))
-    total = sum(map(len, payloads))
-    print(f"{len(payloads)} Produce requests, {total / len(payloads):,.0f} B each on average")
+    return payloads
 
 
 async def replay(source: Path, rounds: int) -> None:
     payloads: list[bytes] = pickle.loads(source.read_bytes())
-    broker = await _started()
+    async with _started() as broker:
+        times = await _rounds(broker, payloads, rounds)
+    total = sum(map(len, payloads))
+    n = len(payloads)
+    both = min(u + s for u, s in times)
+    user = min(u for u, _ in times)
+    system = min(s for _, s in times)  # the kernel's: mostly writing the page cache
+    print(
+        f"{n} requests of {total / n:,.0f} B: {1e6 * both / n:.1f} us CPU per request "
+        f"({both / total * 1e9:.2f} s/GB), of which user {1e6 * user / n:.1f} us "
+        f"({user / total * 1e9:.2f} s/GB), system {1e6 * system / n:.1f} us"
+    )
+
+
+async def _rounds(broker: Broker, payloads: list[bytes], rounds: int) -> list[tuple[float, float]]:
+    """(user, system) CPU seconds of this thread per round of dispatching every payload."""
     dispatch = broker._dispatch
 
     def cpu() -> tuple[float, float]:
@@ -110,18 +141,7 @@ async def replay(source: Path, rounds: int) -> None:
         return after[0] - user, after[1] - system
 
     await one_round()  # warm: files created, code paths loaded
-    times = [await one_round() for _ in range(rounds)]
-    await broker.stop()
-    total = sum(map(len, payloads))
-    n = len(payloads)
-    both = min(u + s for u, s in times)
-    user = min(u for u, _ in times)
-    system = min(s for _, s in times)  # the kernel's: mostly writing the page cache
-    print(
-        f"{n} requests of {total / n:,.0f} B: {1e6 * both / n:.1f} us CPU per request "
-        f"({both / total * 1e9:.2f} s/GB), of which user {1e6 * user / n:.1f} us "
-        f"({user / total * 1e9:.2f} s/GB), system {1e6 * system / n:.1f} us"
-    )
+    return [await one_round() for _ in range(rounds)]
 
 
 def main() -> None:
