@@ -25,9 +25,11 @@ Per cell: records/s and MB/s (values; the slowest client's time), and the CPU
 seconds each process took over the cell, from the moment the clients were told
 to start until the last one finished: each broker and etcd (user + system,
 /proc/PID/stat), the client processes (their own ``getrusage``, all threads),
-and the rest of the machine (/proc/stat's busy time minus all of those: other
-work on the shared machine, the kernel's threads). Shares are of the machine's
-capacity over the cell (wall time x cores).
+and the rest of the machine from /proc/stat: other processes (its process time
+minus all of those: other work on the shared machine, kernel threads), irq and
+softirq (loopback TCP's receive path runs there, charged to no process), and
+steal (the hypervisor's). Shares are of the machine's capacity over the cell
+(wall time x cores); idle is what is left.
 
     cd bench && python3 scale_up.py                         # 2M x 100 B, 500k x 1 KiB, 3 rounds
     python3 scale_up.py --quick --repeat 1                  # a quick look (500k / 125k)
@@ -79,12 +81,18 @@ def log(text: str) -> None:
 # --- the machine -------------------------------------------------------------------------
 
 
-def machine_busy_seconds() -> float:
-    """CPU seconds all cores spent busy so far (/proc/stat: user, nice, system, irq, softirq;
-    not idle, iowait or steal)."""
+def machine_seconds() -> dict[str, float]:
+    """CPU seconds all cores spent so far (/proc/stat): in processes (user, nice, system),
+    in interrupts ("irq": irq and softirq, where loopback TCP's receive path mostly runs;
+    the kernel charges it to no process), and taken by the hypervisor ("steal")."""
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[:7])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+    tick = os.sysconf("SC_CLK_TCK")
+    return {
+        "processes": (user + nice + system) / tick,
+        "irq": (irq + softirq) / tick,
+        "steal": steal / tick,
+    }
 
 
 def cpu_model() -> str:
@@ -219,7 +227,7 @@ def run_clients(specs: list[dict[str, Any]], setup: Setup) -> Cell:
             pids["etcd"] = setup.etcd_pid
         before = {name: process_seconds(pid) for name, pid in pids.items()}
         self0 = time.process_time()
-        busy0 = machine_busy_seconds()
+        machine0 = machine_seconds()
         started_at = time.perf_counter()
         for proc in procs:
             assert proc.stdin is not None
@@ -229,7 +237,7 @@ def run_clients(specs: list[dict[str, Any]], setup: Setup) -> Cell:
         # interpreter teardown (the CPU a client reports is up to its result, too)
         results = [client_result(proc, setup) for proc in procs]
         wall = time.perf_counter() - started_at
-        busy = machine_busy_seconds() - busy0
+        machine = {k: v - machine0[k] for k, v in machine_seconds().items()}
         cpu = {name: process_seconds(pid) - before[name] for name, pid in pids.items()}
         cpu["clients"] = sum(r["cpu_s"] for r in results)
         cpu["bench"] = time.process_time() - self0  # this process, waiting on the clients
@@ -239,7 +247,9 @@ def run_clients(specs: list[dict[str, Any]], setup: Setup) -> Cell:
     errors = [r for r in results if r["errors"] or r["note"]]
     if errors:
         raise RuntimeError(f"{setup.name}: {errors}")
-    cpu["rest of machine"] = max(0.0, busy - sum(cpu.values()))
+    cpu["other processes"] = max(0.0, machine["processes"] - sum(cpu.values()))
+    cpu["irq, softirq"] = machine["irq"]
+    cpu["steal"] = machine["steal"]
     return Cell(
         records=sum(r["messages"] for r in results),
         value_bytes=sum(r["messages"] * r["value_bytes"] for r in results),
@@ -276,7 +286,9 @@ class Cell:
     value_bytes: int
     seconds: float  # the slowest client's timed part
     wall: float  # "go" to the last client's exit: the window the CPU was read over
-    cpu: dict[str, float]  # process (broker N, etcd, clients, bench, rest of machine) -> s
+    # CPU seconds: broker N, etcd, clients, bench (this process), other processes (the
+    # shared machine's other work, kernel threads), irq and softirq, steal
+    cpu: dict[str, float]
     load: str
 
     @property
@@ -339,7 +351,8 @@ def run_pair(
             f"{size_name:<5} {cell.records:>9,d} rec {cell.seconds:6.2f} s "
             f"{cell.records_per_s:>9,.0f} rec/s {cell.mb_per_s:6.1f} MB/s  CPU s: brokers "
             f"{per_broker} etcd {cell.cpu.get('etcd', 0):.2f} clients {cell.cpu['clients']:.2f} "
-            f"rest {cell.cpu['rest of machine']:.2f}  load {cell.load}"
+            f"other {cell.cpu['other processes']:.2f} irq {cell.cpu['irq, softirq']:.2f} "
+            f"steal {cell.cpu['steal']:.2f}  load {cell.load}"
         )
     return cells
 
@@ -389,7 +402,7 @@ def tables(rounds: list[dict[Key, Cell]], setups: list[Setup], client_counts: li
                 continue
             head = ["setup", "clients", "records/s (range)", "MB/s", "broker CPU s/GB"]
             head += [f"broker {b}" for b in range(1, most_brokers + 1)]
-            head += ["etcd", "clients", "rest of machine", "idle"]
+            head += ["etcd", "clients", "other processes", "irq, softirq", "steal", "idle"]
             lines = [head]
             for setup in setups:
                 for clients in client_counts:
@@ -411,7 +424,7 @@ def tables(rounds: list[dict[Key, Cell]], setups: list[Setup], client_counts: li
                             if name in cell.cpu
                             else "-"
                         )
-                    for name in ("etcd", "clients", "rest of machine"):
+                    for name in ("etcd", "clients", "other processes", "irq, softirq", "steal"):
                         line.append(
                             f"{cell.cpu[name]:.1f} s {cell.share(name):.0%}"
                             if name in cell.cpu
