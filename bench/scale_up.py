@@ -47,6 +47,7 @@ import os
 import platform
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -400,7 +401,7 @@ def tables(rounds: list[dict[Key, Cell]], setups: list[Setup], client_counts: li
         for size_name in SIZES:
             if (kind, size_name, setups[0].name, client_counts[0]) not in rounds[0]:
                 continue
-            head = ["setup", "clients", "records/s (range)", "MB/s", "broker CPU s/GB"]
+            head = ["setup", "clients", "records/s (range)", "MB/s", "broker CPU s/GB (range)"]
             head += [f"broker {b}" for b in range(1, most_brokers + 1)]
             head += ["etcd", "clients", "other processes", "irq, softirq", "steal", "idle"]
             lines = [head]
@@ -409,13 +410,13 @@ def tables(rounds: list[dict[Key, Cell]], setups: list[Setup], client_counts: li
                     runs = [r[(kind, size_name, setup.name, clients)] for r in rounds]
                     cell = median_cell(runs)
                     rates = [c.records_per_s for c in runs]
-                    gigabytes = cell.value_bytes / 1e9
+                    per_gb = [c.broker_cpu / (c.value_bytes / 1e9) for c in runs]
                     line = [
                         setup.name,
                         str(clients),
                         f"{cell.records_per_s:,.0f} ({min(rates):,.0f}-{max(rates):,.0f})",
                         f"{cell.mb_per_s:.1f}",
-                        f"{cell.broker_cpu / gigabytes:.2f}",
+                        f"{statistics.median(per_gb):.2f} ({min(per_gb):.2f}-{max(per_gb):.2f})",
                     ]
                     for b in range(1, most_brokers + 1):
                         name = f"broker {b}"
@@ -434,8 +435,9 @@ def tables(rounds: list[dict[Key, Cell]], setups: list[Setup], client_counts: li
                     line.append(f"{max(0.0, 1 - used):.0%}")
                     lines.append(line)
             out.append(
-                f"{kind} {size_name} (median round by records/s; CPU s and share of "
-                f"{CORES} cores over the cell)\n\n{markdown_table(lines)}"
+                f"{kind} {size_name}: the round with the median records/s, its CPU seconds "
+                f"and their share of {CORES} cores over the cell; broker CPU s/GB: median "
+                f"of the rounds\n\n{markdown_table(lines)}"
             )
     return "\n\n".join(out)
 
