@@ -47,13 +47,14 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -64,7 +65,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import version as ck_version
 from confluent_kafka.admin import AdminClient
 from report import markdown_table  # bench/report.py (scripts run from bench/)
-from throughput import CONSUMER_SETTINGS, Target, consume, create_topic, produce
+from throughput import CONSUMER_SETTINGS, Result, Target, consume, create_topic, produce
 
 SETUPS = ("serve", "cluster-1", "cluster-2")
 SIZES = {"100 B": 100, "1 KiB": 1024}
@@ -155,7 +156,13 @@ def started(name: str, root: Path) -> Iterator[Setup]:
         assert etcd is not None and all(pids.values())
         yield Setup(name, cluster.bootstrap_servers(), pids, etcd)  # type: ignore[arg-type]
     finally:
-        cluster.stop_all(timeout_s=10.0)
+        try:
+            cluster.stop_all(timeout_s=10.0)
+        finally:  # stop_all failed midway (e.g. a full disk): no process of ours outlives us
+            for member in cluster.members():
+                pid = cluster.pid(member)
+                if pid is not None and cluster.is_running(member):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def leaders(setup: Setup, topic: str) -> dict[int, list[int]]:
@@ -193,7 +200,9 @@ def client_main(spec: dict[str, Any]) -> int:
         usage.append(resource.getrusage(resource.RUSAGE_SELF))  # every thread of this process
 
     target = Target("client", spec["bootstrap"])
-    if spec["kind"] == "produce":
+    if spec["kind"] == "raw":
+        result = raw_produce(spec, ready)
+    elif spec["kind"] == "produce":
         result = produce(target, spec["topic"], spec["count"], spec["size"], "1", NO_CAP_S, ready)
     else:
         result = consume(
@@ -203,6 +212,69 @@ def client_main(spec: dict[str, Any]) -> int:
     cpu = end.ru_utime - usage[0].ru_utime + end.ru_stime - usage[0].ru_stime
     print(json.dumps(asdict(result) | {"cpu_s": cpu}), flush=True)
     return 0
+
+
+RAW_BATCH_BYTES = 256 * 1024  # a batch per partition and request: throughput.py's batch.size
+RAW_IN_FLIGHT = 5  # requests in flight per connection, librdkafka's default
+
+
+def raw_request(topic: str, partitions: list[int], size: int) -> tuple[bytes, int]:
+    """A framed Produce request (v9, acks=1) with one batch of `size`-byte values for each
+    of `partitions`, and how many records it carries."""
+    from odradek.protocol.codec import RequestHeader, encode_request
+    from odradek.protocol.produce import encode_produce_request
+    from odradek.protocol.records import build_batch
+
+    per_batch = max(1, RAW_BATCH_BYTES // (size + 8))  # 8: a record's own bytes at these sizes
+    value = os.urandom(size)
+    batch = build_batch([(None, value, ())] * per_batch, timestamp_ms=int(time.time() * 1000))
+    body = encode_produce_request(9, None, 1, 30_000, [(topic, [(p, batch) for p in partitions])])
+    return encode_request(RequestHeader(0, 9, 1, "scale-up-raw"), body), per_batch * len(partitions)
+
+
+def raw_produce(spec: dict[str, Any], ready: Callable[[], None]) -> Result:
+    """The same request again and again to each leader, `RAW_IN_FLIGHT` in flight: a load
+    that costs the client almost nothing (the request is encoded once, before the timed
+    part), so the brokers, not the client, are the limit. Every request carries the same
+    correlation id (answers come in order on a connection); the caller checks the high
+    watermarks."""
+    import asyncio
+
+    leaders: dict[str, list[int]] = spec["leaders"]  # "host:port" -> partitions it leads
+    loads = []  # (address, request, how many times)
+    for (address, partitions), records in zip(
+        leaders.items(), split(spec["count"], len(leaders)), strict=True
+    ):
+        request, per_request = raw_request(spec["topic"], partitions, spec["size"])
+        loads.append((address, request, -(-records // per_request), per_request))
+
+    async def one_leader(address: str, request: bytes, requests: int) -> None:
+        host, _, port = address.rpartition(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        window = asyncio.Semaphore(RAW_IN_FLIGHT)
+
+        async def answers() -> None:
+            for _ in range(requests):
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                await reader.readexactly(size)
+                window.release()
+
+        reading = asyncio.create_task(answers())
+        for _ in range(requests):
+            await window.acquire()
+            writer.write(request)
+            await writer.drain()
+        await reading
+        writer.close()
+
+    async def run() -> float:
+        started = time.perf_counter()
+        await asyncio.gather(*(one_leader(a, r, n) for a, r, n, _ in loads))
+        return time.perf_counter() - started
+
+    ready()
+    seconds = asyncio.run(run())
+    return Result(sum(n * per for _, _, n, per in loads), seconds, spec["size"])
 
 
 def run_clients(specs: list[dict[str, Any]], setup: Setup) -> Cell:
@@ -317,9 +389,16 @@ def split(count: int, parts: int) -> list[int]:
 
 
 def run_pair(
-    setup: Setup, size_name: str, count: int, clients: int, partitions: int, round_id: str
+    setup: Setup,
+    size_name: str,
+    count: int,
+    clients: int,
+    partitions: int,
+    round_id: str,
+    raw: bool = False,
 ) -> dict[str, Cell]:
-    """Produce into a fresh topic, then fetch it back: {"produce": cell, "fetch": cell}."""
+    """Produce into a fresh topic, then fetch it back: {"produce": cell, "fetch": cell};
+    with `raw`, produce only, by `raw_produce`."""
     size = SIZES[size_name]
     topic = f"scale-{round_id}-{size_name.replace(' ', '')}-c{clients}"
     create_topic(setup.target, topic, partitions)
@@ -328,21 +407,37 @@ def run_pair(
     if set(led) != set(setup.brokers) or len({len(ps) for ps in led.values()}) != 1:
         raise RuntimeError(f"{setup.name}: partitions not spread evenly: {led}")
     base = {"bootstrap": setup.bootstrap, "topic": topic, "size": size}
+    if raw:
+        addresses = {
+            b.id: f"{b.host}:{b.port}"
+            for b in AdminClient({"bootstrap.servers": setup.bootstrap})
+            .list_topics()
+            .brokers.values()
+        }
+        base["leaders"] = {addresses[b]: ps for b, ps in led.items()}
     produced = run_clients(
-        [base | {"kind": "produce", "count": n} for n in split(count, clients)], setup
+        [base | {"kind": "raw" if raw else "produce", "count": n} for n in split(count, clients)],
+        setup,
     )
     marks = high_watermarks(setup, topic, partitions)  # warm-up records included
+    cells = {"produce": produced}
+    if raw:
+        if sum(marks) != produced.records:  # every request appended, none refused
+            raise RuntimeError(
+                f"{setup.name}: {sum(marks)} records in the log, sent {produced.records}"
+            )
+        marks = []
     # contiguous ranges: the leaders alternate, so each client fetches from every broker
     bounds = [0, *itertools.accumulate(split(partitions, clients))]
     groups = [list(range(a, b)) for a, b in itertools.pairwise(bounds)]
-    fetched = run_clients(
-        [
-            base | {"kind": "fetch", "partitions": g, "count": sum(marks[p] for p in g)}
-            for g in groups
-        ],
-        setup,
-    )
-    cells = {"produce": produced, "fetch": fetched}
+    if marks:
+        cells["fetch"] = run_clients(
+            [
+                base | {"kind": "fetch", "partitions": g, "count": sum(marks[p] for p in g)}
+                for g in groups
+            ],
+            setup,
+        )
     for kind, cell in cells.items():
         per_broker = " ".join(
             f"{cell.cpu[f'broker {i}']:.2f}" for i in range(1, len(setup.brokers) + 1)
@@ -367,6 +462,7 @@ def run_round(
     client_counts: list[int],
     partitions: int,
     flip: bool,
+    raw: bool = False,
 ) -> dict[Key, Cell]:
     round_id = uuid.uuid4().hex[:6]
     order = list(reversed(setups)) if flip else setups
@@ -376,12 +472,11 @@ def run_round(
         for setup in order:
             for clients in clients_order:
                 for kind, cell in run_pair(
-                    setup, size_name, count, clients, partitions, round_id
+                    setup, size_name, count, clients, partitions, round_id, raw
                 ).items():
                     cells[(kind, size_name, setup.name, clients)] = cell
-    for setup in setups:
-        setup.delete_topics()
-    time.sleep(3)  # the files of the deleted topics go before the next round
+            setup.delete_topics()  # after each setup's cells: the shared disk runs full
+            time.sleep(2)  # the files of the deleted topic go before the next cell
     return cells
 
 
@@ -480,6 +575,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--clients", default="1,2", help="client process counts, comma-separated (default 1,2)"
     )
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="produce only, by a load generator that sends one pre-encoded request again "
+        "and again (256 KiB batch per partition, 5 in flight per leader) instead of "
+        "confluent-kafka: the brokers, not the client, are the limit",
+    )
     parser.add_argument("--json", help="also write every round's cells to this file")
     args = parser.parse_args(argv)
     try:
@@ -529,17 +631,19 @@ def main(argv: list[str] | None = None) -> int:
                 + " per cell"
             )
             log("warm-up round (discarded):")
-            run_round(setups, args.counts, args.clients, args.partitions, flip=False)
+            run_round(setups, args.counts, args.clients, args.partitions, False, args.raw)
             rounds = []
             for i in range(args.repeat):
                 log(f"round {i + 1} of {args.repeat}:")
                 rounds.append(
-                    run_round(setups, args.counts, args.clients, args.partitions, i % 2 == 0)
+                    run_round(
+                        setups, args.counts, args.clients, args.partitions, i % 2 == 0, args.raw
+                    )
                 )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(
-        f"{CORES} cores; "
+        f"{CORES} cores; {'raw load generator' if args.raw else 'confluent-kafka'}; "
         + ", ".join(f"{c:,} x {s}" for s, c in args.counts.items())
         + f" per cell, {args.partitions} partitions (RF=1), acks=1; median of {args.repeat} "
         f"rounds after a discarded warm-up round; load at the end {load_average()}\n"
