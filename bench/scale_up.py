@@ -31,9 +31,16 @@ softirq (loopback TCP's receive path runs there, charged to no process), and
 steal (the hypervisor's). Shares are of the machine's capacity over the cell
 (wall time x cores); idle is what is left.
 
+``--raw`` replaces confluent-kafka by a load generator that costs the client
+almost nothing: per leader, one Produce request (a 256 KiB batch per partition
+it leads) encoded once and sent again and again, 5 in flight; produce only.
+There the brokers, not the client, set the throughput. Topics are deleted
+after each setup's cells.
+
     cd bench && python3 scale_up.py                         # 2M x 100 B, 500k x 1 KiB, 3 rounds
     python3 scale_up.py --quick --repeat 1                  # a quick look (500k / 125k)
     python3 scale_up.py --setups serve,cluster-2 --clients 2
+    python3 scale_up.py --raw --sizes 100B --records 2000000   # broker-bound
 
 Every process it starts (brokers, etcd, clients) is stopped at exit.
 """
