@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,8 +146,17 @@ def create_topic(target: Target, topic: str, partitions: int) -> None:
 
 
 def produce(
-    target: Target, topic: str, count: int, size: int, acks: str, max_seconds: float
+    target: Target,
+    topic: str,
+    count: int,
+    size: int,
+    acks: str,
+    max_seconds: float,
+    ready: Callable[[], None] | None = None,
 ) -> Result:
+    """Send `count` values of `size` bytes; `ready`, when given, is called once the
+    producer is warm (metadata, a connection), just before the timed part: a caller
+    starting several producers at once waits there (bench/scale_up.py)."""
     errors: list[str] = []
 
     def on_error(err: Any, _msg: Any) -> None:  # only failures (delivery.report.only.error)
@@ -162,6 +172,8 @@ def produce(
         raise RuntimeError(f"warm-up produce failed: {errors[:3]}")
     # The consume phase reads everything, including this warm-up record.
     payload = os.urandom(size)
+    if ready is not None:
+        ready()
     sent = 0
     started = time.perf_counter()
     deadline = started + max_seconds
@@ -187,15 +199,26 @@ def produce(
 
 
 def consume(
-    target: Target, topic: str, partitions: int, expected: int, size: int, max_seconds: float
+    target: Target,
+    topic: str,
+    partitions: int | Sequence[int],
+    expected: int,
+    size: int,
+    max_seconds: float,
+    ready: Callable[[], None] | None = None,
 ) -> Result:
     """Read the topic from offset 0 until ``expected`` records (warm-up included) arrived.
 
-    Counting records rather than comparing with the high watermark keeps this
-    honest against brokers whose ListOffsets is approximate.
+    `partitions`: how many (0 .. n-1), or which. Counting records rather than
+    comparing with the high watermark keeps this honest against brokers whose
+    ListOffsets is approximate. `ready`, when given, is called after the
+    assignment, just before the timed part (as in `produce`).
     """
+    ids = range(partitions) if isinstance(partitions, int) else partitions
     consumer = Consumer(target.config(**CONSUMER_SETTINGS))
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    consumer.assign([TopicPartition(topic, p, 0) for p in ids])
+    if ready is not None:
+        ready()
     got = 0
     errors = 0
     value_bytes = 0
