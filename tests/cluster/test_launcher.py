@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,6 +89,63 @@ def test_start_all_serves_each_process_on_the_port_it_records(cluster: LocalClus
     # detached: each process leads a session of its own, not ours
     for pid in [state["etcd"]["pid"], *(b["pid"] for b in state["brokers"])]:
         assert os.getsid(pid) == pid != os.getsid(0)
+
+
+def test_a_two_broker_cluster_serves_consumer_groups_and_transactions(
+    cluster: LocalCluster,
+) -> None:
+    """Kafka's internal-topic defaults (3 replicas, min ISR 2) cannot be met by two
+    brokers; `cluster up` lowers them unless told otherwise, so a committing group and
+    a transaction work out of the box."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    bootstrap = cluster.bootstrap_servers()
+    topic = f"dev-groups-{os.getpid()}"
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": topic, "message.timeout.ms": 30000}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, str(i).encode())
+    producer.commit_transaction(30)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": topic,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(values) < 5 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+        assert sorted(values) == [str(i).encode() for i in range(5)]
+        consumer.commit(asynchronous=False)
+        [committed] = consumer.committed([TopicPartition(topic, 0)], timeout=30)
+        assert committed.offset == 5  # after the fifth record (the marker is not consumed)
+    finally:
+        consumer.close()
+    command = cluster.broker_command(1)
+    assert "offsets.topic.replication.factor=2" in command
+    assert "transaction.state.log.min.isr=1" in command
+
+
+def test_internal_topic_defaults_yield_to_set_and_to_three_brokers(tmp_path: Path) -> None:
+    mine = LocalCluster.prepare(
+        tmp_path / "a", brokers=1, settings={"offsets.topic.replication.factor": "1"}
+    )
+    command = mine.broker_command(1)
+    assert command.count("offsets.topic.replication.factor=1") == 1
+    assert "transaction.state.log.replication.factor=1" in command
+    three = LocalCluster.prepare(tmp_path / "b", brokers=3).broker_command(3)
+    assert not [arg for arg in three if "replication.factor" in arg or "min.isr" in arg]
 
 
 def test_start_all_again_starts_only_the_killed_broker_on_its_old_port(

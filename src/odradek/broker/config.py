@@ -668,8 +668,8 @@ _SETTINGS = (
         "offsets.topic.replication.factor",
         INT,
         3,
-        "Replicas of __consumer_offsets (cluster mode; capped at the live brokers when it is "
-        "created).",
+        "Replicas of __consumer_offsets (cluster mode). With fewer live brokers it is not "
+        "created and FindCoordinator answers COORDINATOR_NOT_AVAILABLE, as Kafka.",
         None,
         at_least(1),
     ),
@@ -677,7 +677,8 @@ _SETTINGS = (
         "transaction.state.log.replication.factor",
         INT,
         3,
-        "Replicas of __transaction_state (cluster mode; capped at the live brokers).",
+        "Replicas of __transaction_state (cluster mode). With fewer live brokers it is not "
+        "created and FindCoordinator answers COORDINATOR_NOT_AVAILABLE, as Kafka.",
         None,
         at_least(1),
     ),

@@ -223,6 +223,21 @@ class EtcdTlsFiles:
         return cls(**{f.name: _str(value[f.name]) for f in fields(cls)})
 
 
+def internal_topic_defaults(brokers: int) -> dict[str, str]:
+    """Settings a development cluster of fewer than 3 brokers gets unless `--set` says
+    otherwise: Kafka's defaults for the internal topics (3 replicas, a min ISR of 2)
+    cannot be met there, and Kafka then answers every FindCoordinator
+    COORDINATOR_NOT_AVAILABLE, so consumer groups and transactions would never work.
+    Kafka's own single-broker quick start lowers them the same way."""
+    if brokers >= 3:
+        return {}
+    return {
+        "offsets.topic.replication.factor": str(brokers),
+        "transaction.state.log.replication.factor": str(brokers),
+        "transaction.state.log.min.isr": "1",
+    }
+
+
 @dataclass(slots=True)
 class ClusterState:
     """What ``cluster.json`` holds."""
@@ -1002,7 +1017,7 @@ class LocalCluster:
         ]
         if broker.rack is not None:
             command += ["--rack", broker.rack]
-        settings = dict(self.state.settings)
+        settings = internal_topic_defaults(len(self.state.brokers)) | self.state.settings
         if self.state.etcd_tls is not None:
             settings.update(self.state.etcd_tls.broker_settings())
         for key, value in settings.items():
