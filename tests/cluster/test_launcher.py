@@ -23,6 +23,7 @@ import pytest
 from odradek.devcluster.launcher import (
     ETCD,
     ClusterError,
+    ClusterState,
     LocalCluster,
     NotServingError,
     answers_api_versions,
@@ -298,6 +299,24 @@ def test_a_broker_that_cannot_start_is_named_and_the_rest_keeps_running(
     assert failure.value.log_path == local.layout.log_path(1)
     assert local.is_serving(ETCD)  # left running for 'cluster down'
     assert [s.process.member for s in local.stop_all()] == [ETCD]
+
+
+def test_stop_all_stops_etcd_even_when_the_state_cannot_be_written(
+    tmp_path: Path, fresh: list[LocalCluster], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk fails recording the stopped broker; etcd is stopped all the same."""
+    local = LocalCluster.prepare(tmp_path / "dev", brokers=1)
+    fresh.append(local)
+    local.start_all(timeout_s=START_TIMEOUT_S)
+    pids = [local.info(m).pid for m in local.members()]
+
+    def disk_full(self: object, layout: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ClusterState, "save", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        local.stop_all(timeout_s=10.0)
+    assert not any(pid_exists(pid) for pid in pids)
 
 
 def test_up_removes_a_new_cluster_that_does_not_come_up_and_keeps_an_existing_one(

@@ -1089,12 +1089,14 @@ class LocalCluster:
     # -- stop and signals ------------------------------------------------------
 
     def stop_all(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> list[StopInfo]:
-        """SIGTERM the brokers, SIGKILL those still there after `timeout_s`; then etcd."""
-        stopped = self._stop([b for b in self.broker_ids if self.is_running(b)], timeout_s)
-        etcds: list[Member] = [m for m in self.etcd_names if self.is_running(m)]
-        if etcds:
-            stopped += self._stop(etcds, timeout_s)
-        return stopped
+        """SIGTERM the brokers, SIGKILL those still there after `timeout_s`; then etcd,
+        also when stopping the brokers failed (say, a full disk could not record it)."""
+        try:
+            stopped = self._stop([b for b in self.broker_ids if self.is_running(b)], timeout_s)
+        finally:
+            etcds: list[Member] = [m for m in self.etcd_names if self.is_running(m)]
+            stopped_etcd = self._stop(etcds, timeout_s) if etcds else []
+        return stopped + stopped_etcd
 
     def stop(self, member: Member, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> StopInfo | None:
         """Stop one process gracefully; None if it was not running."""
