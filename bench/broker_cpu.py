@@ -17,6 +17,7 @@ median per cell is kept.
     KAFKA_WORK=/tmp/kafka-anchor python3 broker_cpu.py      # + Kafka 4.1.1 and the ratio
     python3 broker_cpu.py --quick --repeat 1                # a quick look (1M / 200k)
     python3 broker_cpu.py --quick --baseline /work/main/src # a change, before and after
+    python3 broker_cpu.py --quick --baseline ../src --event-loop uvloop  # uvloop vs asyncio
     python3 broker_cpu.py --repeat 1 --profile ../docs/profiles   # where the CPU goes
 
 The CPU time is read from /proc/PID/stat (10 ms ticks: 0.01-0.1 s per GB at
@@ -230,14 +231,15 @@ def table(rounds: list[dict[tuple[str, str], Figure]], names: list[str]) -> str:
     return markdown_table(lines)
 
 
-def start_odradek(data_dir: Path, src: str | None) -> BrokerProcess:
+def start_odradek(data_dir: Path, src: str | None, event_loop: str | None = None) -> BrokerProcess:
     """An Odradek broker; from the sources in `src` (a tree's src/) instead of this
-    process's when given."""
+    process's when given; on `event_loop` (its `event.loop` setting) when given."""
     saved = os.environ.get("PYTHONPATH")
     if src is not None:
         os.environ["PYTHONPATH"] = src  # the child inherits it
+    settings = {"event.loop": event_loop} if event_loop else {}
     try:
-        return BrokerProcess(data_dir).start()
+        return BrokerProcess(data_dir, settings=settings).start()
     finally:
         if src is not None:
             if saved is None:
@@ -265,12 +267,19 @@ CATEGORIES: list[tuple[str, str, tuple[str, ...]]] = [
     (
         "framing and decoding",
         "odradek/broker/server.py",
-        ("Broker._buffered_frame", "Broker._read_frame", "Broker._take_payload"),
+        ("Broker._buffered_frame", "Broker._read_frame"),
     ),
     (
         "framing and decoding",
         "odradek/broker/connection.py",
-        ("Connection.data_received", "Connection.peek_size", "Connection.take_", "Connection._c"),
+        (
+            "Connection.get_buffer",
+            "Connection.buffer_updated",
+            "Connection._next_buffer",
+            "Connection._may_size",
+            "Connection.peek_size",
+            "Connection.take_",
+        ),
     ),
     (
         "framing and decoding",
@@ -412,6 +421,12 @@ def main() -> int:
         help="also run an Odradek broker from another tree's src/ (e.g. main's), named "
         "'before', in the same rounds: a change measured before and after",
     )
+    parser.add_argument(
+        "--event-loop",
+        choices=["asyncio", "uvloop"],
+        help="the event loop of the broker named 'odradek' (its event.loop setting; "
+        "'before' keeps the default): with --baseline ../src, one loop against the other",
+    )
     parser.add_argument("--json", help="also write every round's figures to this file")
     parser.add_argument(
         "--profile",
@@ -443,8 +458,10 @@ def main() -> int:
     started: list[BrokerProcess] = []
     try:
         brokers = []
-        for name, src in [("odradek", None)] + ([("before", args.baseline)] * bool(args.baseline)):
-            started.append(start_odradek(tmp / name, src))
+        for name, src, loop in [("odradek", None, args.event_loop)] + (
+            [("before", args.baseline, None)] * bool(args.baseline)
+        ):
+            started.append(start_odradek(tmp / name, src, loop))
             assert started[-1].pid is not None
             brokers.append(Broker(name, started[-1].bootstrap, started[-1].pid))
         if kafka is not None:
