@@ -65,10 +65,13 @@ from odradek.protocol.framing import SIZE_PREFIX
 
 __all__ = ["MAPPED_BYTES", "MAX_READ_BYTES", "PROBE_BYTES", "Connection"]
 
-# How far a read reaches past the end of the frame in progress: the next frames' size
-# prefixes (and small frames whole) come with it, and a frame that then does not fit
-# in its buffer has at most this much to move. A read more per large frame, no more.
-PROBE_BYTES = 64 * 1024
+# How far a read reaches past the end of the frame in progress, and the size of the
+# first buffer after an idle wait: the next frames' size prefixes (and small frames
+# whole) come with it, and a frame that then does not fit in its buffer has at most this
+# much to move. A large frame costs a read more, no more (a peer that sends one large
+# request at a time leaves the connection idle before each: with 64 KiB a 256 KiB
+# frame moved a quarter of itself).
+PROBE_BYTES = 16 * 1024
 # A buffer this large or larger is an anonymous memory map rather than a bytearray,
 # which is zero-filled when made, holding the loop (~1.4 ms a MiB of fresh memory here).
 MAPPED_BYTES = 4 << 20
