@@ -7,7 +7,9 @@ into the buffer `get_buffer` offers, so no received byte is copied in Python.
 (asyncio's socket transport `recv_into`s it, its TLS transport decrypts into
 it, uvloop's TCP and TLS transports do the same; for a plain `Protocol` each
 read made a new bytes object, which uvloop also copied out of libuv's buffer,
-and each payload was then cut out of those chunks with one more copy.) A
+and each payload was then cut out of those chunks with one more copy. Over
+TLS the ciphertext is still copied into OpenSSL's memory BIO, as before, by
+both loops' TLS protocols; the plaintext is decrypted into our buffer.) A
 frame's payload is a read-only `memoryview` of the buffer it arrived in
 (`take_frame`): a frame never spans two buffers.
 
