@@ -20,6 +20,7 @@ cost, where a broker's background work (Kafka's controller and GC) would weigh.
     KAFKA_WORK=/tmp/kafka-anchor python3 broker_cpu.py      # + Kafka 4.1.1 and the ratio
     python3 broker_cpu.py --quick --repeat 1                # a quick look (1M / 200k)
     python3 broker_cpu.py --quick --baseline /work/main/src # a change, before and after
+    python3 broker_cpu.py --quick --baseline ../src --event-loop uvloop  # uvloop vs asyncio
     python3 broker_cpu.py --repeat 1 --profile ../docs/profiles   # where the CPU goes
 
 The CPU time is read from /proc/PID/stat (10 ms ticks: 0.01-0.1 s per GB at
@@ -309,9 +310,12 @@ def fetch_path_table(rounds: list[dict[tuple[str, str], Figure]], names: list[st
     return markdown_table(lines)
 
 
-def start_odradek(data_dir: Path, src: str | None) -> tuple[BrokerProcess, float]:
+def start_odradek(
+    data_dir: Path, src: str | None, event_loop: str | None = None
+) -> tuple[BrokerProcess, float]:
     """An Odradek broker; from the sources in `src` (a tree's src/) instead of this
-    process's when given; and its start-up, to the first ApiVersions answer. Its bytecode
+    process's when given; on `event_loop` (its `event.loop` setting) when given; and
+    its start-up, to the first ApiVersions answer. Its bytecode
     is compiled first, into a cache of its own (as an installed package's is, by pip), so
     the start-up measured is not a compile."""
     changes = {"PYTHONPYCACHEPREFIX": str(data_dir.parent / f"{data_dir.name}-pycache")}
@@ -325,7 +329,8 @@ def start_odradek(data_dir: Path, src: str | None) -> tuple[BrokerProcess, float
             [sys.executable, "-c", "import odradek.cli.main, odradek.broker.server"], check=True
         )
         since = time.monotonic()
-        process = BrokerProcess(data_dir).start()
+        settings = {"event.loop": event_loop} if event_loop else {}
+        process = BrokerProcess(data_dir, settings=settings).start()
         return process, first_answer_s(process.bootstrap, since)
     finally:
         for name, value in saved.items():
@@ -354,12 +359,19 @@ CATEGORIES: list[tuple[str, str, tuple[str, ...]]] = [
     (
         "framing and decoding",
         "odradek/broker/server.py",
-        ("Broker._buffered_frame", "Broker._read_frame", "Broker._take_payload"),
+        ("Broker._buffered_frame", "Broker._read_frame"),
     ),
     (
         "framing and decoding",
         "odradek/broker/connection.py",
-        ("Connection.data_received", "Connection.peek_size", "Connection.take_", "Connection._c"),
+        (
+            "Connection.get_buffer",
+            "Connection.buffer_updated",
+            "Connection._next_buffer",
+            "Connection._may_size",
+            "Connection.peek_size",
+            "Connection.take_",
+        ),
     ),
     (
         "framing and decoding",
@@ -501,6 +513,12 @@ def main() -> int:
         help="also run an Odradek broker from another tree's src/ (e.g. main's), named "
         "'before', in the same rounds: a change measured before and after",
     )
+    parser.add_argument(
+        "--event-loop",
+        choices=["asyncio", "uvloop"],
+        help="the event loop of the broker named 'odradek' (its event.loop setting; "
+        "'before' keeps the default): with --baseline ../src, one loop against the other",
+    )
     parser.add_argument("--json", help="also write every round's figures to this file")
     parser.add_argument(
         "--profile",
@@ -532,8 +550,10 @@ def main() -> int:
     started: list[BrokerProcess] = []
     try:
         brokers = []
-        for name, src in [("odradek", None)] + ([("before", args.baseline)] * bool(args.baseline)):
-            process, startup_s = start_odradek(tmp / name, src)
+        for name, src, loop in [("odradek", None, args.event_loop)] + (
+            [("before", args.baseline, None)] * bool(args.baseline)
+        ):
+            process, startup_s = start_odradek(tmp / name, src, loop)
             started.append(process)
             assert process.pid is not None
             brokers.append(

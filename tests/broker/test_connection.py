@@ -1,19 +1,22 @@
-"""The broker's connection protocol: frames cut out of the chunks as they arrived, with
-at most one copy; reading paused beyond the read-ahead unless a frame is admitted; the
-peer's end seen by whoever waits; deadlines that end their block with TimeoutError as
+"""The broker's connection protocol: frames received into the connection's own buffers
+and handed out as read-only views, with no copy but the bytes of a frame that came with
+its prefix into a buffer it does not fit; payloads that never change after they are
+handed out; reading paused beyond the read-ahead unless a frame is admitted; the peer's
+end seen by whoever waits; deadlines that end their block with TimeoutError as
 asyncio.timeout does (on a manual clock)."""
 
 from __future__ import annotations
 
 import asyncio
+import mmap
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.broker.connection import Connection
+from odradek.broker.connection import MAPPED_BYTES, PROBE_BYTES, Connection
 
 from .manual_loop import ManualClockLoop
 
@@ -50,6 +53,24 @@ def frame(payload: bytes) -> bytes:
     return len(payload).to_bytes(4, "big") + payload
 
 
+def receive(connection: Connection, data: bytes, most: int | None = None) -> int:
+    """Deliver `data` as a transport does: into the buffers `get_buffer` offers, each read
+    `most` bytes at most, until reading is paused; how much was delivered. Like a careless
+    transport, it first scribbles over all of the buffer it was offered, so an offer that
+    overlapped a payload handed out would show."""
+    pos = 0
+    transport = connection.transport
+    while pos < len(data) and (not isinstance(transport, FakeTransport) or transport.reading):
+        buffer = connection.get_buffer(-1)
+        assert len(buffer) and not buffer.readonly
+        buffer[:] = b"\xee" * len(buffer)
+        n = min(len(buffer), len(data) - pos, most or len(data))
+        buffer[:n] = data[pos : pos + n]
+        connection.buffer_updated(n)
+        pos += n
+    return pos
+
+
 def connected(read_ahead: int = 64) -> tuple[Connection, FakeTransport]:
     loop = asyncio.new_event_loop()
     connection = Connection(loop, read_ahead)
@@ -58,64 +79,136 @@ def connected(read_ahead: int = 64) -> tuple[Connection, FakeTransport]:
     return connection, transport
 
 
-def test_a_frame_within_one_chunk_is_one_slice_and_one_that_is_a_chunk_is_not_copied() -> None:
-    connection, _ = connected()
-    connection.data_received(frame(b"first") + frame(b"second")[:3])
-    assert connection.peek_size() == 5
-    assert connection.take_frame(5) == b"first"
-    payload = b"x" * 40
-    rest = frame(b"second")[3:] + frame(payload)[:4]
-    connection.data_received(rest)
-    assert connection.peek_size() == 6  # the size spans two chunks
-    assert connection.take_frame(6) == b"second"
-    connection.data_received(payload)
-    assert connection.take_frame(40) is payload  # the chunk is the payload: no copy
-    assert connection.buffered == 0
-
-
-@given(
-    payloads=st.lists(st.binary(max_size=300), min_size=1, max_size=8),
-    cuts=st.lists(st.integers(min_value=1, max_value=97), min_size=1, max_size=30),
-)
-def test_frames_come_out_whole_and_in_order_however_the_bytes_are_cut(
-    payloads: list[bytes], cuts: list[int]
-) -> None:
-    stream = b"".join(frame(p) for p in payloads)
+def test_frames_are_read_only_views_of_the_buffer_they_arrived_in() -> None:
     connection, _ = connected(read_ahead=1 << 20)
-    pos = 0
-    cut = 0
-    taken: list[bytes] = []
-    while pos < len(stream):
-        step = cuts[cut % len(cuts)]
-        cut += 1
-        connection.data_received(stream[pos : pos + step])
-        pos += step
-        while connection.buffered >= 4 and connection.buffered >= 4 + connection.peek_size():
-            size = connection.peek_size()
-            if len(taken) % 2:
-                taken.append(b"".join(connection.take_frame_parts(size)))
-            else:
-                taken.append(connection.take_frame(size))
-    assert taken == payloads
-    assert connection.buffered == 0
+    receive(connection, frame(b"first") + frame(b"second") + frame(b"third")[:6])
+    receive(connection, frame(b"third")[6:])  # a frame across two reads, one buffer
+    assert connection.peek_size() == 5
+    first = connection.take_frame(5)
+    assert first == b"first" and first.readonly
+    second = connection.take_frame(connection.peek_size())
+    third = connection.take_frame(connection.peek_size())
+    assert (second, third) == (b"second", b"third")
+    assert first.obj is second.obj is third.obj  # one shared buffer, no copy
+    assert connection.copied == 0 and connection.buffered == 0
 
 
-def test_reading_pauses_beyond_the_read_ahead_unless_the_frame_is_admitted() -> None:
+def test_a_frame_that_does_not_fit_moves_only_what_came_with_its_prefix() -> None:
+    """The buffer the first frames share has no room for the next: it gets a buffer of
+    its own, and only its bytes that arrived with its prefix are moved; the rest is read
+    into that buffer directly, and the frames before stay valid where they are."""
+    connection, _ = connected(read_ahead=1 << 20)  # shared buffers start at PROBE_BYTES
+    small = [bytes([i]) * 1000 for i in range(PROBE_BYTES // 1004 - 1)]
+    large = bytes(range(256)) * 1024  # 256 KiB
+    stream = b"".join(map(frame, small)) + frame(large)
+    taken = []
+    receive(connection, stream[: PROBE_BYTES - 100])  # the small ones, and 40 bytes of it
+    while connection.buffered >= 4 + connection.peek_size():
+        taken.append(connection.take_frame(connection.peek_size()))
+    receive(connection, stream[PROBE_BYTES - 100 :])
+    payload = connection.take_frame(len(large))
+    assert payload == large and taken == small
+    assert connection.copied == len(stream) - sum(map(len, map(frame, small))) - (
+        len(stream) - (PROBE_BYTES - 100)
+    )  # the first bytes of the large frame only
+    assert len(payload.obj) == len(frame(large)) and payload.obj is not taken[0].obj
+
+
+def test_a_large_frame_is_moved_once_when_admitted_and_read_in_place_after() -> None:
     connection, transport = connected(read_ahead=100)
-    large = bytes(500)
-    connection.data_received(frame(large)[:150])
-    assert transport.reading  # up to twice the read-ahead is read
-    connection.data_received(frame(large)[150:250])
-    assert not transport.reading  # the frame is not admitted (it waits for memory): muted
+    large = bytes(range(256)) * 4  # 1 KiB: larger than twice the read-ahead
+    stream = frame(large)
+    pos = receive(connection, stream[:150], most=40)
+    assert pos == 150 and transport.reading  # up to twice the read-ahead is read
+    pos += receive(connection, stream[pos:], most=40)
+    assert 200 < pos < 300 and not transport.reading  # not admitted (waits for memory): muted
+    before = connection.copied
     connection.admit(4 + len(large))
-    assert transport.reading  # admitted: read in full
-    connection.data_received(frame(large)[250:] + bytes(150))  # and what follows it
     assert transport.reading
-    assert connection.take_frame(len(large)) == large
-    assert transport.reading
-    connection.data_received(bytes(100))  # 250 beyond any admitted frame
-    assert not transport.reading
-    assert transport.pauses == 2
+    receive(connection, stream[pos:])
+    assert connection.copied - before == pos  # what came before it was admitted, once
+    payload = connection.take_frame(len(large))
+    assert payload == large and len(payload.obj) == 4 + len(large)
+
+
+def test_a_frame_of_mapped_size_is_received_into_a_memory_map() -> None:
+    connection, _ = connected(read_ahead=256 * 1024)
+    large = bytes(range(256)) * (MAPPED_BYTES // 256)
+    connection.admit(4 + len(large))
+    receive(connection, frame(large), most=64 * 1024)
+    payload = connection.take_frame(len(large))
+    assert isinstance(payload.obj, mmap.mmap) and payload.readonly
+    assert payload == large
+    assert connection.copied <= PROBE_BYTES  # what came in the read with its prefix
+
+
+def test_an_idle_connection_holds_no_buffer() -> None:
+    async def main() -> None:
+        connection = Connection(asyncio.get_running_loop(), 1 << 20)
+        connection.connection_made(FakeTransport())
+        receive(connection, frame(b"request"))
+        payload = connection.take_frame(7)
+        waiting = asyncio.create_task(connection.wait_for(1))
+        await asyncio.sleep(0)
+        assert len(connection._view) == 0  # let go while the server waits
+        assert payload == b"request"  # the payload keeps its buffer
+        receive(connection, frame(b"next"))
+        await asyncio.wait_for(waiting, 1)
+        assert connection.take_frame(connection.peek_size()) == b"next"
+
+    asyncio.run(main())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(
+        st.one_of(st.integers(0, 40), st.integers(41, 200), st.integers(201, 700)),
+        min_size=1,
+        max_size=12,
+    ),
+    reads=st.lists(st.integers(min_value=1, max_value=300), min_size=1, max_size=20),
+    eager=st.lists(st.booleans(), min_size=1, max_size=10),
+    seed=st.integers(0, 255),
+)
+def test_frames_come_out_whole_in_order_and_never_change_however_the_bytes_are_cut(
+    sizes: list[int], reads: list[int], eager: list[bool], seed: int
+) -> None:
+    """However the transport cuts the stream and whenever the server takes frames (at
+    once, or after several have piled up, admitting the ones it waits for as the server
+    does), every payload comes out whole and in order, read-only, and still holds its
+    bytes at the end (no later read landed on it)."""
+    payloads = [bytes((seed + i + j) % 256 for j in range(n)) for i, n in enumerate(sizes)]
+    stream = b"".join(frame(p) for p in payloads)
+    read_ahead = 64
+    connection, transport = connected(read_ahead)
+    taken: list[memoryview] = []
+
+    def serve(all_buffered: bool) -> None:
+        """The server's part: take the frames received whole; admit the one it waits for."""
+        while connection.buffered >= 4:
+            size = connection.peek_size()
+            if connection.buffered < 4 + size:
+                connection.admit(4 + size)
+                return
+            taken.append(connection.take_frame(size))
+            if not all_buffered:
+                return
+
+    pos = 0
+    step = 0
+    while pos < len(stream):
+        if transport.reading:
+            n = min(reads[step % len(reads)], len(stream) - pos)
+            pos += receive(connection, stream[pos : pos + n], most=reads[-step % len(reads)])
+        serve(eager[step % len(eager)] or not transport.reading)
+        step += 1
+    serve(True)
+    assert [bytes(p) for p in taken] == payloads
+    assert all(p.readonly for p in taken)
+    assert connection.buffered == 0
+    # Bounded copying: a frame moves at most once, or twice when it is larger than the
+    # read-ahead bound (before it is admitted, and when it is).
+    assert connection.copied <= sum(4 + n if 4 + n <= 2 * read_ahead else 8 + 2 * n for n in sizes)
 
 
 def test_the_peers_end_fails_a_wait_and_a_reset_fails_it_with_its_error() -> None:
@@ -124,7 +217,7 @@ def test_the_peers_end_fails_a_wait_and_a_reset_fails_it_with_its_error() -> Non
         connection.connection_made(FakeTransport())
         waiting = asyncio.create_task(connection.wait_for(8))
         await asyncio.sleep(0)
-        connection.data_received(b"abc")
+        receive(connection, b"abc")
         await asyncio.sleep(0)
         assert not waiting.done()
         assert connection.eof_received()  # the sending side stays open for answers due
@@ -206,7 +299,7 @@ def test_a_deadline_bounds_drain_and_a_block_that_finishes_keeps_what_it_got() -
         with pytest.raises(TimeoutError), connection.deadline(started + 30):
             await connection.drain()
         assert loop.time() - started == pytest.approx(30)
-        loop.call_later(10, connection.data_received, b"\x00\x00\x00\x01x")
+        loop.call_later(10, receive, connection, b"\x00\x00\x00\x01x")
         with connection.deadline(loop.time() + 30):
             await connection.wait_for(5)
         assert connection.take_frame(connection.peek_size()) == b"x"
@@ -243,8 +336,8 @@ def test_linger_discards_what_the_peer_sends_and_ends_at_its_close() -> None:
         transport = FakeTransport()
         connection.connection_made(transport)
         connection.task = asyncio.current_task()
-        loop.call_later(1, connection.data_received, bytes(500))  # beyond twice read_ahead
-        loop.call_later(2, connection.data_received, b"more")
+        loop.call_later(1, receive, connection, bytes(500))  # beyond twice read_ahead
+        loop.call_later(2, receive, connection, b"more")
         loop.call_later(3, connection.eof_received)
         started = loop.time()
         with connection.deadline(started + 30):

@@ -1,14 +1,43 @@
-"""One client connection's bytes: what arrived, kept as received; responses written
-back; and one timer per connection that bounds how long the server may wait.
+"""One client connection's bytes: received into buffers the connection owns, handed
+to the server as read-only views; responses written back; and one timer per connection
+that bounds how long the server may wait.
 
-The connection is an `asyncio.Protocol`, not a StreamReader: a StreamReader
-copies every received chunk into its buffer and every `readexactly` out of it
-again, so each request byte was copied twice in Python before a handler saw it.
-Here the chunks the transport delivers are kept as they are, and a frame's
-payload is cut out of them once (`take_frame`): a slice of one chunk, or one join of
-the chunks it spans (for a payload of a megabyte or more, the caller joins
-`take_frame_parts` in a worker thread: CPython copies a join of bytes objects of that
-size without holding the GIL).
+The connection is an `asyncio.BufferedProtocol`: the transport reads straight
+into the buffer `get_buffer` offers, so no received byte is copied in Python.
+(asyncio's socket transport `recv_into`s it, its TLS transport decrypts into
+it, uvloop's TCP and TLS transports do the same; for a plain `Protocol` each
+read made a new bytes object, which uvloop also copied out of libuv's buffer,
+and each payload was then cut out of those chunks with one more copy. Over
+TLS the ciphertext is still copied into OpenSSL's memory BIO, as before, by
+both loops' TLS protocols; the plaintext is decrypted into our buffer.) A
+frame's payload is a read-only `memoryview` of the buffer it arrived in
+(`take_frame`): a frame never spans two buffers.
+
+Buffers. Frames that fit one after the other share a buffer; one that does
+not fit in what is left gets a new buffer once its size prefix is in (its own,
+sized to it, or a shared one it starts), and the bytes of it that came in the
+read that brought its prefix move there: the only copy (`copied` counts
+them), at most `PROBE_BYTES`, because a read reaches at most that far past the
+end of the frame in progress. A frame larger than twice `read_ahead` gets its
+buffer only once the server admits it (`admit`, after checking its size and
+reserving its request memory): until then its bytes, within the read-ahead
+bound, go to a buffer with room for that much, and they move once more when it
+is admitted. A shared buffer starts at `PROBE_BYTES` (at most `read_ahead`)
+and doubles up to `read_ahead` while the peer keeps sending; when everything
+received has been taken and the server waits for more, the connection lets go
+of its buffer, so an idle connection holds none. A buffer
+of `MAPPED_BYTES` or more is an anonymous memory map, whose pages the kernel
+provides as reads reach them: a 100 MB frame costs the loop no 100 MB
+`memset` up front (a bytearray is zero-filled when made).
+
+Handed-out payloads never change: a buffer is written only past the bytes
+received so far (`get_buffer` offers part of `[end, capacity)`, `end` only
+grows, and the transports call `buffer_updated` right after the read that
+`get_buffer` prepared), never rewound nor reused, and a payload lies wholly
+before `end`. A buffer is freed when the connection has moved on and the last
+payload viewing it is gone: a payload keeps its whole buffer alive, so
+handlers keep views only while they serve the request (the log writes
+appended records out; nothing holds them).
 
 Reading ahead is bounded (`read_ahead`): reading pauses once more than twice
 that is buffered beyond the frame the server has admitted (`admit`), and
@@ -29,26 +58,57 @@ from __future__ import annotations
 
 import asyncio
 import math
+import mmap
 from collections import deque
 from types import TracebackType
 from typing import Any
 
 from odradek.protocol.framing import SIZE_PREFIX
 
-__all__ = ["Connection"]
+__all__ = ["MAPPED_BYTES", "MAX_READ_BYTES", "PROBE_BYTES", "Connection"]
+
+# How far a read reaches past the end of the frame in progress, and the size of the
+# first buffer after an idle wait: the next frames' size prefixes (and small frames
+# whole) come with it, and a frame that then does not fit in its buffer has at most this
+# much to move. A large frame costs a read more, no more (a peer that sends one large
+# request at a time leaves the connection idle before each: with 64 KiB a 256 KiB
+# frame moved a quarter of itself).
+PROBE_BYTES = 16 * 1024
+# A buffer this large or larger is an anonymous memory map rather than a bytearray,
+# which is zero-filled when made, holding the loop (~1.4 ms a MiB of fresh memory here).
+MAPPED_BYTES = 4 << 20
+# One read takes at most this much, so a callback that reads into a large buffer
+# (faulting its pages in) stays short.
+MAX_READ_BYTES = 1 << 20
+_NO_BUFFER = memoryview(b"")
 
 
-class Connection(asyncio.Protocol):
-    """A server connection: received chunks, the transport to answer on, its deadline."""
+def _allocate(capacity: int) -> bytearray | mmap.mmap:
+    if capacity < MAPPED_BYTES:
+        return bytearray(capacity)
+    return mmap.mmap(-1, capacity, flags=mmap.MAP_PRIVATE)  # anonymous, this process's
+
+
+class Connection(asyncio.BufferedProtocol):
+    """A server connection: its receive buffers, the transport to answer on, its deadline."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, read_ahead: int) -> None:
         self.loop = loop
         self.read_ahead = read_ahead
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # connection_made
         self.task: asyncio.Task[Any] | None = None  # cancelled when a deadline passes
-        self._parts: deque[bytes] = deque()
-        self._offset = 0  # bytes of _parts[0] already taken
+        # The buffer being received into: written through _write, read through _view.
+        self._write = self._view = _NO_BUFFER
+        self._capacity = 0
+        self._start = 0  # first byte not taken
+        self._scan = 0  # start of the first frame not received whole (all before it are)
+        self._scan_total = -1  # that frame's size with its prefix, once the prefix is in
+        self._end = 0  # end of the bytes received
+        self._shared = min(PROBE_BYTES, read_ahead)  # the size of the next shared buffer
+        # Earlier buffers with frames received whole and not taken: (view, start, end).
+        self._earlier: deque[tuple[memoryview, int, int]] = deque()
         self.buffered = 0  # bytes received and not taken
+        self.copied = 0  # bytes moved from one buffer to the next (see the module's doc)
         self._admitted = 0  # bytes of the frame being read that are read whatever read_ahead says
         self._want = 0  # the reader waits until this much is buffered
         self._waiter: asyncio.Future[None] | None = None
@@ -71,14 +131,86 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self._over_ssl = transport.get_extra_info("sslcontext") is not None
 
-    def data_received(self, data: bytes) -> None:
-        self._parts.append(data)
-        self.buffered += len(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next read lands: the current buffer from the end of what was received,
+        after a move to a new buffer when it is full or the frame in progress no longer
+        fits in it; no further than `PROBE_BYTES` past the end of the frame in progress."""
+        total = self._scan_total
+        if self._end == self._capacity or (
+            total > self._capacity - self._scan and self._may_size(total)
+        ):
+            self._next_buffer()
+            total = self._scan_total
+        end = self._end
+        reach = (self._scan + total if total > 0 else end) + PROBE_BYTES
+        return self._write[end : min(self._capacity, reach, end + MAX_READ_BYTES)]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        end = self._end = self._end + nbytes
+        self.buffered += nbytes
+        # Where the frame in progress starts, and its size once its prefix is in.
+        scan = self._scan
+        total = self._scan_total
+        while True:
+            if total < 0:
+                if end - scan < 4:
+                    break
+                size = SIZE_PREFIX.unpack_from(self._view, scan)[0]
+                if size < 0:
+                    break  # not a frame: the server refuses the prefix when it reaches it
+                total = 4 + size
+            if scan + total > end:
+                break
+            scan += total
+            total = -1
+        self._scan = scan
+        self._scan_total = total
         if self.buffered >= self._want:
             self._wake(self._waiter, None)
         if not self._reading_paused and self.buffered - self._admitted > 2 * self.read_ahead:
             self._reading_paused = True
             self.transport.pause_reading()
+
+    def _may_size(self, total: int) -> bool:
+        """Whether the frame in progress, `total` bytes with its prefix, may have a buffer
+        of its size: it is within the read-ahead bound, or the server admitted it."""
+        return total <= 2 * self.read_ahead or (
+            total <= self._admitted and self._scan == self._start and not self._earlier
+        )
+
+    def _next_buffer(self) -> None:
+        """Receive into a new buffer from here on. The bytes of the frame in progress move
+        there; the frames received whole stay where they are until taken."""
+        total = self._scan_total
+        tail = self._end - self._scan
+        shared = self._shared
+        if total > 0 and self._may_size(total):
+            capacity = max(total, shared)  # its own buffer, or a shared one it starts
+        elif total > 0:  # not admitted yet: room for what the read-ahead bound lets in
+            capacity = min(total, tail + 2 * self.read_ahead)
+        else:  # its size not in yet (or not a size at all)
+            capacity = tail + shared
+        if capacity > total:  # frames after it share this buffer
+            self._shared = min(2 * shared, self.read_ahead)
+        write = memoryview(_allocate(capacity))
+        if tail:
+            write[:tail] = self._write[self._scan : self._end]
+            self.copied += tail
+        if self._scan > self._start:
+            self._earlier.append((self._view, self._start, self._scan))
+        self._write = write
+        self._view = write.toreadonly()
+        self._capacity = capacity
+        self._start = self._scan = 0
+        self._end = tail
+
+    def _let_go(self) -> None:
+        """Nothing is buffered and the server waits: hold no buffer meanwhile (the next
+        read gets a new one; payloads handed out keep theirs)."""
+        self._write = self._view = _NO_BUFFER
+        self._capacity = self._start = self._scan = self._end = 0
+        self._scan_total = -1
+        self._shared = min(PROBE_BYTES, self.read_ahead)
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -115,10 +247,10 @@ class Connection(asyncio.Protocol):
 
     def peek_size(self) -> int:
         """The signed 4-byte size that starts the buffered bytes (4 must be buffered)."""
-        part = self._parts[0]
-        if len(part) - self._offset >= 4:
-            return int(SIZE_PREFIX.unpack_from(part, self._offset)[0])
-        return int(SIZE_PREFIX.unpack(self._copy(0, 4))[0])
+        if self._earlier:
+            view, start, _ = self._earlier[0]
+            return int(SIZE_PREFIX.unpack_from(view, start)[0])
+        return int(SIZE_PREFIX.unpack_from(self._view, self._start)[0])
 
     async def wait_for(self, size: int) -> None:
         """Until `size` bytes are buffered. When the peer ends first: the error the
@@ -128,6 +260,8 @@ class Connection(asyncio.Protocol):
                 if self._lost is not None:
                     raise self._lost
                 raise asyncio.IncompleteReadError(b"", size - self.buffered)
+            if not self.buffered and self._capacity:
+                self._let_go()
             self._want = size
             self._resume_reading()  # the caller waits only for bytes it may read
             waiter = self._waiter = self.loop.create_future()
@@ -139,83 +273,27 @@ class Connection(asyncio.Protocol):
 
     def admit(self, size: int) -> None:
         """The next `size` bytes make a frame the server takes: read them in full,
-        whatever the read-ahead bound says."""
+        whatever the read-ahead bound says, into a buffer of their own."""
         self._admitted = size
         self._resume_reading()
 
-    def take_frame(self, size: int) -> bytes:
+    def take_frame(self, size: int) -> memoryview:
         """The payload of the buffered frame that starts with a `size` prefix (all of it
-        must be buffered), copied once at most."""
-        part = self._parts[0]
-        start = self._offset + 4
-        end = start + size
-        if end <= len(part):  # prefix and payload in one chunk: the usual case
-            data = part[start:end]
-            self._consumed(4 + size)
-        else:
-            data = self._copy(4, size)
-            self._consumed_many(4 + size)
-        self._after_take()
-        return data
-
-    def take_frame_parts(self, size: int) -> list[bytes]:
-        """The same payload as the chunks it arrived in (the first and last cut to
-        size), for the caller to join off the event loop."""
-        self._consumed_many(4)
-        parts: list[bytes] = []
-        left = size
-        while left:
-            part = self._parts[0]
-            end = self._offset + left
-            if self._offset == 0 and end >= len(part):
-                piece = part
+        must be buffered): a read-only view of the buffer it arrived in, not a copy."""
+        total = 4 + size
+        if self._earlier:
+            view, start, end = self._earlier[0]
+            if start + total == end:
+                self._earlier.popleft()
             else:
-                piece = part[self._offset : min(end, len(part))]
-            parts.append(piece)
-            self._consumed(len(piece))
-            left -= len(piece)
+                self._earlier[0] = (view, start + total, end)
+        else:
+            view = self._view
+            start = self._start
+            self._start = start + total
+        self.buffered -= total
         self._after_take()
-        return parts
-
-    def _copy(self, skip: int, size: int) -> bytes:
-        """`size` buffered bytes after the first `skip`, joined from the chunks (one copy;
-        the first chunk that holds any of them is returned as is when it is exactly them)."""
-        if not size:
-            return b""
-        pieces: list[memoryview] = []
-        index = 0
-        offset = self._offset + skip
-        while offset >= len(self._parts[index]):
-            offset -= len(self._parts[index])
-            index += 1
-        left = size
-        while left:
-            part = self._parts[index]
-            if offset == 0 and len(part) == left and not pieces:
-                return part
-            piece = memoryview(part)[offset : offset + left]
-            pieces.append(piece)
-            left -= len(piece)
-            index += 1
-            offset = 0
-        data = b"".join(pieces)
-        for piece in pieces:
-            piece.release()
-        return data
-
-    def _consumed(self, size: int) -> None:
-        """`size` bytes of the first chunk (no more than it holds) are taken."""
-        self._offset += size
-        self.buffered -= size
-        if self._offset == len(self._parts[0]):
-            self._parts.popleft()
-            self._offset = 0
-
-    def _consumed_many(self, size: int) -> None:
-        while size:
-            step = min(size, len(self._parts[0]) - self._offset)
-            self._consumed(step)
-            size -= step
+        return view[start + 4 : start + total]
 
     def _after_take(self) -> None:
         self._admitted = 0
@@ -238,8 +316,8 @@ class Connection(asyncio.Protocol):
                 return
 
     def _discard_buffered(self) -> None:
-        self._parts.clear()
-        self._offset = 0
+        self._earlier.clear()
+        self._let_go()
         self.buffered = 0
         self._resume_reading()
 

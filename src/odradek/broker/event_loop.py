@@ -3,10 +3,10 @@
 `event.loop` (Odradek's own setting) says `asyncio` (the default), `uvloop`
 or `auto` (uvloop if it imports, else asyncio's). uvloop comes with
 `pip install 'odradek[uvloop]'`. It is not the default because it does not
-pay yet: measured with bench/broker_cpu.py (docs/benchmarks.md, issue 23) it
-saves CPU at 100 B records and costs more at 1 KiB, since it copies every
-received chunk once more than asyncio's loop does (into a bytes object from
-libuv's buffer) before `broker/connection.py` sees it.
+pay: measured with bench/broker_cpu.py (docs/benchmarks.md, issue 23), with
+both loops reading straight into the connection's buffers
+(`broker/connection.py` is a BufferedProtocol), it was 0.88-1.09x asyncio's
+loop's CPU per GB, not lower in every cell.
 
 The environment variable `ODRADEK_EVENT_LOOP`, when set, takes the place of
 the default (a `--set event.loop=...` still wins): how the test suite runs all

@@ -84,9 +84,6 @@ LARGE_RESPONSE_ENTRIES = 100
 # holding large unfinished frames stop every client (as they can in Kafka, whose
 # exhausted pool mutes every connection until those frames finish).
 SMALL_FRAME_BYTES = READ_AHEAD_BYTES
-# A payload of this size or more is joined from its chunks off the event loop (CPython
-# releases the GIL for joins of bytes objects of 1 MiB or more).
-JOIN_OFF_LOOP_BYTES = 1 << 20
 # After a final answer (a refused authentication), how long the peer may take to close
 # first. Closing at once sends TLS's close_notify right behind the answer, and a client
 # that meets both in one read may drop the answer (kafka-python 3.0 discards what it
@@ -423,7 +420,7 @@ class Broker:
 
     def _buffered_frame(
         self, connection_id: int, connection: Connection
-    ) -> tuple[bytes, int] | None:
+    ) -> tuple[memoryview, int] | None:
         """The next frame when all of it has arrived and it never waits for request
         memory (the usual case: nothing to wait for), and the budget bytes it holds."""
         if connection.buffered < 4:
@@ -442,7 +439,7 @@ class Broker:
         connection: Connection,
         idle_s: float,
         receive_s: float,
-    ) -> tuple[bytes, int] | None:
+    ) -> tuple[memoryview, int] | None:
         """The next frame, and the budget bytes it holds; None when the connection
         must close (then the frame holds nothing).
 
@@ -478,7 +475,7 @@ class Broker:
                 held = size
                 connection.admit(4 + size)
                 await connection.wait_for(4 + size)
-                payload = await self._take_payload(connection, size)
+                payload = connection.take_frame(size)
         except TimeoutError:
             self.budget.release(held)
             what = "a frame's size" if size < 0 else f"a {size}-byte frame"
@@ -494,19 +491,11 @@ class Broker:
             raise
         return payload, held
 
-    async def _take_payload(self, connection: Connection, size: int) -> bytes:
-        """A buffered frame's payload; one of a megabyte or more is joined from the
-        chunks it arrived in by a worker thread, so the loop goes on serving meanwhile
-        (a 100 MB copy takes 100-300 ms on a small machine)."""
-        if size < JOIN_OFF_LOOP_BYTES:
-            return connection.take_frame(size)
-        return await asyncio.to_thread(b"".join, connection.take_frame_parts(size))
-
     async def _answer(
         self,
         connection_id: int,
         client_host: str,
-        payload: bytes,
+        payload: memoryview,
         connection: Connection,
         send_s: float,
     ) -> bool:
@@ -569,11 +558,11 @@ class Broker:
         )
 
     async def _dispatch(
-        self, connection_id: int, client_host: str, payload: bytes
+        self, connection_id: int, client_host: str, payload: bytes | memoryview
     ) -> bytes | EncodedResponse | None:
         session = self._sessions.get(connection_id)
         if session is not None and session.raw_tokens:
-            return session.raw_token(payload)  # SaslHandshake v0: bare SASL tokens
+            return session.raw_token(bytes(payload))  # SaslHandshake v0: bare SASL tokens
         header, pos = parse_request_header(payload)
         spec = REGISTRY.get(header.api_key)
         if spec is None:

@@ -123,8 +123,9 @@ def _writer(entity_type: type[Entity]) -> Any:
     return entity_writer(entity_type)
 
 
-def decode_request_body(header: RequestHeader, frame: bytes, pos: int) -> Entity:
-    """Read the body of a request whose schema kio has (caller checked the version)."""
+def decode_request_body(header: RequestHeader, frame: bytes | memoryview, pos: int) -> Entity:
+    """Read the body of a request whose schema kio has (caller checked the version).
+    ``frame``: bytes or a read-only view (kio refuses a writable buffer)."""
     cls = request_type(header.api_key, header.api_version)
     try:
         if cls.__flexible__:

@@ -85,7 +85,7 @@ ReadEntry = tuple[PartitionKey, dict[str, Any], int]
 NO_EPOCH = -1  # LastFetchedEpoch not sent (before v12, or by a fetcher that has none)
 
 
-def read_request(header: RequestHeader, frame: bytes, pos: int) -> FetchRequest:
+def read_request(header: RequestHeader, frame: bytes | memoryview, pos: int) -> FetchRequest:
     """The request body, read by hand (``protocol/fetch.py``): kio's reader takes ten
     times as long, and Fetch is the broker's busiest request."""
     try:
