@@ -80,6 +80,7 @@ class Tracker:
         self.current: set[int] = set()
         self.consumed = 0
         self.owed: dict[int, int] = {}  # partition -> next offset whose commit failed
+        self._retried_at = 0.0
         self.records_per_s = (spec or {}).get("records_per_s")
 
     def process(self, records: int) -> None:
@@ -101,6 +102,16 @@ class Tracker:
         """Start a commit; owed until ``committed`` confirms it (or the revoke callback)."""
         self.owed.update(nexts)
         commit_async_fn(nexts)
+
+    def retry_owed(self, commit_async_fn) -> None:
+        """While idle: commit again what is still owed, at most once a second (an async
+        commit that failed in a rebalance would otherwise stay owed until a revoke,
+        which a member closing during a rebalance never gets: it loses the partitions)."""
+        now = time.monotonic()
+        mine = {p: o for p, o in self.owed.items() if p in self.current}  # never another's
+        if mine and now - self._retried_at >= 1.0:
+            self._retried_at = now
+            commit_async_fn(mine)
 
     def committed(self, offsets: dict[int, int]) -> None:
         for p, o in offsets.items():
@@ -205,6 +216,8 @@ def run_confluent(spec: dict, ctl: Control, deadline: float) -> None:
                 batch.append(_item(spec, m.topic(), m.partition(), m.offset()))
                 nexts[_key(spec, m.topic(), m.partition())] = m.offset() + 1
             if not batch:
+                if spec.get("commit") == "async":
+                    tracker.retry_owed(lambda n: commit_fn(n, asynchronous=True))
                 continue
             emit("records", items=batch)
             tracker.process(len(batch))
@@ -434,6 +447,8 @@ def run_odradek(spec: dict, ctl: Control, deadline: float) -> None:
                 batch.append(_item(spec, m.topic, m.partition, m.offset))
                 nexts[_key(spec, m.topic, m.partition)] = m.offset + 1
             if not batch:
+                if spec.get("commit") == "async":
+                    tracker.retry_owed(commit_async_fn)
                 continue
             # Whether this member's own JoinGroup / SyncGroup was in flight as poll returned.
             rebalancing = consumer._coordinator.rebalance_in_progress()
