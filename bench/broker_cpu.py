@@ -50,9 +50,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
 from report import markdown_table  # bench/report.py (scripts run from bench/)
-from throughput import Target, consume, create_topic, produce  # bench/throughput.py's load
+from throughput import (  # bench/throughput.py's load
+    Target,
+    consume,
+    create_topic,
+    delete_topics,
+    produce,
+)
 
 from odradek.testing import BrokerProcess, free_port
 
@@ -125,11 +130,7 @@ class Broker:
 
     def delete_topics(self) -> None:
         """Drop the round's topics (a full run writes about 3 GB per broker and round)."""
-        if self.topics:
-            admin = AdminClient({"bootstrap.servers": self.bootstrap})
-            for future in admin.delete_topics(self.topics, operation_timeout=30).values():
-                future.result(timeout=60)
-            self.topics.clear()
+        delete_topics(self.target, self.topics)
 
 
 class Kafka:

@@ -54,7 +54,6 @@ import os
 import platform
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -72,7 +71,15 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import version as ck_version
 from confluent_kafka.admin import AdminClient
 from report import markdown_table  # bench/report.py (scripts run from bench/)
-from throughput import CONSUMER_SETTINGS, Result, Target, consume, create_topic, produce
+from throughput import (
+    CONSUMER_SETTINGS,
+    Result,
+    Target,
+    consume,
+    create_topic,
+    delete_topics,
+    produce,
+)
 
 SETUPS = ("serve", "cluster-1", "cluster-2")
 SIZES = {"100 B": 100, "1 KiB": 1024}
@@ -134,18 +141,14 @@ class Setup:
         return Target(self.name, self.bootstrap)
 
     def delete_topics(self) -> None:
-        if self.topics:
-            admin = AdminClient({"bootstrap.servers": self.bootstrap})
-            for future in admin.delete_topics(self.topics, operation_timeout=30).values():
-                future.result(timeout=60)
-            self.topics.clear()
+        delete_topics(self.target, self.topics)
 
 
 @contextmanager
 def started(name: str, root: Path) -> Iterator[Setup]:
     """Start one of `SETUPS` in `root`; stopped when the block ends."""
     if name == "serve":
-        broker = start_odradek(root, None)
+        broker, _ = start_odradek(root, None)  # (process, its start-up seconds)
         assert broker.pid is not None
         try:
             [node] = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics().brokers
@@ -158,18 +161,12 @@ def started(name: str, root: Path) -> Iterator[Setup]:
     cluster = LocalCluster.prepare(root, brokers=int(name.rsplit("-", 1)[1]))
     try:
         cluster.start_all(timeout_s=START_TIMEOUT_S)
-        pids = {b: cluster.pid(b) for b in cluster.broker_ids}
+        pids = {b: pid for b in cluster.broker_ids if (pid := cluster.pid(b)) is not None}
         etcd = cluster.pid(cluster.etcd_names[0])
-        assert etcd is not None and all(pids.values())
-        yield Setup(name, cluster.bootstrap_servers(), pids, etcd)  # type: ignore[arg-type]
+        assert etcd is not None and len(pids) == len(cluster.broker_ids)
+        yield Setup(name, cluster.bootstrap_servers(), pids, etcd)
     finally:
-        try:
-            cluster.stop_all(timeout_s=10.0)
-        finally:  # stop_all failed midway (e.g. a full disk): no process of ours outlives us
-            for member in cluster.members():
-                pid = cluster.pid(member)
-                if pid is not None and cluster.is_running(member):
-                    os.kill(pid, signal.SIGKILL)
+        cluster.stop_all(timeout_s=10.0)  # etcd too, even when a broker's stop fails
 
 
 def leaders(setup: Setup, topic: str) -> dict[int, list[int]]:

@@ -131,6 +131,15 @@ class Target:
         return {"bootstrap.servers": self.bootstrap, **self.settings, **extra}
 
 
+def delete_topics(target: Target, topics: list[str]) -> None:
+    """Drop topics a measurement created (a long run writes GBs per round), and forget them."""
+    if topics:
+        admin = AdminClient(target.config())
+        for future in admin.delete_topics(topics, operation_timeout=30).values():
+            future.result(timeout=60)
+        topics.clear()
+
+
 def create_topic(target: Target, topic: str, partitions: int) -> None:
     admin = AdminClient(target.config())
     futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=10)
