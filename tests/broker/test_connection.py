@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from odradek.broker.connection import MAPPED_BYTES, PROBE_BYTES, Connection
+from odradek.broker.receive_buffers import BufferPool
 
 from .manual_loop import ManualClockLoop
 
@@ -71,9 +72,11 @@ def receive(connection: Connection, data: bytes, most: int | None = None) -> int
     return pos
 
 
-def connected(read_ahead: int = 64) -> tuple[Connection, FakeTransport]:
+def connected(
+    read_ahead: int = 64, pool: BufferPool | None = None
+) -> tuple[Connection, FakeTransport]:
     loop = asyncio.new_event_loop()
-    connection = Connection(loop, read_ahead)
+    connection = Connection(loop, read_ahead, pool)
     transport = FakeTransport()
     connection.connection_made(transport)
     return connection, transport
@@ -142,6 +145,62 @@ def test_a_frame_of_mapped_size_is_received_into_a_memory_map() -> None:
     assert connection.copied <= PROBE_BYTES  # what came in the read with its prefix
 
 
+def test_a_buffer_is_reused_only_once_no_payload_views_it() -> None:
+    """An idle connection gives its buffer to the pool; the next request is received into
+    it only if the last payload from it is gone, and never over a payload still held."""
+
+    async def main() -> None:
+        pool = BufferPool(1 << 20)
+        connection = Connection(asyncio.get_running_loop(), 1 << 20, pool)
+        connection.connection_made(FakeTransport())
+
+        async def request(data: bytes) -> memoryview:
+            waiting = asyncio.create_task(connection.wait_for(1))
+            await asyncio.sleep(0)  # the server waits: the connection lets go of its buffer
+            receive(connection, frame(data))
+            await asyncio.wait_for(waiting, 1)
+            return connection.take_frame(connection.peek_size())
+
+        first = await request(b"a" * 1000)
+        held = id(first.obj)  # (a reference to it would keep it from reuse, as a view does)
+        second = await request(b"b" * 1000)  # `first` still held: a new buffer
+        assert id(second.obj) != held and first == b"a" * 1000 and pool.reused == 0
+        del first
+        third = await request(b"c" * 1000)  # `first`'s buffer is free again: reused
+        assert id(third.obj) == held and third == b"c" * 1000 and pool.reused == 1
+        assert second == b"b" * 1000
+        assert len(connection._view) > 0 and pool.held_bytes <= pool.max_bytes
+
+    asyncio.run(main())
+
+
+def test_after_an_idle_wait_a_request_like_the_last_comes_in_one_read() -> None:
+    """A producer's requests are of a size: after the connection let go of its buffer, the
+    next one offered has room for a frame as long as the last, so it is read in one go
+    (not a probe's worth first and the rest into a buffer it then moves to)."""
+
+    async def main() -> None:
+        connection = Connection(asyncio.get_running_loop(), 256 * 1024, BufferPool(1 << 20))
+        connection.connection_made(FakeTransport())
+        data = bytes(range(256)) * 800  # 200 KiB, far more than PROBE_BYTES
+        receive(connection, frame(data))  # the first: a probe's worth, then the rest
+        assert connection.take_frame(connection.peek_size()) == data
+        copied = connection.copied
+        for _ in range(3):
+            waiting = asyncio.create_task(connection.wait_for(1))
+            await asyncio.sleep(0)
+            offered = connection.get_buffer(-1)
+            assert len(offered) >= len(frame(data))  # the whole next frame: one read
+            offered[: len(frame(data))] = frame(data)
+            del offered
+            connection.buffer_updated(len(frame(data)))
+            await asyncio.wait_for(waiting, 1)
+            assert connection.take_frame(connection.peek_size()) == data
+        assert connection.copied == copied  # nothing moved
+
+    asyncio.run(main())
+
+
 def test_an_idle_connection_holds_no_buffer() -> None:
     async def main() -> None:
         connection = Connection(asyncio.get_running_loop(), 1 << 20)
@@ -168,20 +227,25 @@ def test_an_idle_connection_holds_no_buffer() -> None:
     ),
     reads=st.lists(st.integers(min_value=1, max_value=300), min_size=1, max_size=20),
     eager=st.lists(st.booleans(), min_size=1, max_size=10),
+    keep=st.lists(st.booleans(), min_size=1, max_size=10),
     seed=st.integers(0, 255),
 )
 def test_frames_come_out_whole_in_order_and_never_change_however_the_bytes_are_cut(
-    sizes: list[int], reads: list[int], eager: list[bool], seed: int
+    sizes: list[int], reads: list[int], eager: list[bool], keep: list[bool], seed: int
 ) -> None:
     """However the transport cuts the stream and whenever the server takes frames (at
     once, or after several have piled up, admitting the ones it waits for as the server
     does), every payload comes out whole and in order, read-only, and still holds its
-    bytes at the end (no later read landed on it)."""
+    bytes at the end (no later read landed on it). Buffers are reused from a pool: the
+    server drops some payloads as soon as it has read them (their buffers may then be
+    reused) and keeps the others to the end, and no reuse lands on a kept one."""
     payloads = [bytes((seed + i + j) % 256 for j in range(n)) for i, n in enumerate(sizes)]
     stream = b"".join(frame(p) for p in payloads)
     read_ahead = 64
-    connection, transport = connected(read_ahead)
+    pool = BufferPool(4 * read_ahead)
+    connection, transport = connected(read_ahead, pool)
     taken: list[memoryview] = []
+    seen: list[bytes] = []
 
     def serve(all_buffered: bool) -> None:
         """The server's part: take the frames received whole; admit the one it waits for."""
@@ -190,7 +254,11 @@ def test_frames_come_out_whole_in_order_and_never_change_however_the_bytes_are_c
             if connection.buffered < 4 + size:
                 connection.admit(4 + size)
                 return
-            taken.append(connection.take_frame(size))
+            payload = connection.take_frame(size)
+            seen.append(bytes(payload))
+            if keep[len(seen) % len(keep)]:
+                taken.append(payload)
+            del payload  # a dropped one's buffer may be reused from here on
             if not all_buffered:
                 return
 
@@ -203,7 +271,9 @@ def test_frames_come_out_whole_in_order_and_never_change_however_the_bytes_are_c
         serve(eager[step % len(eager)] or not transport.reading)
         step += 1
     serve(True)
-    assert [bytes(p) for p in taken] == payloads
+    assert seen == payloads
+    kept = [p for i, p in enumerate(payloads, start=1) if keep[i % len(keep)]]
+    assert [bytes(p) for p in taken] == kept
     assert all(p.readonly for p in taken)
     assert connection.buffered == 0
     # Bounded copying: a frame moves at most once, or twice when it is larger than the

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from odradek.broker.connection import Connection
 from odradek.broker.connection_quotas import normalized_address
+from odradek.broker.receive_buffers import BufferPool
 from odradek.ratelog import RateLimitedLog
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ BACKOFF_S = (0.01, 1.0)
 # Bytes a connection buffers ahead of the frame the broker is reading (up to twice this
 # before it stops reading: `Connection`).
 READ_AHEAD_BYTES = 256 * 1024
+# Receive buffers the listener's connections let go of, kept for reuse (`BufferPool`):
+# room for a few producers' requests of up to twice the read-ahead each.
+RECEIVE_POOL_BYTES = 16 * READ_AHEAD_BYTES
 
 
 class Acceptor:
@@ -63,6 +67,7 @@ class Acceptor:
         self._failures = failures
         self._quota = quota
         self._starting: set[asyncio.Task[None]] = set()  # strong references until done
+        self._buffers = BufferPool(RECEIVE_POOL_BYTES)
         self._task = asyncio.create_task(self._run())
 
     @property
@@ -141,7 +146,7 @@ class Acceptor:
             with contextlib.suppress(OSError):
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # uvloop answers its own TLS protocol rather than ours: keep ours at hand.
-        connection = Connection(loop, READ_AHEAD_BYTES)
+        connection = Connection(loop, READ_AHEAD_BYTES, self._buffers)
         try:
             await loop.connect_accepted_socket(
                 lambda: connection,

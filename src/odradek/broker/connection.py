@@ -17,15 +17,22 @@ Buffers. Frames that fit one after the other share a buffer; one that does
 not fit in what is left gets a new buffer once its size prefix is in (its own,
 sized to it, or a shared one it starts), and the bytes of it that came in the
 read that brought its prefix move there: the only copy (`copied` counts
-them), at most `PROBE_BYTES`, because a read reaches at most that far past the
-end of the frame in progress. A frame larger than twice `read_ahead` gets its
+them), bounded because a read reaches at most `PROBE_BYTES` past the end of the
+frame in progress, or, while the next frame's size is not in yet, as far as the
+connection's last frame was long (`_typical`, at most twice `read_ahead`): a
+producer's next request, sized like its last, then comes in one read. A frame
+larger than twice `read_ahead` gets its
 buffer only once the server admits it (`admit`, after checking its size and
 reserving its request memory): until then its bytes, within the read-ahead
 bound, go to a buffer with room for that much, and they move once more when it
-is admitted. A shared buffer starts at `PROBE_BYTES` (at most `read_ahead`)
-and doubles up to `read_ahead` while the peer keeps sending; when everything
+is admitted. A shared buffer starts at `PROBE_BYTES` (at most `read_ahead`), or
+the last frame's size after an idle wait, and doubles up to `read_ahead` while
+the peer keeps sending; when everything
 received has been taken and the server waits for more, the connection lets go
-of its buffer, so an idle connection holds none. A buffer
+of its buffer, so an idle connection holds none. Buffers the connection moves on
+from go to the loop's `BufferPool` (`receive_buffers.py`), which hands them out
+again once no payload views them: no `memset` of a fresh bytearray per request,
+and memory that is warm in the caches. A buffer
 of `MAPPED_BYTES` or more is an anonymous memory map, whose pages the kernel
 provides as reads reach them: a 100 MB frame costs the loop no 100 MB
 `memset` up front (a bytearray is zero-filled when made).
@@ -63,6 +70,7 @@ from collections import deque
 from types import TracebackType
 from typing import Any
 
+from odradek.broker.receive_buffers import BufferPool
 from odradek.protocol.framing import SIZE_PREFIX
 
 __all__ = ["MAPPED_BYTES", "MAX_READ_BYTES", "PROBE_BYTES", "Connection"]
@@ -83,28 +91,35 @@ MAX_READ_BYTES = 1 << 20
 _NO_BUFFER = memoryview(b"")
 
 
-def _allocate(capacity: int) -> bytearray | mmap.mmap:
+def _allocate(capacity: int, pool: BufferPool) -> bytearray | mmap.mmap:
     if capacity < MAPPED_BYTES:
-        return bytearray(capacity)
+        return pool.take(capacity)
     return mmap.mmap(-1, capacity, flags=mmap.MAP_PRIVATE)  # anonymous, this process's
 
 
 class Connection(asyncio.BufferedProtocol):
     """A server connection: its receive buffers, the transport to answer on, its deadline."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, read_ahead: int) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, read_ahead: int, pool: BufferPool | None = None
+    ) -> None:
         self.loop = loop
         self.read_ahead = read_ahead
+        # Where buffers come from and go back to: the loop's, shared by its connections
+        # (none given: a pool that keeps nothing, every buffer made afresh).
+        self._pool = pool if pool is not None else BufferPool(0)
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # connection_made
         self.task: asyncio.Task[Any] | None = None  # cancelled when a deadline passes
         # The buffer being received into: written through _write, read through _view.
         self._write = self._view = _NO_BUFFER
+        self._buffer: bytearray | mmap.mmap | None = None  # what _write views
         self._capacity = 0
         self._start = 0  # first byte not taken
         self._scan = 0  # start of the first frame not received whole (all before it are)
         self._scan_total = -1  # that frame's size with its prefix, once the prefix is in
         self._end = 0  # end of the bytes received
         self._shared = min(PROBE_BYTES, read_ahead)  # the size of the next shared buffer
+        self._typical = 0  # the last frame's size with its prefix (at most 2 * read_ahead)
         # Earlier buffers with frames received whole and not taken: (view, start, end).
         self._earlier: deque[tuple[memoryview, int, int]] = deque()
         self.buffered = 0  # bytes received and not taken
@@ -134,7 +149,8 @@ class Connection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         """Where the next read lands: the current buffer from the end of what was received,
         after a move to a new buffer when it is full or the frame in progress no longer
-        fits in it; no further than `PROBE_BYTES` past the end of the frame in progress."""
+        fits in it; no further than `PROBE_BYTES` past the end of the frame in progress
+        (while its size is not in, as far as the last frame was long)."""
         total = self._scan_total
         if self._end == self._capacity or (
             total > self._capacity - self._scan and self._may_size(total)
@@ -142,7 +158,10 @@ class Connection(asyncio.BufferedProtocol):
             self._next_buffer()
             total = self._scan_total
         end = self._end
-        reach = (self._scan + total if total > 0 else end) + PROBE_BYTES
+        if total > 0:
+            reach = self._scan + total + PROBE_BYTES
+        else:
+            reach = end + max(PROBE_BYTES, self._typical)
         return self._write[end : min(self._capacity, reach, end + MAX_READ_BYTES)]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -188,19 +207,22 @@ class Connection(asyncio.BufferedProtocol):
             capacity = max(total, shared)  # its own buffer, or a shared one it starts
         elif total > 0:  # not admitted yet: room for what the read-ahead bound lets in
             capacity = min(total, tail + 2 * self.read_ahead)
-        else:  # its size not in yet (or not a size at all)
-            capacity = tail + shared
+        else:  # its size not in yet (or not a size at all): room for one like the last
+            capacity = tail + max(shared, self._typical)
         if capacity > total:  # frames after it share this buffer
             self._shared = min(2 * shared, self.read_ahead)
-        write = memoryview(_allocate(capacity))
+        buffer = _allocate(capacity, self._pool)
+        write = memoryview(buffer)
         if tail:
             write[:tail] = self._write[self._scan : self._end]
             self.copied += tail
         if self._scan > self._start:
             self._earlier.append((self._view, self._start, self._scan))
+        self._pool.give(self._buffer)  # reused once no view of it is left
+        self._buffer = buffer
         self._write = write
         self._view = write.toreadonly()
-        self._capacity = capacity
+        self._capacity = len(buffer)  # a pooled buffer may be larger than asked
         self._start = self._scan = 0
         self._end = tail
 
@@ -208,6 +230,8 @@ class Connection(asyncio.BufferedProtocol):
         """Nothing is buffered and the server waits: hold no buffer meanwhile (the next
         read gets a new one; payloads handed out keep theirs)."""
         self._write = self._view = _NO_BUFFER
+        self._pool.give(self._buffer)
+        self._buffer = None
         self._capacity = self._start = self._scan = self._end = 0
         self._scan_total = -1
         self._shared = min(PROBE_BYTES, self.read_ahead)
@@ -292,6 +316,7 @@ class Connection(asyncio.BufferedProtocol):
             start = self._start
             self._start = start + total
         self.buffered -= total
+        self._typical = min(total, 2 * self.read_ahead)
         self._after_take()
         return view[start + 4 : start + total]
 
