@@ -723,6 +723,7 @@ class PartitionLog:
             if old.file.retired:
                 return  # deleted meanwhile (retention, topic deletion): nothing to finish
             try:
+                old.release_reserved()  # appended to no more
                 old.write_index_files(fsync=True)
                 old.txn_index.sync()
                 old.fsync()

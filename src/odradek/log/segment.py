@@ -43,6 +43,7 @@ from typing import NamedTuple
 from odradek.log.errors import CorruptSegmentError
 from odradek.log.files import FileCache, FileRegion, SegmentFile
 from odradek.log.index import IndexCorruptError, OffsetIndex, TimeIndex, write_file_atomic
+from odradek.log.reserve import RESERVE_BYTES, release, reserve
 from odradek.log.txn_index import TxnIndex
 from odradek.protocol.records import (
     BATCH_OVERHEAD,
@@ -135,6 +136,7 @@ class Segment:
         "next_segment_base",
         "offset_index",
         "offset_of_max_timestamp",
+        "reserved_end",
         "size",
         "time_index",
         "truncated",
@@ -153,6 +155,8 @@ class Segment:
         self.assumed = False  # size and end offset taken from a clean shutdown's record
         self.marker_on_disk: bool | None = None  # is there a .corrupt file? None: unknown
         self.size = -1  # unknown until loaded (or assumed, or stat'ed by byte_size)
+        # Blocks are reserved up to here (reserve.py); -1: reserving failed, do not retry.
+        self.reserved_end = 0
         self.next_offset = base_offset
         self.next_segment_base: int | None = None  # offsets here stay below it
         self.max_timestamp = -1
@@ -220,6 +224,9 @@ class Segment:
         self.assumed = True
 
     def close(self) -> None:
+        if self.reserved_end > 0:
+            with contextlib.suppress(OSError):  # a file gone already holds no blocks
+                self.release_reserved()
         self.files.retire(self.file)
 
     def delete_files(self) -> None:
@@ -311,12 +318,14 @@ class Segment:
         view = memoryview(data)
         old = self.size
         with self.files.use(self.file) as fd:
+            if old + len(view) > self.reserved_end >= 0 and old >= RESERVE_BYTES:
+                self._reserve_ahead(fd, old + len(view))
             try:
                 while view:
                     n = os.write(fd, view)
                     view = view[n:]
             except BaseException:
-                os.ftruncate(fd, old)
+                self._cut_back(fd, old)
                 raise
         self.size = old + len(data)
 
@@ -324,6 +333,8 @@ class Segment:
         """One os.writev of several buffers (avoids copying the payload to patch it)."""
         old = self.size
         with self.files.use(self.file) as fd:
+            if old + total > self.reserved_end >= 0 and old >= RESERVE_BYTES:
+                self._reserve_ahead(fd, old + total)
             try:
                 n = os.writev(fd, parts)
                 if n < total:  # short write (signal, disk nearly full): finish the rest
@@ -332,9 +343,32 @@ class Segment:
                         k = os.write(fd, rest)
                         rest = rest[k:]
             except BaseException:
-                os.ftruncate(fd, old)
+                self._cut_back(fd, old)
                 raise
         self.size = old + total
+
+    def _reserve_ahead(self, fd: int, end: int) -> None:
+        """A busy segment (RESERVE_BYTES long already) about to grow to `end`: reserve its
+        blocks up to a chunk past that (reserve.py says why)."""
+        start = max(self.reserved_end, self.size)
+        if reserve(fd, start, end + RESERVE_BYTES - start):
+            self.reserved_end = end + RESERVE_BYTES
+        else:
+            self.reserved_end = -1
+
+    def _cut_back(self, fd: int, size: int) -> None:
+        """A failed write: the file back to `size` (which frees any reservation too)."""
+        os.ftruncate(fd, size)
+        if self.reserved_end > 0:
+            self.reserved_end = 0
+
+    def release_reserved(self) -> None:
+        """No more appends here for now (rolled, closing): free the blocks reserved past
+        the end of what was appended."""
+        if self.reserved_end > 0:
+            with self.files.use(self.file) as fd:
+                release(fd, self.size)
+        self.reserved_end = 0
 
     def seal(self) -> None:
         """No more appends: record the final max timestamp in the time index (in memory)."""
@@ -358,10 +392,11 @@ class Segment:
         quarantined ranges and aborted-transaction entries follow, and size, end
         offset and max timestamp are learnt again from the kept part."""
         self.ensure_loaded()
-        if position < self.size:
+        if position < self.size or self.reserved_end > position:
             with self.files.use(self.file) as fd:
-                os.ftruncate(fd, position)
+                os.ftruncate(fd, position)  # frees any reserved blocks as well
                 os.fsync(fd)
+            self.reserved_end = 0
         kept_holes = tuple(h for h in self.holes if h.end_position <= position)
         if kept_holes != self.holes:
             self.holes = kept_holes
