@@ -59,6 +59,8 @@ from odradek.protocol.produce import (
     parse_produce_request,
 )
 from odradek.protocol.records import (
+    _COMPRESSION_MASK,
+    _TRANSACTIONAL_BIT,
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
     COMPRESSION_NONE,
@@ -109,7 +111,22 @@ def _target_codec(ctx: RequestContext, topic: Topic) -> tuple[int, int | None] |
 TXN_ABORTABLE_FROM = 11  # Produce v11+ clients know TRANSACTION_ABORTABLE (KIP-890)
 _ATTRIBUTES = struct.Struct(">h")
 _PRODUCER = struct.Struct(">qh")  # producer id, epoch at bytes 43..53 of a batch header
-_TRANSACTIONAL_BIT = 0x10
+
+
+_ONE_BATCH = struct.Struct(">i9xh20xqh")  # from byte 8: length, attributes, producer id, epoch
+
+
+def _single_batch(records: Records | None) -> tuple[int, int, int] | None:
+    """(attributes, producer id, epoch) when ``records`` hold exactly one batch header's
+    worth and its length spans them (what producers send per partition), else None:
+    then the header walks below answer. For one batch they answer the same from these
+    three fields, with one unpack instead of three walks."""
+    if not records or len(records) < 61:
+        return None
+    length, attributes, producer_id, epoch = _ONE_BATCH.unpack_from(records, 8)
+    if 12 + length != len(records):
+        return None
+    return attributes, producer_id, epoch
 
 
 def _transactional_producer(records: Records | None) -> tuple[int, int] | None:
@@ -144,6 +161,9 @@ def _transactional_producer(records: Records | None) -> tuple[int, int] | None:
 def _sets_transactional_bit(records: Records | None) -> bool:
     """Does any batch header carry the transactional attribute, whatever its producer id?
     (A cheap walk of the headers; anything malformed is left to validation.)"""
+    one = _single_batch(records)
+    if one is not None:
+        return bool(one[0] & _TRANSACTIONAL_BIT)
     pos, end = 0, len(records) if records else 0
     while records and end - pos >= 61:
         (length,) = _LENGTH.unpack_from(records, pos + 8)
@@ -286,7 +306,15 @@ async def _append(
             f"{replicas.min_insync(topic_name)}",
         )
     try:
-        producer = _transactional_producer(records)
+        one = _single_batch(records)
+        if one is None:
+            producer = _transactional_producer(records)
+            compressed = _has_compressed_batch(records)
+        else:
+            attributes, producer_id, epoch = one
+            transactional = attributes & _TRANSACTIONAL_BIT and producer_id >= 0
+            producer = (producer_id, epoch) if transactional else None
+            compressed = bool(attributes & _COMPRESSION_MASK)
         # Inflating is bounded (message.decompressed.max.bytes) but still costs tens of
         # milliseconds for a large batch: it runs in a worker thread, never on the loop.
         validated = None
@@ -294,7 +322,7 @@ async def _append(
         if target is not None:
             bound = plog.config.max_decompressed_bytes
             records = await asyncio.to_thread(_recompressed, records, target, bound)
-        elif _has_compressed_batch(records):
+        elif compressed:
             # The records are a view of the request (protocol/produce.py), and `append`
             # reuses a validation for bytes only: copied before the worker reads them.
             records = bytes(records)
