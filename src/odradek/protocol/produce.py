@@ -239,13 +239,22 @@ def parse_produce_request(
         view = view.cast("B")
     view = view.toreadonly()
     end = len(view)
-    transactional_id, pos = _string_at(view, pos, end, flexible)
+    # The one-byte forms (a null or short string, a count below 127, no tagged fields)
+    # are read in line: a producer's request is nearly all of them, and each helper call
+    # costs more than the read. Anything else goes through the helpers.
+    if flexible and pos < end and view[pos] == 0:
+        transactional_id, pos = None, pos + 1
+    else:
+        transactional_id, pos = _string_at(view, pos, end, flexible)
     if pos + 6 > end:
         raise _cut(end)
     acks, timeout = _I16_I32.unpack_from(view, pos)
     pos += 6
     topics = []
-    n_topics, pos = _array_at(view, pos, end, flexible, "topic_data")
+    if flexible and pos < end and 0 < view[pos] < 0x80:
+        n_topics, pos = view[pos] - 1, pos + 1
+    else:
+        n_topics, pos = _array_at(view, pos, end, flexible, "topic_data")
     for _ in range(n_topics):
         if by_id:
             if pos + 16 > end:
@@ -258,7 +267,10 @@ def parse_produce_request(
                 raise ProduceDecodeError("a null topic name")
             name, topic_id = found, None
         partitions = []
-        n_partitions, pos = _array_at(view, pos, end, flexible, "partition_data")
+        if flexible and pos < end and 0 < view[pos] < 0x80:
+            n_partitions, pos = view[pos] - 1, pos + 1
+        else:
+            n_partitions, pos = _array_at(view, pos, end, flexible, "partition_data")
         for _ in range(n_partitions):
             if pos + 4 > end:
                 raise _cut(end)
@@ -273,9 +285,15 @@ def parse_produce_request(
                 pos += n
             partitions.append(PartitionProduceData(index, records))
             if flexible:
-                pos = _skip_tagged_fields_at(view, pos, end)
+                if pos < end and view[pos] == 0:
+                    pos += 1
+                else:
+                    pos = _skip_tagged_fields_at(view, pos, end)
         if flexible:
-            pos = _skip_tagged_fields_at(view, pos, end)
+            if pos < end and view[pos] == 0:
+                pos += 1
+            else:
+                pos = _skip_tagged_fields_at(view, pos, end)
         topics.append(TopicProduceData(name, topic_id, tuple(partitions)))
     if flexible:
         _skip_tagged_fields_at(view, pos, end)
