@@ -17,9 +17,9 @@ again to a fresh broker, round after round, and prints this thread's user and
 system CPU time per request and per GB of request bytes, the best of ``--rounds``
 (the system time, mostly the page cache taking the appends, swings with the
 machine's memory pressure; the user time is the Python path). ``--parts`` times
-the rounds with ``time.thread_time`` instead (precise, not tick-sampled) and
+each request with ``time.thread_time`` instead (precise, not tick-sampled) and
 splits out the segment ``os.writev`` and the CRC32C of the batch check, so what
-is left is the Python of the path.
+is left is the Python of the path (medians per request).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import contextlib
 import pickle
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -131,48 +132,55 @@ async def replay(source: Path, rounds: int) -> None:
 
 async def replay_parts(source: Path, rounds: int) -> None:
     """Per request, by ``time.thread_time``: the whole dispatch, the segment ``os.writev``,
-    the CRC32C of the batch check, and the rest (the Python of the path); best round."""
+    the CRC32C of the batch check, and the rest (the Python of the path). Medians over
+    every request of every round but the first: a shared machine's interruptions land
+    in a few requests, which a median leaves out and a round's total does not."""
     from odradek.log import segment
     from odradek.protocol import records
 
     payloads: list[bytes] = pickle.loads(source.read_bytes())
     clock = time.thread_time
-    spent = {"writev": 0.0, "crc32c": 0.0}
+    spent = [0.0, 0.0]  # writev, crc32c: this request's
 
-    def timed(name: str, function: Any) -> Any:
+    def timed(slot: int, function: Any) -> Any:
         def wrapper(*args: Any) -> Any:
             start = clock()
             try:
                 return function(*args)
             finally:
-                spent[name] += clock() - start
+                spent[slot] += clock() - start
 
         return wrapper
 
     writev, crc32c = segment.os.writev, records.crc32c
-    segment.os.writev = timed("writev", writev)  # type: ignore[attr-defined]
-    records.crc32c = timed("crc32c", crc32c)
+    segment.os.writev = timed(0, writev)  # type: ignore[attr-defined]
+    records.crc32c = timed(1, crc32c)
+    samples: list[tuple[float, float, float]] = []  # dispatch, writev, crc32c
     try:
         async with _started() as broker:
             dispatch = broker._dispatch
-            best: tuple[float, float, float] | None = None
             for round_ in range(rounds + 1):  # the first warms
-                spent.update(writev=0.0, crc32c=0.0)
-                start = clock()
                 for payload in payloads:
+                    spent[0] = spent[1] = 0.0
+                    start = clock()
                     await dispatch(1, "127.0.0.1", memoryview(payload).toreadonly())
-                this = (clock() - start, spent["writev"], spent["crc32c"])
-                if round_ and (best is None or this[0] < best[0]):
-                    best = this
+                    if round_:
+                        samples.append((clock() - start, spent[0], spent[1]))
     finally:
         segment.os.writev, records.crc32c = writev, crc32c  # type: ignore[attr-defined]
-    assert best is not None
     n = len(payloads)
-    total, wv, crc = (1e6 * x / n for x in best)
+
+    def median(values: list[float]) -> float:
+        return 1e6 * statistics.median(values)
+
+    total = median([d for d, _, _ in samples])
+    wv = median([w for _, w, _ in samples])
+    crc = median([c for _, _, c in samples])
+    rest = median([d - w - c for d, w, c in samples])
     print(
-        f"{n} requests of {sum(map(len, payloads)) / n:,.0f} B (thread_time, best of {rounds}): "
-        f"dispatch {total:.1f} us, writev {wv:.1f}, crc32c {crc:.1f}, "
-        f"the rest {total - wv - crc:.1f} us per request"
+        f"{n} requests of {sum(map(len, payloads)) / n:,.0f} B x {rounds} rounds "
+        f"(thread_time, medians per request): dispatch {total:.1f} us, writev {wv:.1f}, "
+        f"crc32c {crc:.1f}, the rest {rest:.1f}"
     )
 
 

@@ -349,13 +349,15 @@ async def _append(
         return _partition_result(
             index, ErrorCode.KAFKA_STORAGE_ERROR, f"storage error: {exc.strerror}"
         )
-    result = _partition_result(
-        index,
-        0,
-        base_offset=info.base_offset,
-        log_append_time=info.log_append_time_ms,
-        log_start_offset=info.log_start_offset,
-    )
+    result = {  # _partition_result's fields, written out: this is every append's answer
+        "index": index,
+        "error_code": 0,
+        "base_offset": info.base_offset,
+        "log_append_time": info.log_append_time_ms,
+        "log_start_offset": info.log_start_offset,
+        "record_errors": (),
+        "error_message": None,
+    }
     if acks == -1:
         # Answered once the high watermark passes the batch: at once when it already
         # does (a lone node, alone in its ISR), else when the followers have it.
@@ -477,7 +479,8 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
         for name, error in named
     ]
     auto_created: dict[str, Topic | TopicError] = {}
-    if error is None:
+    known = ctx.broker.topics.get
+    if error is None and not all(e is not None or known(n) is not None for n, e in named):
         auto_created = await _auto_create(
             ctx, [n for n, ok in zip(named, writable, strict=True) if ok]
         )
