@@ -180,9 +180,11 @@ def _has_transactional_records(request: Any) -> bool:
     attribute, even one without a producer id (-1). Kafka 4.1's handleProduceRequest
     refuses the whole request with TRANSACTIONAL_ID_AUTHORIZATION_FAILED when such a
     request has no transactional id, before anything is appended."""
-    return any(
-        _sets_transactional_bit(p.records) for t in request.topic_data for p in t.partition_data
-    )
+    for topic in request.topic_data:  # (loops, not any() over a generator: every request)
+        for partition in topic.partition_data:
+            if _sets_transactional_bit(partition.records):
+                return True
+    return False
 
 
 def _unverified(
