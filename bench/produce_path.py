@@ -19,7 +19,13 @@ system CPU time per request and per GB of request bytes, the best of ``--rounds`
 machine's memory pressure; the user time is the Python path). ``--parts`` times
 each request with ``time.thread_time`` instead (precise, not tick-sampled) and
 splits out the segment ``os.writev`` and the CRC32C of the batch check, so what
-is left is the Python of the path (medians per request).
+is left is the Python of the path (medians per request). ``--marked N`` replays N
+requests after 20 warm-up ones between two ``os.getppid()`` calls, for counting
+instructions deterministically under callgrind (the load of a shared machine
+does not move them):
+
+    valgrind --tool=callgrind --dump-before=os_getppid python3 produce_path.py \
+        --replay FILE --marked 100      # the counts of N requests: the .2 dump
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import pickle
 import resource
 import shutil
@@ -184,6 +191,30 @@ async def replay_parts(source: Path, rounds: int) -> None:
     )
 
 
+async def replay_marked(source: Path, count: int) -> None:
+    """``count`` requests after 20 warm-up ones, between two ``os.getppid()`` calls (no
+    AdminClient: the topic is created in process, which runs slowly under valgrind)."""
+    from odradek.broker.topics import NewTopic
+
+    payloads: list[bytes] = pickle.loads(source.read_bytes())
+    data = Path(tempfile.mkdtemp(prefix="produce-path-"))
+    try:
+        broker = Broker(data, port=0)
+        await broker.start()
+        try:
+            await broker.topics.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
+            for payload in payloads[:20]:
+                await broker._dispatch(1, "127.0.0.1", memoryview(payload).toreadonly())
+            os.getppid()  # the measured part starts (callgrind --dump-before=os_getppid)
+            for payload in payloads[20 : 20 + count]:
+                await broker._dispatch(1, "127.0.0.1", memoryview(payload).toreadonly())
+            os.getppid()  # ... and ends
+        finally:
+            await broker.stop()
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
 async def _rounds(broker: Broker, payloads: list[bytes], rounds: int) -> list[tuple[float, float]]:
     """(user, system) CPU seconds of this thread per round of dispatching every payload."""
     dispatch = broker._dispatch
@@ -215,9 +246,14 @@ def main() -> None:
     parser.add_argument(
         "--parts", action="store_true", help="replay timed by thread_time, writev and CRC apart"
     )
+    parser.add_argument(
+        "--marked", type=int, help="replay this many requests between marks, for callgrind"
+    )
     args = parser.parse_args()
     if args.capture:
         asyncio.run(capture(args.capture, args.size, args.count, args.acks))
+    elif args.marked is not None:
+        asyncio.run(replay_marked(args.replay, args.marked))
     elif args.parts:
         asyncio.run(replay_parts(args.replay, args.rounds))
     else:
