@@ -17,12 +17,13 @@ import os
 import struct
 from array import array
 from typing import Any
+from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from odradek.protocol import _codec_py, columns
+from odradek.protocol import _codec_py, columns, records
 from odradek.protocol.native import NO_NATIVE_ENV
 from odradek.protocol.records import (
     BATCH_OVERHEAD,
@@ -35,6 +36,7 @@ from odradek.protocol.records import (
     build_batch,
     decode_batch_records,
     parse_header,
+    validate_batches_raw,
 )
 
 
@@ -638,3 +640,81 @@ def test_a_stale_compiled_codec_falls_back_with_a_warning(monkeypatch: pytest.Mo
         assert columns._load() is _codec_py
     stale.build_records = native.build_records
     assert columns._load() is stale
+
+
+# --------------------------------------------------------------------------- batches_ok
+
+
+@st.composite
+def client_batches(draw: st.DrawFn) -> bytes:
+    """A produce request's records for one partition: batches as clients send them, most
+    uncompressed, some idempotent (a producer id, maybe without a sequence), control."""
+    out = b""
+    for _ in range(draw(st.integers(1, 3))):
+        records = draw(st.lists(st.tuples(maybe_bytes, maybe_bytes, headers_st), min_size=1))
+        out += build_batch(
+            records,
+            base_offset=draw(st.integers(0, 2**40)),
+            timestamp_ms=draw(st.integers(0, 2**50)),
+            compression=draw(st.sampled_from([0, 0, 0, 1])),
+            transactional=draw(st.booleans()),
+            control=draw(st.integers(0, 7)) == 0,
+            producer_id=draw(st.sampled_from([-1, -1, 0, 2**40])),
+            producer_epoch=draw(st.integers(-1, 5)),
+            base_sequence=draw(st.sampled_from([0, 0, -1, 2**31 - 1])),
+        )
+    return out
+
+
+@st.composite
+def damaged_batches(draw: st.DrawFn) -> bytes:
+    """Client batches with a byte set anywhere (a header field, a CRC, a record), cut
+    short, or followed by a few more bytes."""
+    buf = bytearray(draw(client_batches()))
+    how = draw(st.sampled_from(["byte", "cut", "tail", "none"]))
+    if how == "byte":
+        buf[draw(st.integers(0, len(buf) - 1))] = draw(st.integers(0, 255))
+    elif how == "cut":
+        del buf[draw(st.integers(0, len(buf) - 1)) :]
+    elif how == "tail":
+        buf += draw(st.binary(min_size=1, max_size=70))
+    return bytes(buf)
+
+
+def python_walk(buf: bytes, allow_control: bool) -> tuple[str, Any]:
+    """records.validate_batches_raw with the compiled check turned off: its own walk."""
+    with mock.patch.object(records, "_batches_ok", lambda: None):
+        return validated(buf, allow_control)
+
+
+def validated(buf: bytes, allow_control: bool) -> tuple[str, Any]:
+    """validate_batches_raw's outcome for a client's records, as the broker calls it."""
+    return outcome(lambda: validate_batches_raw(memoryview(buf), allow_control=allow_control))
+
+
+@SETTINGS
+@given(client_batches() | damaged_batches(), st.booleans())
+def test_batches_ok_answers_as_the_python_walk(buf: bytes, allow_control: bool) -> None:
+    """Both implementations answer alike; a list only when the walk passes (and then its
+    headers), None whenever it raises; every uncompressed set the walk passes is taken."""
+    status, answer = both("batches_ok", buf, records.crc32c, allow_control)
+    assert status == "ok", answer
+    walked, result = python_walk(buf, allow_control)
+    if answer is not None:
+        event("taken")
+        assert (walked, result) == ("ok", answer)
+    elif walked == "ok":
+        event("compressed: left to the walk")
+        assert any(header[5] & 0x07 for header in result)  # only compressed ones go back
+    else:
+        event("refused: the walk words the error")
+    assert validated(buf, allow_control) == (walked, result)  # the entry point says the same
+
+
+@SETTINGS
+@given(st.binary(max_size=80), st.booleans())
+def test_batches_ok_on_any_bytes(buf: bytes, allow_control: bool) -> None:
+    status, answer = both("batches_ok", buf, records.crc32c, allow_control)
+    assert status == "ok", answer
+    if answer is not None:
+        assert python_walk(buf, allow_control) == ("ok", answer)

@@ -14,6 +14,8 @@ from odradek.protocol.produce import (
     FIRST_TOPIC_ID_VERSION,
     MIN_VERSION,
     READ_MAX_VERSION,
+    _encode_any,
+    _encode_single_partition,
     encode_produce_response,
 )
 
@@ -144,3 +146,45 @@ def test_versions_outside_the_range_are_refused() -> None:
     for version in (MIN_VERSION - 1, READ_MAX_VERSION + 1):
         with pytest.raises(ValueError, match="not written"):
             encode_produce_response(version, 1, throttle_ms=0, topics=[])
+
+
+appended = st.fixed_dictionaries(
+    {
+        "index": st.integers(-(2**31), 2**31 - 1),
+        "error_code": st.just(0),
+        "base_offset": i64,
+        "log_append_time": st.just(-1) | st.integers(0, 2**42),
+        "log_start_offset": i64,
+        "error_message": st.none(),
+    },
+    optional={
+        "record_errors": st.just([]) | st.just(()),
+        "current_leader": st.none(),
+    },
+)
+
+
+@pytest.mark.parametrize("version", range(MIN_VERSION, READ_MAX_VERSION + 1))
+@settings(max_examples=40, deadline=None)
+@given(
+    correlation=st.integers(-(2**31), 2**31 - 1),
+    throttle=st.integers(0, 2**31 - 1),
+    name=st.text(min_size=1, max_size=130),
+    topic_id=st.none() | st.uuids(),
+    part=appended,
+)
+def test_the_common_answer_in_one_pack(
+    version: int, correlation: int, throttle: int, name: str, topic_id, part
+) -> None:
+    """One partition of one topic appended without error (a producer's usual request)
+    takes the one-pack writer: the same bytes as the general writer's and kio's."""
+    topics = [(name, topic_id, [part])]
+    ours = encode_produce_response(version, correlation, throttle_ms=throttle, topics=topics)
+    wire = b"".join(ours.parts)
+    assert len(wire) == ours.size
+    general = _encode_any(version, correlation, throttle, topics, ())
+    assert wire == b"".join(general.parts)
+    if topic_id is not None or version < FIRST_TOPIC_ID_VERSION:
+        assert wire == kio_bytes(version, correlation, throttle, topics, [])
+    if len(name.encode()) < 0x7F or version >= FIRST_TOPIC_ID_VERSION or version < 9:
+        assert _encode_single_partition(version, correlation, throttle, topics[0]) is not None

@@ -540,7 +540,8 @@ class PartitionLog:
         (immutable) bytes. Header fields are handled as plain tuples here: this is
         the hot path.
         """
-        self._check_open()
+        if self._closed:
+            self._check_open()  # raises
         view = memoryview(data)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
@@ -569,7 +570,8 @@ class PartitionLog:
             count += t[6] + 1
             records += t[12]
         with self._lock:
-            self._check_open()
+            if self._closed:
+                self._check_open()  # raises
             return self._append_locked(view, raws, count, records, idempotent, from_client)
 
     def _append_locked(
@@ -583,7 +585,8 @@ class PartitionLog:
     ) -> AppendInfo:
         cfg = self.config
         seg = self._segments[-1]
-        seg.ensure_loaded()
+        if not seg.loaded:
+            seg.ensure_loaded()
         first = seg.next_offset
         nxt = first + count
         last = nxt - 1
@@ -618,7 +621,8 @@ class PartitionLog:
         epoch = self.leader_epoch
         if epoch != self._latest_epoch:
             self._note_leader_epoch(epoch, first)
-        self._begin_change()
+        if self._clean_record_on_disk or not self._modified:
+            self._begin_change()
         total = len(view)
         self._maybe_roll(total, last, now)
         seg = self._segments[-1]
@@ -627,7 +631,7 @@ class PartitionLog:
             # Common case: no copy of the payload, just a patched 16-byte prefix.
             t = raws[0]
             seg.write_parts((_PREFIX.pack(first, t[1], epoch), view[_PREFIX.size :]), total)
-            notes = [(seg_pos, first, nxt, t[8], total)]
+            notes: list[tuple[int, int, int, int, int]] | None = None
         else:
             buf = bytearray(view)
             pos = 0
@@ -647,8 +651,11 @@ class PartitionLog:
             seg.write(buf)
         if seg.created_ms is None:
             seg.created_ms = now
-        for note in notes:
-            seg.note_batch(*note)
+        if notes is None:
+            seg.note_batch(seg_pos, first, nxt, raws[0][8], total)
+        else:
+            for note in notes:
+                seg.note_batch(*note)
         self._dirty_segments.add(seg)
         if updates is not None:
             producers = self._producer_state()

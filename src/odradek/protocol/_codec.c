@@ -19,6 +19,7 @@
  *                  timestamps, headers, lo, hi, max_bytes)
  *   murmur2(data), murmur2_partitions(column, num_partitions)
  *   record_frames_ok(buf, start, end, count)   (the broker's produce validation)
+ *   batches_ok(buf, crc32c, allow_control)      (the same, a client's whole batches)
  *
  * Arrays cross the boundary as bytes objects of native-endian int64 / int32.
  */
@@ -975,6 +976,96 @@ static PyObject *codec_record_frames_ok(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* ------------------------------------------------------------------ batches_ok */
+
+#define BATCH_OVERHEAD 61   /* records.BATCH_OVERHEAD: the v2 batch header */
+#define LOG_OVERHEAD 12     /* records.LOG_OVERHEAD: base offset and batch length */
+#define CRC_START 21        /* records._CRC_START: the CRC32C covers attributes..end */
+#define COMPRESSION_MASK 0x07
+#define CONTROL_BIT 0x20
+
+static inline uint64_t be64(const uint8_t *p) {
+    return ((uint64_t)p[0] << 56) | ((uint64_t)p[1] << 48) | ((uint64_t)p[2] << 40) |
+           ((uint64_t)p[3] << 32) | ((uint64_t)p[4] << 24) | ((uint64_t)p[5] << 16) |
+           ((uint64_t)p[6] << 8) | (uint64_t)p[7];
+}
+static inline uint32_t be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline uint16_t be16(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+
+/* One header as records.unpack_header gives it: a 13-tuple in BatchHeader field order. */
+static PyObject *header_tuple(const uint8_t *h) {
+    return Py_BuildValue(
+        "(LiibkhiLLLhii)", (long long)(int64_t)be64(h), (int)(int32_t)be32(h + 8),
+        (int)(int32_t)be32(h + 12), (int)(int8_t)h[16], (unsigned long)be32(h + 17),
+        (short)(int16_t)be16(h + 21), (int)(int32_t)be32(h + 23), (long long)(int64_t)be64(h + 27),
+        (long long)(int64_t)be64(h + 35), (long long)(int64_t)be64(h + 43),
+        (short)(int16_t)be16(h + 51), (int)(int32_t)be32(h + 53), (int)(int32_t)be32(h + 57));
+}
+
+/* records.validate_batches_raw(buf, allow_control=...) for a client's uncompressed batches,
+ * answering instead of raising: the list of header tuples when every check passes (the
+ * CRC32C by calling `crc32c` on a view of each batch, as records does), None when one
+ * fails or a batch is compressed; then the Python walk decides and words the error. */
+static PyObject *codec_batches_ok(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    PyObject *crc32c;
+    int allow_control;
+    if (!PyArg_ParseTuple(args, "y*Op:batches_ok", &buf, &crc32c, &allow_control)) return NULL;
+    const uint8_t *b = (const uint8_t *)buf.buf;
+    Py_ssize_t end = buf.len, pos = 0;
+    PyObject *out = NULL;
+    if (end == 0) goto no;
+    out = PyList_New(0);
+    if (out == NULL) goto done;
+    while (pos < end) {
+        Py_ssize_t remaining = end - pos;
+        if (remaining < BATCH_OVERHEAD) goto no;
+        const uint8_t *h = b + pos;
+        int32_t length = (int32_t)be32(h + 8);
+        if (length < BATCH_OVERHEAD - LOG_OVERHEAD) goto no;
+        Py_ssize_t size = (Py_ssize_t)length + LOG_OVERHEAD;
+        if (size > remaining) goto no;
+        if (h[16] != 2) goto no; /* magic */
+        int16_t attrs = (int16_t)be16(h + 21);
+        if (attrs & COMPRESSION_MASK) goto no; /* compressed (or an unknown codec) */
+        int32_t lod = (int32_t)be32(h + 23);
+        int64_t pid = (int64_t)be64(h + 43);
+        int32_t seq = (int32_t)be32(h + 53), count = (int32_t)be32(h + 57);
+        if (lod < 0 || count <= 0 || (int64_t)count != (int64_t)lod + 1) goto no;
+        if (pid >= 0 && seq < 0 && !(attrs & CONTROL_BIT)) goto no;
+        if ((attrs & CONTROL_BIT) && !allow_control) goto no;
+        PyObject *view = PyMemoryView_FromMemory((char *)h + CRC_START, size - CRC_START,
+                                                 PyBUF_READ);
+        if (view == NULL) goto fail;
+        PyObject *crc = PyObject_CallOneArg(crc32c, view);
+        Py_DECREF(view);
+        if (crc == NULL) goto fail;
+        unsigned long actual = PyLong_AsUnsignedLong(crc);
+        Py_DECREF(crc);
+        if (actual == (unsigned long)-1 && PyErr_Occurred()) goto fail;
+        if (actual != (unsigned long)be32(h + 17)) goto no;
+        if (!frames_ok(b, end, pos + BATCH_OVERHEAD, pos + size, count)) goto no;
+        PyObject *t = header_tuple(h);
+        if (t == NULL) goto fail;
+        int appended = PyList_Append(out, t);
+        Py_DECREF(t);
+        if (appended < 0) goto fail;
+        pos += size;
+    }
+    goto done;
+no:
+    Py_XDECREF(out);
+    out = Py_NewRef(Py_None);
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    PyBuffer_Release(&buf);
+    return out;
+}
+
 /* ------------------------------------------------------------------ build_records */
 
 /* One key/value/header field of the buffer as bytes (None when null). */
@@ -1117,6 +1208,8 @@ static PyMethodDef codec_methods[] = {
      "Append records from Arrow-layout columns (see _codec_py.encode_columns)."},
     {"record_frames_ok", codec_record_frames_ok, METH_VARARGS,
      "Whether an uncompressed batch's records tile it (see _codec_py.record_frames_ok)."},
+    {"batches_ok", codec_batches_ok, METH_VARARGS,
+     "A client's uncompressed batches checked: their headers, or None (see _codec_py)."},
     {"murmur2", codec_murmur2, METH_O, "Kafka's murmur2 hash of bytes, as a signed int."},
     {"murmur2_partitions", codec_murmur2_partitions, METH_VARARGS,
      "Partition per row of an Arrow-layout binary column (see _codec_py.murmur2_partitions)."},

@@ -24,14 +24,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from odradek.protocol.records import (
+    _COMPRESSION_MASK,
+    _CONTROL_BIT,
+    _CRC_START,
+    BATCH_OVERHEAD,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
     CorruptRecordError,
     InvalidRecordError,
+    RawHeader,
     _check_record_frames,
     _read_varint,
     _write_varint,
+    unpack_header,
 )
 
 __all__ = [
+    "batches_ok",
     "build_records",
     "decode_records",
     "encode_columns",
@@ -504,3 +513,39 @@ def record_frames_ok(buf: Any, start: int, end: int, count: int) -> bool:
     except (InvalidRecordError, CorruptRecordError):
         return False
     return True
+
+
+def batches_ok(buf: Any, crc32c: Any, allow_control: bool) -> list[RawHeader] | None:
+    """``records.validate_batches_raw(buf, allow_control=...)`` for a client's uncompressed
+    batches, answering instead of raising: the headers when every check passes (CRC32C by
+    ``crc32c``), None when one fails or a batch is compressed. The broker's produce path
+    asks this first; on None the Python walk decides and words the error."""
+    view = memoryview(buf).cast("B")
+    end = len(view)
+    if end == 0:
+        return None
+    headers: list[RawHeader] = []
+    pos = 0
+    while pos < end:
+        if end - pos < BATCH_OVERHEAD:
+            return None
+        t = unpack_header(view, pos)
+        (_, length, _, magic, crc, attrs, lod, _, _, pid, _, seq, count) = t
+        if length < MIN_BATCH_LENGTH or length + LOG_OVERHEAD > end - pos or magic != 2:
+            return None
+        size = length + LOG_OVERHEAD
+        if attrs & _COMPRESSION_MASK or lod < 0 or count <= 0 or count != lod + 1:
+            return None
+        if pid >= 0 and seq < 0 and not attrs & _CONTROL_BIT:
+            return None
+        if attrs & _CONTROL_BIT and not allow_control:
+            return None
+        if crc32c(view[pos + _CRC_START : pos + size]) != crc:
+            return None
+        try:
+            _check_record_frames(view, pos + BATCH_OVERHEAD, pos + size, count, pos)
+        except (InvalidRecordError, CorruptRecordError):
+            return None
+        headers.append(t)
+        pos += size
+    return headers

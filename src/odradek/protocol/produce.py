@@ -23,6 +23,7 @@ generic writer cost more than the append itself.
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -238,13 +239,22 @@ def parse_produce_request(
         view = view.cast("B")
     view = view.toreadonly()
     end = len(view)
-    transactional_id, pos = _string_at(view, pos, end, flexible)
+    # The one-byte forms (a null or short string, a count below 127, no tagged fields)
+    # are read in line: a producer's request is nearly all of them, and each helper call
+    # costs more than the read. Anything else goes through the helpers.
+    if flexible and pos < end and view[pos] == 0:
+        transactional_id, pos = None, pos + 1
+    else:
+        transactional_id, pos = _string_at(view, pos, end, flexible)
     if pos + 6 > end:
         raise _cut(end)
     acks, timeout = _I16_I32.unpack_from(view, pos)
     pos += 6
     topics = []
-    n_topics, pos = _array_at(view, pos, end, flexible, "topic_data")
+    if flexible and pos < end and 0 < view[pos] < 0x80:
+        n_topics, pos = view[pos] - 1, pos + 1
+    else:
+        n_topics, pos = _array_at(view, pos, end, flexible, "topic_data")
     for _ in range(n_topics):
         if by_id:
             if pos + 16 > end:
@@ -257,7 +267,10 @@ def parse_produce_request(
                 raise ProduceDecodeError("a null topic name")
             name, topic_id = found, None
         partitions = []
-        n_partitions, pos = _array_at(view, pos, end, flexible, "partition_data")
+        if flexible and pos < end and 0 < view[pos] < 0x80:
+            n_partitions, pos = view[pos] - 1, pos + 1
+        else:
+            n_partitions, pos = _array_at(view, pos, end, flexible, "partition_data")
         for _ in range(n_partitions):
             if pos + 4 > end:
                 raise _cut(end)
@@ -272,9 +285,15 @@ def parse_produce_request(
                 pos += n
             partitions.append(PartitionProduceData(index, records))
             if flexible:
-                pos = _skip_tagged_fields_at(view, pos, end)
+                if pos < end and view[pos] == 0:
+                    pos += 1
+                else:
+                    pos = _skip_tagged_fields_at(view, pos, end)
         if flexible:
-            pos = _skip_tagged_fields_at(view, pos, end)
+            if pos < end and view[pos] == 0:
+                pos += 1
+            else:
+                pos = _skip_tagged_fields_at(view, pos, end)
         topics.append(TopicProduceData(name, topic_id, tuple(partitions)))
     if flexible:
         _skip_tagged_fields_at(view, pos, end)
@@ -320,6 +339,21 @@ def encode_produce_response(
     """
     if not MIN_VERSION <= version <= READ_MAX_VERSION:
         raise ValueError(f"Produce v{version} responses are not written by this encoder")
+    if not node_endpoints and isinstance(topics, list | tuple) and len(topics) == 1:
+        single = _encode_single_partition(version, correlation_id, throttle_ms, topics[0])
+        if single is not None:
+            return single
+    return _encode_any(version, correlation_id, throttle_ms, topics, node_endpoints)
+
+
+def _encode_any(
+    version: int,
+    correlation_id: int,
+    throttle_ms: int,
+    topics: Iterable[tuple[str | None, uuid.UUID | None, Sequence[Mapping[str, Any]]]],
+    node_endpoints: Sequence[Mapping[str, Any]],
+) -> EncodedResponse:
+    """`encode_produce_response` for any shape, field by field."""
     flexible = version >= FIRST_FLEXIBLE_VERSION
     by_id = version >= FIRST_TOPIC_ID_VERSION
     hints = version >= FIRST_HINTS_VERSION
@@ -383,3 +417,83 @@ def encode_produce_response(
             buf += b"\x00"  # response tagged fields
     _I32.pack_into(buf, 0, len(buf) - 4)
     return EncodedResponse([buf], len(buf))
+
+
+# The common answer (a producer's request names one partition of one topic, appended
+# without error) in one struct pack: the same bytes as `_encode_any` writes for it
+# (tests/protocol/test_produce_response_encoder.py), in a third of the time.
+
+
+@functools.cache
+def _single_partition_layout(version: int, name_size: int) -> struct.Struct:
+    """The answer's layout for one topic (its name ``name_size`` bytes, or its id from
+    v13) and one partition with no error: size prefix, correlation id, ..., throttle."""
+    flexible = version >= FIRST_FLEXIBLE_VERSION
+    fmt = ">ii"
+    if flexible:
+        fmt += "B"  # response header v1: no tagged fields
+    fmt += "B" if flexible else "i"  # topics: 1
+    if version >= FIRST_TOPIC_ID_VERSION:
+        fmt += "16s"
+    else:
+        fmt += ("B" if flexible else "h") + f"{name_size}s"
+    fmt += "B" if flexible else "i"  # partitions: 1
+    fmt += "ihqqq" if version >= 5 else "ihqq"
+    if version >= 8:
+        fmt += "BB" if flexible else "ih"  # no record errors, a null error message
+    if flexible:
+        fmt += "BB"  # partition and topic tagged fields
+    fmt += "i"  # throttle
+    if flexible:
+        fmt += "B"  # response tagged fields
+    return struct.Struct(fmt)
+
+
+def _encode_single_partition(
+    version: int,
+    correlation_id: int,
+    throttle_ms: int,
+    topic: tuple[str | None, uuid.UUID | None, Sequence[Mapping[str, Any]]],
+) -> EncodedResponse | None:
+    """The common answer in one pack, or None when ``topic`` is not of its shape."""
+    name, topic_id, partitions = topic
+    if len(partitions) != 1:
+        return None
+    p = partitions[0]
+    if p["error_code"] or p["error_message"] is not None or p.get("record_errors"):
+        return None
+    if version >= FIRST_HINTS_VERSION and p.get("current_leader") is not None:
+        return None  # (only an error names the leader; left to the general writer)
+    flexible = version >= FIRST_FLEXIBLE_VERSION
+    fields: list[Any] = [0, correlation_id]
+    if flexible:
+        fields.append(0)
+    fields.append(2 if flexible else 1)
+    if version >= FIRST_TOPIC_ID_VERSION:
+        raw = _NO_TOPIC_ID if topic_id is None else topic_id.bytes
+        fields.append(raw)
+    else:
+        raw = (name or "").encode()
+        if flexible:
+            if len(raw) + 1 >= 0x80:
+                return None  # a name's length in more than one varint byte
+            fields.append(len(raw) + 1)
+        else:
+            fields.append(len(raw))
+        fields.append(raw)
+    fields.append(2 if flexible else 1)
+    fields += (p["index"], 0, p["base_offset"], p["log_append_time"])
+    if version >= 5:
+        fields.append(p["log_start_offset"])
+    if version >= 8:
+        fields += (1, 0) if flexible else (0, -1)
+    if flexible:
+        fields += (0, 0)
+    fields.append(throttle_ms)
+    if flexible:
+        fields.append(0)
+    layout = _single_partition_layout(version, len(raw))
+    buf = bytearray(layout.size)
+    fields[0] = layout.size - 4
+    layout.pack_into(buf, 0, *fields)
+    return EncodedResponse([buf], layout.size)

@@ -305,6 +305,16 @@ def validate_batches_raw(
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> list[RawHeader]:
     """``validate_batches`` returning plain tuples: building dataclasses costs ~2 us each."""
+    if check_records:
+        # A client's uncompressed batches are checked in one compiled pass
+        # (_codec.batches_ok, the same checks as below: tests/protocol/test_batch_codec.py);
+        # when it says no (a check failed, a batch is compressed), or is not built, this
+        # walk runs, and words the error.
+        compiled = _batches_ok()
+        if compiled is not None:
+            checked = compiled(buf, crc32c, allow_control)
+            if checked is not None:
+                return checked  # type: ignore[no-any-return]
     mv = buf if isinstance(buf, memoryview) else memoryview(buf)
     end = len(mv)
     if end == 0:
@@ -385,6 +395,13 @@ def validate_batches_raw(
         headers.append(t)
         pos += size
     return headers
+
+
+@functools.cache
+def _batches_ok() -> Callable[[Any, Any, bool], list[RawHeader] | None] | None:
+    """The compiled check of a client's uncompressed batches (``_codec.batches_ok``), or
+    None: then this module's walk checks them (`odradek.protocol.native`)."""
+    return compiled_function("batches_ok")  # type: ignore[no-any-return]
 
 
 @functools.cache

@@ -203,6 +203,8 @@ class ReplicaManager:
         replica = self.replicas.get((topic, partition))
         if replica is None or replica.role is not Role.LEADER or replica.truncating:
             return None, int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if current_leader_epoch < 0:  # the client did not say (every Produce)
+            return replica, NONE
         error = replica.check_epoch(current_leader_epoch)
         return (None, error) if error else (replica, NONE)
 
@@ -394,8 +396,10 @@ class ReplicaManager:
                     still.append(waiter)
             replica.waiters = still
         self._wake(replica.topic, replica.partition)
-        for listener in list(self._hw_listeners.get((replica.topic, replica.partition), ())):
-            listener(offset)
+        listeners = self._hw_listeners.get((replica.topic, replica.partition))
+        if listeners:
+            for listener in list(listeners):
+                listener(offset)
 
     def append(self, replica: Replica, records: Any, **options: Any) -> AppendInfo:
         """Append to a partition this broker leads (client batches, a coordinator's

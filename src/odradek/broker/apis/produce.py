@@ -59,6 +59,8 @@ from odradek.protocol.produce import (
     parse_produce_request,
 )
 from odradek.protocol.records import (
+    _COMPRESSION_MASK,
+    _TRANSACTIONAL_BIT,
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
     COMPRESSION_NONE,
@@ -109,7 +111,22 @@ def _target_codec(ctx: RequestContext, topic: Topic) -> tuple[int, int | None] |
 TXN_ABORTABLE_FROM = 11  # Produce v11+ clients know TRANSACTION_ABORTABLE (KIP-890)
 _ATTRIBUTES = struct.Struct(">h")
 _PRODUCER = struct.Struct(">qh")  # producer id, epoch at bytes 43..53 of a batch header
-_TRANSACTIONAL_BIT = 0x10
+
+
+_ONE_BATCH = struct.Struct(">i9xh20xqh")  # from byte 8: length, attributes, producer id, epoch
+
+
+def _single_batch(records: Records | None) -> tuple[int, int, int] | None:
+    """(attributes, producer id, epoch) when ``records`` hold exactly one batch header's
+    worth and its length spans them (what producers send per partition), else None:
+    then the header walks below answer. For one batch they answer the same from these
+    three fields, with one unpack instead of three walks."""
+    if not records or len(records) < 61:
+        return None
+    length, attributes, producer_id, epoch = _ONE_BATCH.unpack_from(records, 8)
+    if 12 + length != len(records):
+        return None
+    return attributes, producer_id, epoch
 
 
 def _transactional_producer(records: Records | None) -> tuple[int, int] | None:
@@ -144,6 +161,9 @@ def _transactional_producer(records: Records | None) -> tuple[int, int] | None:
 def _sets_transactional_bit(records: Records | None) -> bool:
     """Does any batch header carry the transactional attribute, whatever its producer id?
     (A cheap walk of the headers; anything malformed is left to validation.)"""
+    one = _single_batch(records)
+    if one is not None:
+        return bool(one[0] & _TRANSACTIONAL_BIT)
     pos, end = 0, len(records) if records else 0
     while records and end - pos >= 61:
         (length,) = _LENGTH.unpack_from(records, pos + 8)
@@ -160,9 +180,11 @@ def _has_transactional_records(request: Any) -> bool:
     attribute, even one without a producer id (-1). Kafka 4.1's handleProduceRequest
     refuses the whole request with TRANSACTIONAL_ID_AUTHORIZATION_FAILED when such a
     request has no transactional id, before anything is appended."""
-    return any(
-        _sets_transactional_bit(p.records) for t in request.topic_data for p in t.partition_data
-    )
+    for topic in request.topic_data:  # (loops, not any() over a generator: every request)
+        for partition in topic.partition_data:
+            if _sets_transactional_bit(partition.records):
+                return True
+    return False
 
 
 def _unverified(
@@ -286,7 +308,15 @@ async def _append(
             f"{replicas.min_insync(topic_name)}",
         )
     try:
-        producer = _transactional_producer(records)
+        one = _single_batch(records)
+        if one is None:
+            producer = _transactional_producer(records)
+            compressed = _has_compressed_batch(records)
+        else:
+            attributes, producer_id, epoch = one
+            transactional = attributes & _TRANSACTIONAL_BIT and producer_id >= 0
+            producer = (producer_id, epoch) if transactional else None
+            compressed = bool(attributes & _COMPRESSION_MASK)
         # Inflating is bounded (message.decompressed.max.bytes) but still costs tens of
         # milliseconds for a large batch: it runs in a worker thread, never on the loop.
         validated = None
@@ -294,7 +324,7 @@ async def _append(
         if target is not None:
             bound = plog.config.max_decompressed_bytes
             records = await asyncio.to_thread(_recompressed, records, target, bound)
-        elif _has_compressed_batch(records):
+        elif compressed:
             # The records are a view of the request (protocol/produce.py), and `append`
             # reuses a validation for bytes only: copied before the worker reads them.
             records = bytes(records)
@@ -321,13 +351,15 @@ async def _append(
         return _partition_result(
             index, ErrorCode.KAFKA_STORAGE_ERROR, f"storage error: {exc.strerror}"
         )
-    result = _partition_result(
-        index,
-        0,
-        base_offset=info.base_offset,
-        log_append_time=info.log_append_time_ms,
-        log_start_offset=info.log_start_offset,
-    )
+    result = {  # _partition_result's fields, written out: this is every append's answer
+        "index": index,
+        "error_code": 0,
+        "base_offset": info.base_offset,
+        "log_append_time": info.log_append_time_ms,
+        "log_start_offset": info.log_start_offset,
+        "record_errors": (),
+        "error_message": None,
+    }
     if acks == -1:
         # Answered once the high watermark passes the batch: at once when it already
         # does (a lone node, alone in its ISR), else when the followers have it.
@@ -449,7 +481,8 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
         for name, error in named
     ]
     auto_created: dict[str, Topic | TopicError] = {}
-    if error is None:
+    known = ctx.broker.topics.get
+    if error is None and not all(e is not None or known(n) is not None for n, e in named):
         auto_created = await _auto_create(
             ctx, [n for n, ok in zip(named, writable, strict=True) if ok]
         )
