@@ -143,9 +143,16 @@ class Member:
         *,
         name: str = "",
         commit: bool = True,
+        rebalances_tolerated: bool = False,
         **settings: Any,
     ) -> None:
         self.name = name
+        # A commit refused because the group rebalanced meanwhile (a session that expired
+        # under load, say) is an application's to catch, as Java's consumer documents:
+        # the records come again after the rebalance. Tests that count duplicates keep it
+        # an error.
+        self.rebalances_tolerated = rebalances_tolerated
+        self.commits_refused: list[BaseException] = []
         self.consumer = cluster.consumer(group, **settings)
         self.listener = Recorder(self.consumer if commit else None)
         self.commit = commit
@@ -163,7 +170,12 @@ class Member:
                 for r in batch:
                     self.records.append((r.topic, r.partition, r.offset))
                 if batch and self.commit:
-                    self.consumer.commit()
+                    try:
+                        self.consumer.commit()
+                    except (CommitFailedError, RebalanceInProgressCommitError) as exc:
+                        if not self.rebalances_tolerated:
+                            raise
+                        self.commits_refused.append(exc)
         except BaseException as exc:  # surfaced by check()
             self.error = exc
 
@@ -667,8 +679,19 @@ def test_leader_notices_partition_increase(odradek_cluster: Cluster) -> None:
     cluster = odradek_cluster
     topic = create_topic(cluster.bootstrap, unique("g-grow"), 2)
     group = unique("g")
+    # Only that every record arrives is checked here, so a rebalance more than the one
+    # the growth causes (a 2 s session expiring on a crowded machine: seen once in a full
+    # run at load 9) may refuse a commit without failing the test.
     members = [
-        Member(cluster, group, [topic], name=f"m{i}", metadata_max_age_ms=300) for i in range(2)
+        Member(
+            cluster,
+            group,
+            [topic],
+            name=f"m{i}",
+            metadata_max_age_ms=300,
+            rebalances_tolerated=True,
+        )
+        for i in range(2)
     ]
     try:
         wait_until(balanced(members, 2), 30, "a 1/1 split", members)
