@@ -134,6 +134,20 @@ def test_a_large_frame_is_moved_once_when_admitted_and_read_in_place_after() -> 
     assert payload == large and len(payload.obj) == 4 + len(large)
 
 
+def test_a_frame_not_admitted_is_read_no_further_into_a_large_pooled_buffer() -> None:
+    """A pooled buffer may be larger than asked for; a frame waiting for admission still
+    gets no more read than the read-ahead bound, whatever room the buffer has."""
+    pool = BufferPool(1 << 20)
+    pool.give(bytearray(900))  # room for most of the frame: more than it may read yet
+    connection, transport = connected(read_ahead=100, pool=pool)
+    large = bytes(range(256)) * 4  # 1 KiB: larger than twice the read-ahead
+    pos = receive(connection, frame(large))  # reads as large as the buffers offered
+    assert pos <= 300 and not transport.reading  # muted at the bound, as without a pool
+    connection.admit(4 + len(large))
+    receive(connection, frame(large)[pos:])
+    assert connection.take_frame(len(large)) == large
+
+
 def test_a_frame_of_mapped_size_is_received_into_a_memory_map() -> None:
     connection, _ = connected(read_ahead=256 * 1024)
     large = bytes(range(256)) * (MAPPED_BYTES // 256)

@@ -203,10 +203,12 @@ class Connection(asyncio.BufferedProtocol):
         total = self._scan_total
         tail = self._end - self._scan
         shared = self._shared
+        bounded = False  # only `capacity` of the buffer may be used, however large it is
         if total > 0 and self._may_size(total):
             capacity = max(total, shared)  # its own buffer, or a shared one it starts
         elif total > 0:  # not admitted yet: room for what the read-ahead bound lets in
             capacity = min(total, tail + 2 * self.read_ahead)
+            bounded = True
         else:  # its size not in yet (or not a size at all): room for one like the last
             capacity = tail + max(shared, self._typical)
         if capacity > total:  # frames after it share this buffer
@@ -222,7 +224,9 @@ class Connection(asyncio.BufferedProtocol):
         self._buffer = buffer
         self._write = write
         self._view = write.toreadonly()
-        self._capacity = len(buffer)  # a pooled buffer may be larger than asked
+        # A pooled buffer may be larger than asked: all of it is used, except for a frame
+        # not admitted yet, of which no more than the read-ahead bound is read.
+        self._capacity = capacity if bounded else len(buffer)
         self._start = self._scan = 0
         self._end = tail
 
