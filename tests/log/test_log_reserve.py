@@ -56,12 +56,22 @@ def reserving_works(tmp_path: Path) -> bool:
         probe.unlink()
 
 
-def test_a_busy_segment_reserves_ahead_and_shows_only_what_was_appended(tmp_path: Path) -> None:
+@pytest.fixture
+def busy_log(tmp_path: Path) -> tuple[PartitionLog, int, Path]:
+    """A log whose active segment is busy and has reserved blocks: (log, batches, its file).
+    On a filesystem without fallocate(KEEP_SIZE) there is nothing to free, and the tests
+    using this are skipped; the last test covers appending without."""
     if not reserving_works(tmp_path):
-        pytest.skip("this filesystem has no fallocate(KEEP_SIZE): covered by the test below")
+        pytest.skip("this filesystem has no fallocate(KEEP_SIZE): covered by the last test")
     log = open_log(tmp_path / "p")
     n = fill_past_reserve_threshold(log)
-    path = active_file(log)
+    return log, n, active_file(log)
+
+
+def test_a_busy_segment_reserves_ahead_and_shows_only_what_was_appended(
+    busy_log: tuple[PartitionLog, int, Path],
+) -> None:
+    log, n, path = busy_log
     size = os.stat(path).st_size
     assert size == log.size_bytes  # the reservation is not in the size
     assert allocated(path) >= size + RESERVE_BYTES // 2  # but it is on disk
@@ -74,16 +84,14 @@ def test_a_busy_segment_reserves_ahead_and_shows_only_what_was_appended(tmp_path
     log.close()
 
 
-def test_closing_frees_the_reservation_and_reopening_reads_the_same(tmp_path: Path) -> None:
-    if not reserving_works(tmp_path):
-        pytest.skip("this filesystem has no fallocate(KEEP_SIZE): covered by the test below")
-    log = open_log(tmp_path / "p")
-    n = fill_past_reserve_threshold(log)
-    path = active_file(log)
+def test_closing_frees_the_reservation_and_reopening_reads_the_same(
+    busy_log: tuple[PartitionLog, int, Path],
+) -> None:
+    log, n, path = busy_log
     log.close()
     size = os.stat(path).st_size
     assert allocated(path) < size + 64 * 1024
-    again = open_log(tmp_path / "p")
+    again = open_log(log.directory)
     assert again.end_offset == n * BATCH_VALUES
     again.close()
 
@@ -106,12 +114,8 @@ def test_a_crash_with_blocks_reserved_recovers_what_was_appended(tmp_path: Path)
     log.drain()
 
 
-def test_truncation_frees_the_reservation(tmp_path: Path) -> None:
-    if not reserving_works(tmp_path):
-        pytest.skip("this filesystem has no fallocate(KEEP_SIZE): covered by the test below")
-    log = open_log(tmp_path / "p")
-    n = fill_past_reserve_threshold(log)
-    path = active_file(log)
+def test_truncation_frees_the_reservation(busy_log: tuple[PartitionLog, int, Path]) -> None:
+    log, n, path = busy_log
     kept = (n - 1) * BATCH_VALUES
     log.truncate_to(kept)  # a replica's diverged tail cut off
     assert log.end_offset == kept

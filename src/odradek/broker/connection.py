@@ -112,7 +112,6 @@ class Connection(asyncio.BufferedProtocol):
         self.task: asyncio.Task[Any] | None = None  # cancelled when a deadline passes
         # The buffer being received into: written through _write, read through _view.
         self._write = self._view = _NO_BUFFER
-        self._buffer: bytearray | mmap.mmap | None = None  # what _write views
         self._capacity = 0
         self._start = 0  # first byte not taken
         self._scan = 0  # start of the first frame not received whole (all before it are)
@@ -220,8 +219,7 @@ class Connection(asyncio.BufferedProtocol):
             self.copied += tail
         if self._scan > self._start:
             self._earlier.append((self._view, self._start, self._scan))
-        self._pool.give(self._buffer)  # reused once no view of it is left
-        self._buffer = buffer
+        self._pool.give(self._write.obj)  # reused once no view of it is left
         self._write = write
         self._view = write.toreadonly()
         # A pooled buffer may be larger than asked: all of it is used, except for a frame
@@ -233,9 +231,8 @@ class Connection(asyncio.BufferedProtocol):
     def _let_go(self) -> None:
         """Nothing is buffered and the server waits: hold no buffer meanwhile (the next
         read gets a new one; payloads handed out keep theirs)."""
+        self._pool.give(self._write.obj)
         self._write = self._view = _NO_BUFFER
-        self._pool.give(self._buffer)
-        self._buffer = None
         self._capacity = self._start = self._scan = self._end = 0
         self._scan_total = -1
         self._shared = min(PROBE_BYTES, self.read_ahead)

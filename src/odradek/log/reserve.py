@@ -23,8 +23,9 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from collections.abc import Callable
 
-__all__ = ["RESERVE_BYTES", "reserve"]
+__all__ = ["RESERVE_BYTES", "release", "reserve"]
 
 # How far ahead a busy segment's blocks are reserved, and how large a segment must be
 # before it is (so idle and small partitions never hold a reservation).
@@ -33,7 +34,7 @@ RESERVE_BYTES = 4 << 20
 _FALLOC_FL_KEEP_SIZE = 0x01
 
 
-def _load_fallocate() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _load_fallocate() -> Callable[[int, int, int, int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -54,10 +55,7 @@ def reserve(fd: int, offset: int, length: int) -> bool:
     the caller appends without a reservation."""
     if _fallocate is None or length <= 0:
         return False
-    if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
-        return True
-    ctypes.set_errno(0)
-    return False
+    return _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0
 
 
 def release(fd: int, size: int) -> None:

@@ -318,8 +318,7 @@ class Segment:
         view = memoryview(data)
         old = self.size
         with self.files.use(self.file) as fd:
-            if old + len(view) > self.reserved_end >= 0 and old >= RESERVE_BYTES:
-                self._reserve_ahead(fd, old + len(view))
+            self._maybe_reserve(fd, old + len(view))
             try:
                 while view:
                     n = os.write(fd, view)
@@ -333,8 +332,7 @@ class Segment:
         """One os.writev of several buffers (avoids copying the payload to patch it)."""
         old = self.size
         with self.files.use(self.file) as fd:
-            if old + total > self.reserved_end >= 0 and old >= RESERVE_BYTES:
-                self._reserve_ahead(fd, old + total)
+            self._maybe_reserve(fd, old + total)
             try:
                 n = os.writev(fd, parts)
                 if n < total:  # short write (signal, disk nearly full): finish the rest
@@ -347,9 +345,12 @@ class Segment:
                 raise
         self.size = old + total
 
-    def _reserve_ahead(self, fd: int, end: int) -> None:
-        """A busy segment (RESERVE_BYTES long already) about to grow to `end`: reserve its
-        blocks up to a chunk past that (reserve.py says why)."""
+    def _maybe_reserve(self, fd: int, end: int) -> None:
+        """Before a write that grows the segment to `end`: a busy segment (RESERVE_BYTES
+        long already) whose reserved blocks end before that reserves up to a chunk past it
+        (reserve.py says why); one whose reserving failed appends without."""
+        if end <= self.reserved_end or self.reserved_end < 0 or self.size < RESERVE_BYTES:
+            return
         start = max(self.reserved_end, self.size)
         if reserve(fd, start, end + RESERVE_BYTES - start):
             self.reserved_end = end + RESERVE_BYTES
