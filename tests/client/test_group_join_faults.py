@@ -437,6 +437,44 @@ def test_pattern_member_absorbs_topics_the_leader_assigned() -> None:
         c.abandon()
 
 
+def test_pattern_matched_while_the_join_is_in_flight_rejoins_after_it() -> None:
+    """The pattern matches its first topic just after the JoinGroup went out (with no
+    topics): that join's SyncGroup must not swallow the change. The member rejoins with
+    the topic, as Java's rejoinNeededOrPending does; before, it stayed in a generation
+    with no partitions for good (seen against tansu under load)."""
+    topic = "pat-a"
+    joins: list[Future[Any]] = []
+
+    def answer(api_key: int, body: dict[str, Any]) -> Any:
+        if api_key == ApiKey.JOIN_GROUP:
+            if not joins:
+                joins.append(Future())  # the first join is held until the test answers
+                return None
+            return join_ok(2)
+        if api_key == ApiKey.SYNC_GROUP:
+            return sync_ok([])  # the leader saw no topic this member subscribes to
+        return SimpleNamespace(error_code=0) if api_key == ApiKey.HEARTBEAT else None
+
+    c, conn = make_coordinator(answer, pattern=r"pat-.*", cluster=cluster_with({}))
+    try:
+        poll_until(c, lambda: len(conn.requests(ApiKey.JOIN_GROUP)) == 1)
+        first = conn.requests(ApiKey.JOIN_GROUP)[0]
+        assert topic.encode() not in bytes(first["protocols"][0]["metadata"])
+        # The metadata shows the topic now; the held join answers generation 1.
+        c.client.cluster = cluster_with({topic: 2})
+        c._maybe_update_subscription_metadata()
+        assert c.subscriptions.subscription == {topic}
+        held = next(f for _, key, _, f in conn.sent if key == ApiKey.JOIN_GROUP)
+        held.set_result(join_ok(1))
+        poll_until(c, lambda: len(conn.requests(ApiKey.JOIN_GROUP)) == 2)
+        second = conn.requests(ApiKey.JOIN_GROUP)[1]
+        assert topic.encode() in bytes(second["protocols"][0]["metadata"])
+        poll_until(c, lambda: c.state is MemberState.STABLE and not c.rejoin_needed_or_pending())
+        assert len(conn.requests(ApiKey.JOIN_GROUP)) == 2  # and no third
+    finally:
+        c.abandon()
+
+
 def test_eager_commit_before_rebalance_stops_fetching_and_never_blocks_poll() -> None:
     """While the commit before an EAGER rebalance is in flight, ``poll`` returns at once
     (no JoinGroup yet) and the partitions are pending revocation: not fetchable, so the

@@ -381,27 +381,36 @@ class ConsumerCoordinator(GroupMember):
         return out
 
     def rejoin_needed_or_pending(self) -> bool:
+        """Java's rejoinNeededOrPending. The joined subscription and the leader's metadata
+        snapshot stay until the next join replaces them (never cleared here): a change
+        seen while a join is in flight must still count once that join's SyncGroup has
+        cleared ``rejoin_needed``, or the member stays in a generation that never saw it
+        (a pattern matched just after the JoinGroup was sent kept a member with no
+        partitions for good)."""
         if not self.subscriptions.has_auto_assigned_partitions:
             return False
         with self.cond:
             snapshot = self.assignment_snapshot
             if snapshot is not None and self._metadata_snapshot(snapshot) != snapshot:
                 now = self._metadata_snapshot(snapshot)
-                self.request_rejoin(
+                self._request_rejoin_if_necessary(
                     f"cached metadata has changed from {snapshot} at the beginning of the "
                     f"rebalance to {now}"
                 )
-                self.assignment_snapshot = None
                 return True
             joined = self.joined_subscription
             if joined is not None and joined != frozenset(self.subscriptions.subscription):
-                self.request_rejoin(
+                self._request_rejoin_if_necessary(
                     f"subscription has changed from {sorted(joined)} to "
                     f"{sorted(self.subscriptions.subscription)}"
                 )
-                self.joined_subscription = None
                 return True
             return self.rejoin_needed or self._pending is not None or self._join_result is not None
+
+    def _request_rejoin_if_necessary(self, reason: str) -> None:
+        """Asked on every poll while the change stands: request (and wake) only once."""
+        if not self.rejoin_needed:
+            self.request_rejoin(reason)
 
     def _subscription_metadata(self) -> list[dict[str, Any]]:
         """One protocol per assignor, each carrying this member's Subscription."""
