@@ -483,6 +483,34 @@ def test_a_broker_killed_mid_move_restarts_with_one_complete_copy(tmp_path: Path
 
 
 @pytest.mark.embedded
+def test_a_restart_counts_each_dirs_partitions_and_places_new_ones_in_the_emptier(
+    tmp_path: Path,
+) -> None:
+    """What a start counts per directory (once per directory, not per partition) is what
+    the directories hold, so the next partitions go to the one holding fewer."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    first = manager(a, b)
+    try:
+        run(create(first, "t", 6))  # three each
+    finally:
+        first.close()
+    # Lay out an unbalanced start: b's copies of t-1, t-3, t-5 move to a, as a finished
+    # move leaves them.
+    for name in os.listdir(b):
+        if name.startswith("t-"):
+            os.rename(b / name, a / name)
+    second = manager(a, b)
+    try:
+        dirs = {d.path: d for d in second.log_dirs}
+        assert second.log_dirs.hosted(dirs[a]) == 6
+        assert second.log_dirs.hosted(dirs[b]) == 0
+        run(create(second, "u", 4))
+        logs = [second.partition("u", i) for i in range(4)]
+        assert [plog.directory.parent for plog in logs if plog is not None] == [b, b, b, b]
+    finally:
+        second.close()
+
+
 def test_a_vanished_log_dir_is_reported_failed_and_gets_no_new_partition(tmp_path: Path) -> None:
     disk1, disk2 = tmp_path / "disk1", tmp_path / "disk2"
     broker = BrokerProcess(disk1, extra_args=["--data-dir", str(disk2)]).start()

@@ -260,6 +260,7 @@ def _console(
 
 def run(args: argparse.Namespace) -> int:
     from odradek.broker.allocator import tune_allocator
+    from odradek.broker.collector import freeze_imported_objects
     from odradek.broker.config import ConfigError
     from odradek.broker.event_loop import (
         EventLoopUnavailable,
@@ -309,6 +310,7 @@ def run(args: argparse.Namespace) -> int:
     data_dirs = log_directories(args, log_dirs)
     console_at, console_users = _console(args)
     tune_allocator()
+    freeze_imported_objects()  # before the broker opens its logs
     try:
         broker = new_broker(
             data_dirs,

@@ -378,9 +378,10 @@ def pick_copies(found: dict[str, list[Path]]) -> dict[str, Path]:
             chosen[name] = marked[0]
             _remove_all(p for p in places if p != marked[0])
             log.warning("completed an interrupted move: %s kept, other copies removed", marked[0])
-        marker = chosen[name] / MOVED_FROM_FILE
-        if marker.exists():
-            marker.unlink()
+        # os.path on strings: this runs for every partition at start-up.
+        marker = os.path.join(chosen[name], MOVED_FROM_FILE)
+        if os.path.exists(marker):
+            os.unlink(marker)
     return chosen
 
 

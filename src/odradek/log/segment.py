@@ -172,7 +172,7 @@ class Segment:
         self.truncated = 0
         self._hint_offset = -1
         self._hint_pos = -1
-        self.txn_index = TxnIndex(self.txnindex_path)
+        self.txn_index = TxnIndex(directory, f"{segment_name(base_offset)}.txnindex")
 
     # ------------------------------------------------------------------ files
 
@@ -190,7 +190,7 @@ class Segment:
 
     @property
     def txnindex_path(self) -> Path:
-        return self.directory / f"{segment_name(self.base_offset)}.txnindex"
+        return self.txn_index.path
 
     @property
     def corrupt_path(self) -> Path:

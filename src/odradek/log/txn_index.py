@@ -72,12 +72,22 @@ def write_txn_index(path: Path, entries: Iterable[AbortedTxn], *, fsync: bool) -
 class TxnIndex:
     """A segment's aborted transactions, loaded on first use."""
 
-    __slots__ = ("_entries", "_unwritten", "path")
+    __slots__ = ("_directory", "_entries", "_name", "_path", "_unwritten")
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, directory: Path, name: str) -> None:
+        # The path is made on first use: a broker opening 10,000 partitions makes a
+        # segment for each, and most never touch their transaction index.
+        self._directory = directory
+        self._name = name
+        self._path: Path | None = None
         self._entries: list[AbortedTxn] | None = None
         self._unwritten = False  # the file lacks entries memory has: sync() rewrites it
+
+    @property
+    def path(self) -> Path:
+        if self._path is None:
+            self._path = Path(self._directory, self._name)
+        return self._path
 
     @property
     def entries(self) -> list[AbortedTxn]:
