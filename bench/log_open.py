@@ -136,6 +136,35 @@ def _wait_listed(bootstrap: str, want: int, deadline_s: float) -> float:
     raise RuntimeError(f"broker did not list {want} partitions in {deadline_s}s")
 
 
+# What `odradek serve` does before it listens, in a fresh process: import, freeze the
+# imports (broker/collector.py), build the broker on the data directory (its logs opened).
+CONSTRUCT = """
+import sys, time
+from pathlib import Path
+from odradek.broker.server import Broker
+try:
+    from odradek.broker.collector import freeze_imported_objects
+except ImportError:  # a tree from before it (a comparison run)
+    pass
+else:
+    freeze_imported_objects()
+started = time.process_time()
+Broker(Path(sys.argv[1]), port=0)
+print(time.process_time() - started)
+"""
+
+
+def _construct_cpu(data_dir: Path) -> float:
+    """CPU seconds of `Broker()` on `data_dir` (its locks go with the process)."""
+    done = subprocess.run(
+        [sys.executable, "-c", CONSTRUCT, str(data_dir)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return float(done.stdout.strip().splitlines()[-1])
+
+
 def measure_broker(root: Path, partitions: int) -> dict[str, Any]:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -163,11 +192,13 @@ def measure_broker(root: Path, partitions: int) -> dict[str, Any]:
         proc.send_signal(signal.SIGTERM)
         proc.wait(600)
         stop_s = time.perf_counter() - started
+        construct_cpu_s = _construct_cpu(data_dir)
         proc = _start(data_dir, port, log_path)
         restart_s = _wait_listed(bootstrap, total, 600)
         return {
             "partitions": total,
             "stop_s": stop_s,
+            "construct_cpu_s": construct_cpu_s,
             "restart_s": restart_s,
             "rss_mib": _rss_kib(proc.pid) / 1024,
             "open_fds": _fds(proc.pid),
@@ -220,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         br = rows["broker"]
         count = f"{br['partitions']:,}"
         rss, fds = f"{br['rss_mib']:.0f}", f"{br['open_fds']:,}"
+        construct = f"{br['construct_cpu_s']:.2f} (CPU)"
+        table.append(["Broker() on the data directory", count, construct, "", ""])
         table.append(["broker restart to Metadata", count, f"{br['restart_s']:.2f}", rss, fds])
         table.append(
             ["broker stop (SIGTERM)", f"{br['partitions']:,}", f"{br['stop_s']:.2f}", "", ""]
