@@ -33,7 +33,9 @@ def test_sigterm_stops_cleanly_and_leaves_clean_logs(tmp_path: Path) -> None:
     assert producer.flush(10) == 0
     started = time.monotonic()
     assert broker.stop() == 0
-    assert time.monotonic() - started < 5
+    # A hang guard, not a timing (bench/cluster.py measures the stop: about 1 s): a
+    # loaded CI machine must not fail it.
+    assert time.monotonic() - started < 15
     assert (tmp_path / "data" / "shutdown-topic-0" / ".clean_shutdown").exists()
     assert "odradek broker stopped" in broker.log_tail()
 
