@@ -375,16 +375,17 @@ class TopicManager:
     def _load_topics(self) -> None:
         found = self._scan_log_dirs()
         wanted = [
-            (n, i) for n, e in self.store.topics.items() for i in range(e.partitions) if e.hosts(i)
+            f"{n}-{i}"
+            for n, e in self.store.topics.items()
+            for i in range(e.partitions)
+            if e.hosts(i)
         ]
-        missing = [f"{n}-{i}" for n, i in wanted if f"{n}-{i}" not in found]
+        missing = [key for key in wanted if key not in found]
         if missing:
             self._check_missing(missing)
         # The partitions found, counted per log directory before any missing one is placed:
         # once per directory, not one Path hashed per partition (10,000 at start-up).
-        found_in = Counter(
-            os.path.dirname(found[f"{n}-{i}"]) for n, i in wanted if f"{n}-{i}" in found
-        )
+        found_in = Counter(os.path.dirname(found[key]) for key in wanted if key in found)
         for log_dir, count in found_in.items():
             self.log_dirs.count(Path(log_dir), count)
         for name, entry in self.store.topics.items():
